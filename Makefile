@@ -1,0 +1,54 @@
+# Two commands do everything on a fresh machine: `make test` and `make bench`.
+# The virtual environment is created once and reused (the stamp file tracks pyproject.toml).
+#
+# torch: a CPU-only machine without torch gets the pinned CPU wheel (TORCH_PIN); a machine whose
+# python3 already imports torch (a GPU box) reuses it through --system-site-packages, so a
+# multi-GB CUDA build is never pulled in by accident.
+
+PYTHON      ?= python3
+VENV        ?= .venv
+TORCH_PIN   ?= torch==2.13.0
+TRITON_PIN  ?= triton==3.9.0
+PY          := $(VENV)/bin/python
+STAMP       := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help venv test bench lint format clean
+
+help:
+	@echo "make test    create/reuse $(VENV), install, run the whole test suite"
+	@echo "make bench   same set-up, then the benchmark (tutorial section 5.2, extended)"
+	@echo "make lint    ruff check + format check"
+	@echo "make clean   remove the venv, caches and scratch outputs (keeps committed results)"
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if $(PYTHON) -c "import torch" >/dev/null 2>&1; then \
+	    echo "[venv] reusing torch from $(PYTHON): $$($(PYTHON) -c 'import torch; print(torch.__version__)')"; \
+	    $(PYTHON) -m venv --system-site-packages $(VENV); \
+	else \
+	    echo "[venv] no torch on $(PYTHON): installing $(TORCH_PIN) (CPU wheel) and $(TRITON_PIN)"; \
+	    $(PYTHON) -m venv $(VENV) && \
+	    $(VENV)/bin/python -m pip install -q $(TORCH_PIN) $(TRITON_PIN); \
+	fi
+	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	@touch $@
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) -m bench.tutorial_5_2
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(STAMP)
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .benchmarks outputs multirun
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,21 @@
+"""posenc: reference positional encodings in eager PyTorch, the oracle for kernels and benchmarks.
+
+`posenc.seed` holds the tutorial's classes as published (baselines, defects kept); the classes
+re-exported here are the corrected ones with the same names and compatible constructors.
+"""
+
+from posenc import functional, seed
+from posenc.absolute import LearnablePositionalEncoding, SinusoidalPositionalEncoding
+from posenc.relative import RelativeMultiHeadAttention, RelativePositionEncoding
+from posenc.rotary import RoPEMultiHeadAttention, RoPEPositionalEncoding
+
+__all__ = [
+    "LearnablePositionalEncoding",
+    "RelativeMultiHeadAttention",
+    "RelativePositionEncoding",
+    "RoPEMultiHeadAttention",
+    "RoPEPositionalEncoding",
+    "SinusoidalPositionalEncoding",
+    "functional",
+    "seed",
+]

@@ -1,0 +1,304 @@
+"""Pure tables and ops shared by the modules, the kernels' tests and the benchmarks.
+
+Notation used across the repository:
+    B batch, L sequence length (Lq queries, Lk keys), H heads, D head dim,
+    R rotary dim (R <= D), K max relative position (Shaw clip distance), d_model = H * D.
+
+Tables are computed in float64 and cast once at the end: a float32 angle ``pos * inv_freq`` is
+off by ~1e-2 rad at pos = 2**20, the float64 one by ~1e-10.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from posenc._checks import check_float, check_pairs, check_positive
+
+# ---------------------------------------------------------------------------------------------
+# Absolute (sinusoidal) table: Vaswani et al. 2017, section 3.5; the tutorial's 2.2.
+# ---------------------------------------------------------------------------------------------
+
+
+def sinusoidal_table(
+    length: int,
+    d_model: int,
+    *,
+    base: float = 10000.0,
+    offset: int = 0,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """PE[p, 2i] = sin(p / base^(2i/d_model)), PE[p, 2i+1] = cos(p / base^(2i/d_model)).
+
+    Returns a (length, d_model) table for positions offset .. offset + length - 1.
+    An odd d_model is handled: the last column is the sine of the last frequency
+    (the tutorial's code crashes there with a shape mismatch).
+    """
+    check_positive("length", length, allow_zero=True)
+    check_positive("d_model", d_model)
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
+    pos = torch.arange(offset, offset + length, dtype=torch.float64, device=device)
+    inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64, device=device) / d_model)
+    angles = torch.outer(pos, inv_freq)  # (length, ceil(d_model / 2))
+    table = torch.empty(length, d_model, dtype=torch.float64, device=device)
+    table[:, 0::2] = angles.sin()
+    table[:, 1::2] = angles[:, : d_model // 2].cos()
+    return table.to(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rotary tables and the rotation: Su et al. 2021 (RoFormer), eq. 34; the tutorial's 4.2.
+# ---------------------------------------------------------------------------------------------
+
+
+def rope_inv_freq(dim: int, base: float = 10000.0, *, device=None) -> Tensor:
+    """theta_i = base^(-2i/dim) for i in 0 .. dim/2 - 1, float64, shape (dim/2,)."""
+    check_pairs("dim", dim)
+    if base <= 1.0:
+        raise ValueError(f"base must be > 1, got {base}")
+    return base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=device) / dim)
+
+
+def rope_cos_sin(
+    positions: Tensor | int,
+    dim: int,
+    base: float = 10000.0,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> tuple[Tensor, Tensor]:
+    """cos(p * theta_i) and sin(p * theta_i), each of shape (*positions.shape, dim/2).
+
+    positions: an integer tensor of any shape (N,), (B, L), ... or an int N meaning 0 .. N-1.
+    The product and the trigonometry run in float64 and the result is cast to ``dtype`` (float32
+    by default), so the tables stay within 1e-6 of the float64 truth even at p = 2**20.
+    """
+    if isinstance(positions, int):
+        check_positive("positions", positions, allow_zero=True)
+        positions = torch.arange(positions, device=device)
+    if not isinstance(positions, Tensor):
+        raise TypeError(f"positions must be an int or a tensor, got {type(positions).__name__}")
+    if positions.is_floating_point() or positions.is_complex():
+        raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
+    inv_freq = rope_inv_freq(dim, base, device=positions.device)
+    angles = positions.to(torch.float64).unsqueeze(-1) * inv_freq  # (..., dim/2)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(
+    x: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    *,
+    interleaved: bool = False,
+    out: Tensor | None = None,
+) -> Tensor:
+    """Rotate pairs of x's last dimension by the angles whose cos and sin are given.
+
+    x:        (..., L, D), any strides; float16 / bfloat16 are rotated in float32.
+    cos, sin: (..., L, R/2) broadcastable against x[..., :R/2], with R = 2 * cos.shape[-1] <= D.
+              Dimensions R .. D - 1 pass through unchanged (partial rotary).
+    interleaved: False pairs (i, i + R/2) (GPT-NeoX / Llama "half-split");
+                 True pairs (2i, 2i + 1) (GPT-J).
+    out:      None (allocate), a preallocated tensor like x, or x itself (in place).
+              Differentiable only with out=None.
+
+    Per pair (a, b) and angle t: a' = a cos t - b sin t, b' = b cos t + a sin t.
+    """
+    check_float("x", x)
+    check_float("cos", cos)
+    half = cos.shape[-1]
+    if sin.shape != cos.shape:
+        raise ValueError(
+            f"sin and cos must have the same shape, got {tuple(sin.shape)} and {tuple(cos.shape)}"
+        )
+    if x.dim() < 2:
+        raise ValueError(f"x must have at least 2 dims (..., L, D), got shape {tuple(x.shape)}")
+    if 2 * half > x.shape[-1]:
+        raise ValueError(
+            f"cos/sin cover a rotary dim of {2 * half} but x's last dim (D) is {x.shape[-1]}"
+        )
+    if cos.device != x.device or sin.device != x.device:
+        raise ValueError(f"cos/sin are on {cos.device} but x is on {x.device}")
+    if out is not None and (out.shape != x.shape or out.dtype != x.dtype or out.device != x.device):
+        raise ValueError(
+            f"out must match x: shape {tuple(x.shape)}, {x.dtype} on {x.device}; "
+            f"got {tuple(out.shape)}, {out.dtype} on {out.device}"
+        )
+    math_dtype = torch.promote_types(x.dtype, torch.float32)
+    cos, sin = cos.to(math_dtype), sin.to(math_dtype)
+    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
+        if out is not None:
+            raise ValueError("out= is not differentiable: pass out=None when gradients are needed")
+        return _rotate_differentiable(x, cos, sin, interleaved)
+    if out is None:
+        out = torch.empty_like(x)
+    _rotate_chunked(x, cos, sin, out, interleaved)
+    return out
+
+
+def _pairs(t: Tensor, half: int, interleaved: bool) -> tuple[Tensor, Tensor]:
+    """The two members of each rotated pair of t, as strided views (no copies)."""
+    if interleaved:
+        return t[..., 0 : 2 * half : 2], t[..., 1 : 2 * half : 2]
+    return t[..., :half], t[..., half : 2 * half]
+
+
+def _rotate_differentiable(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+    half = cos.shape[-1]
+    xf = x.to(cos.dtype)
+    a, b = _pairs(xf, half, interleaved)
+    a2, b2 = a * cos - b * sin, b * cos + a * sin
+    rotated = torch.stack((a2, b2), dim=-1).flatten(-2) if interleaved else torch.cat((a2, b2), -1)
+    return torch.cat((rotated, xf[..., 2 * half :]), dim=-1).to(x.dtype)
+
+
+# Chunk size for the eager path: one slice of x along dim 0 of at most this many bytes is
+# rotated at a time, so that x's slice and out's slice stay in L2 while the 2-3 elementwise
+# passes of `_rotate_into` run over them; DRAM then sees about one read of x and one write of
+# out, a plain copy's traffic. Finer chunks cost more in per-op dispatch (~15 us an op on the
+# CPU) than they save. On CUDA one chunk covers everything.
+_CHUNK_BYTES = 1 << 20
+
+
+def _rotate_chunked(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor, interleaved: bool) -> None:
+    cos = cos.reshape((1,) * (x.dim() - cos.dim()) + tuple(cos.shape))
+    sin = sin.reshape(cos.shape)
+    # Adjacent pairs are complex numbers: one complex multiply by e^{i t} does the rotation
+    # in a single pass (the half-split layout needs three passes, see _rotate_into).
+    phase = torch.complex(cos, sin) if interleaved and cos.dtype != torch.float16 else None
+    row_bytes = max(1, x[0].numel() * x.element_size())
+    step = x.shape[0] if x.device.type != "cpu" else max(1, _CHUNK_BYTES // row_bytes)
+    in_place = out.data_ptr() == x.data_ptr()
+    for start in range(0, x.shape[0], step):
+        rows = slice(start, start + step)
+        c, s = (cos[rows], sin[rows]) if cos.shape[0] != 1 else (cos, sin)
+        p = None if phase is None else (phase[rows] if phase.shape[0] != 1 else phase)
+        _rotate_block(x[rows], c, s, p, out[rows], interleaved, in_place)
+
+
+def _rotate_block(x, cos, sin, phase, out, interleaved: bool, in_place: bool) -> None:
+    """out <- rope(x) for one chunk; temporaries are at most one chunk of the rotated part."""
+    r = 2 * cos.shape[-1]
+    src, dst = x[..., :r], out[..., :r]
+    if x.dtype != cos.dtype:  # float16 / bfloat16: rotate in float32, round once
+        tmp = torch.empty(src.shape, dtype=cos.dtype, device=x.device)
+        _rotate_into(src.to(cos.dtype), cos, sin, phase, tmp, interleaved)
+        dst.copy_(tmp)
+    else:  # in place, the inputs of the later passes would already be overwritten
+        _rotate_into(src.clone() if in_place else src, cos, sin, phase, dst, interleaved)
+    if r < x.shape[-1] and not in_place:
+        out[..., r:].copy_(x[..., r:])
+
+
+def _complex_view(t: Tensor) -> Tensor | None:
+    t = t.unflatten(-1, (-1, 2))
+    ok = t.stride(-1) == 1 and t.storage_offset() % 2 == 0
+    ok = ok and all(
+        st % 2 == 0 for st, n in zip(t.stride()[:-1], t.shape[:-1], strict=True) if n > 1
+    )
+    return torch.view_as_complex(t) if ok else None
+
+
+def _rotate_into(src, cos, sin, phase, dst, interleaved: bool) -> None:
+    """dst <- rope(src); src and dst same dtype as cos, not aliased, last dim R = 2 * R/2."""
+    if phase is not None:
+        src_c, dst_c = _complex_view(src), _complex_view(dst)
+        if src_c is not None and dst_c is not None:
+            torch.mul(src_c, phase, out=dst_c)  # (..., L, R/2) complex
+            return
+    a, b = _pairs(src, cos.shape[-1], interleaved)
+    oa, ob = _pairs(dst, cos.shape[-1], interleaved)
+    if interleaved:
+        torch.mul(a, cos, out=oa)
+        torch.mul(b, cos, out=ob)
+    else:  # one full-width pass: (..., L, 2, R/2) * (..., L, 1, R/2) -> [a cos, b cos]
+        torch.mul(src.unflatten(-1, (2, -1)), cos.unsqueeze(-2), out=dst.unflatten(-1, (2, -1)))
+    oa.addcmul_(b, sin, value=-1.0)  # a' = a cos - b sin
+    ob.addcmul_(a, sin)  # b' = b cos + a sin
+
+
+# ---------------------------------------------------------------------------------------------
+# Relative positions: Shaw, Uszkoreit & Vaswani 2018, eqs. 3-4; the tutorial's 3.3 and 3.6.
+# ---------------------------------------------------------------------------------------------
+
+
+def relative_positions(
+    q_len: int, k_len: int, max_relative_position: int, *, device=None
+) -> Tensor:
+    """Clipped relative-index matrix idx[i, j] = clip(j - i, -K, K) + K, shape (Lq, Lk), int64.
+
+    Query i and key j are at positions i and j (both counted from 0), as in the tutorial.
+    Values lie in 0 .. 2K; bucket K is "same position".
+    """
+    check_positive("q_len", q_len)
+    check_positive("k_len", k_len)
+    check_positive("max_relative_position", max_relative_position, allow_zero=True)
+    i = torch.arange(q_len, device=device).unsqueeze(1)
+    j = torch.arange(k_len, device=device).unsqueeze(0)
+    k = max_relative_position
+    return (j - i).clamp_(-k, k) + k
+
+
+def shaw_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    emb_k: Tensor,
+    emb_v: Tensor | None,
+    max_relative_position: int,
+    *,
+    mask: Tensor | None = None,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Shaw et al. relative attention, without ever building a (B, H, Lq, Lk, D) tensor.
+
+    q: (B, H, Lq, D); k, v: (B, H, Lk, D); emb_k, emb_v: (2K + 1, D) tables a^K, a^V.
+    mask: broadcastable to (B, H, Lq, Lk); boolean (True = attend) or additive float.
+    Returns (out (B, H, Lq, D), weights (B, H, Lq, Lk)) with
+        e_ij  = scale * (q_i . k_j + q_i . a^K[idx_ij])          (eq. 4, scale = 1/sqrt(D))
+        out_i = sum_j alpha_ij (v_j + a^V[idx_ij])               (eq. 3)
+    The key term is Q @ a^K^T, (B, H, Lq, 2K+1), gathered by idx; the value term sums the
+    weights per relative bucket, (B, H, Lq, 2K+1), and multiplies by a^V: O(L^2 + L K D) memory.
+    """
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"q, k, v must be (B, H, L, D); got ranks {q.dim()}, {k.dim()}, {v.dim()}")
+    n_rel = 2 * max_relative_position + 1
+    if emb_k.shape != (n_rel, q.shape[-1]):
+        raise ValueError(
+            f"emb_k must be (2K+1, D) = ({n_rel}, {q.shape[-1]}), got {tuple(emb_k.shape)}"
+        )
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    lq, lk = q.shape[-2], k.shape[-2]
+    idx = relative_positions(lq, lk, max_relative_position, device=q.device)
+    logits = torch.matmul(q, k.transpose(-2, -1))  # (B, H, Lq, Lk)
+    rel = torch.matmul(q, emb_k.transpose(0, 1))  # (B, H, Lq, 2K+1)
+    logits += torch.gather(rel, -1, idx.expand(*rel.shape[:-1], lk))
+    logits *= scale
+    if mask is not None:
+        logits = _apply_mask(logits, mask)
+    weights = torch.softmax(logits, dim=-1)
+    out = torch.matmul(weights, v)  # (B, H, Lq, D)
+    if emb_v is not None:
+        if emb_v.shape != emb_k.shape:
+            raise ValueError(f"emb_v must be {tuple(emb_k.shape)}, got {tuple(emb_v.shape)}")
+        per_bucket = weights.new_zeros(*weights.shape[:-1], n_rel)  # (B, H, Lq, 2K+1)
+        per_bucket.scatter_add_(-1, idx.expand_as(weights), weights)
+        out = out + torch.matmul(per_bucket, emb_v)
+    return out, weights
+
+
+def _apply_mask(logits: Tensor, mask: Tensor) -> Tensor:
+    """Boolean (or integer) masks keep True/non-zero; float masks are added to the logits.
+
+    Masked logits get the dtype's lowest finite value, so a fully masked row gives uniform
+    weights rather than NaN (the tutorial's -1e9 does the same in float32, and overflows in
+    float16).
+    """
+    if mask.dtype == torch.bool or not mask.is_floating_point():
+        return logits.masked_fill(mask == 0, torch.finfo(logits.dtype).min)
+    return logits + mask

@@ -1,0 +1,84 @@
+"""Shaw-style relative position encodings (Shaw et al. 2018): the tutorial's 3.3 and 3.6, corrected.
+
+Relative position of key j seen from query i: r = j - i, clipped to [-K, K], stored as the
+index r + K into learned tables a^K, a^V of shape (2K + 1, D).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from posenc._checks import check_heads, check_positive, check_rank
+from posenc.attention import check_qkv, merge_heads, split_heads
+from posenc.functional import relative_positions, shaw_attention
+
+
+class RelativePositionEncoding(nn.Module):
+    """Learned tables a^K (relative_position_k), a^V (relative_position_v), (2K + 1, d_model).
+
+    d_model is the width of one table row: the per-head dim D when used inside attention.
+    forward(query, key, value) keeps the tutorial's API and returns the gathered tables
+    (Lq, Lk, d_model) each, with Lq = query.shape[1] and Lk = key.shape[1]. The attention module
+    never calls it: it uses the (2K + 1, D) tables directly.
+    """
+
+    def __init__(self, d_model: int, max_relative_position: int = 50):
+        super().__init__()
+        check_positive("d_model", d_model)
+        check_positive("max_relative_position", max_relative_position, allow_zero=True)
+        self.d_model, self.max_relative_position = d_model, max_relative_position
+        vocab_size = 2 * max_relative_position + 1
+        self.relative_position_k = nn.Embedding(vocab_size, d_model)
+        self.relative_position_v = nn.Embedding(vocab_size, d_model)
+
+    def relative_positions(self, q_len: int, k_len: int | None = None) -> Tensor:
+        """(Lq, Lk) int64 indices clip(j - i, -K, K) + K on the tables' device."""
+        k_len = q_len if k_len is None else k_len
+        device = self.relative_position_k.weight.device
+        return relative_positions(q_len, k_len, self.max_relative_position, device=device)
+
+    get_relative_positions = relative_positions  # the tutorial's name
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor | None = None):
+        check_rank("query", query, (3, 4), "(B, L, d) or (B, H, L, D)")
+        check_rank("key", key, (3, 4), "(B, L, d) or (B, H, L, D)")
+        idx = self.relative_positions(query.shape[-2], key.shape[-2])  # (Lq, Lk)
+        return self.relative_position_k(idx), self.relative_position_v(idx)  # (Lq, Lk, d) x 2
+
+
+class RelativeMultiHeadAttention(nn.Module):
+    """Shaw et al. relative multi-head attention with both the key and the value terms.
+
+    forward(query, key, value, mask=None) with query (B, Lq, d_model), key/value (B, Lk, d_model)
+    returns (out (B, Lq, d_model), weights (B, H, Lq, Lk)). mask: boolean (True = attend) or
+    additive float, broadcastable to (B, H, Lq, Lk). Memory is O(B H Lq Lk) for the weights plus
+    O(B H Lq (2K + 1)) for the relative terms: no (B, H, L, L, D) tensor (see
+    `posenc.functional.shaw_attention`).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, max_relative_position: int = 50):
+        super().__init__()
+        self.d_k = check_heads(d_model, num_heads)
+        self.d_model, self.num_heads = d_model, num_heads
+        self.w_q = nn.Linear(d_model, d_model)
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+        self.rel_pos_encoding = RelativePositionEncoding(self.d_k, max_relative_position)
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None):
+        check_qkv(query, key, value, self.d_model)
+        q = split_heads(self.w_q(query), self.num_heads)  # (B, H, Lq, D)
+        k = split_heads(self.w_k(key), self.num_heads)  # (B, H, Lk, D)
+        v = split_heads(self.w_v(value), self.num_heads)  # (B, H, Lk, D)
+        tables = self.rel_pos_encoding
+        out, weights = shaw_attention(
+            q,
+            k,
+            v,
+            tables.relative_position_k.weight,
+            tables.relative_position_v.weight,
+            tables.max_relative_position,
+            mask=mask,
+        )
+        return self.w_o(merge_heads(out)), weights

@@ -1,0 +1,138 @@
+"""Rotary position embedding (RoPE) as a true rotation: the tutorial's 4.5 and 4.8, corrected.
+
+Shapes: x is (B, L, D) or (B, H, L, D); positions is None (0 .. L-1), an int offset, or a
+(B, L) tensor of position ids. Layouts: half-split pairs (i, i + D/2) (GPT-NeoX / Llama) or
+interleaved pairs (2i, 2i + 1) (GPT-J).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from posenc._checks import (
+    check_cache_dtype,
+    check_heads,
+    check_pairs,
+    check_positive,
+    check_rank,
+    check_same_device,
+)
+from posenc._compat import drop_derived_keys
+from posenc.attention import attend, check_qkv, merge_heads, split_heads
+from posenc.functional import apply_rope, rope_cos_sin
+
+
+class RoPEPositionalEncoding(nn.Module):
+    """Rotates x's last dim (D = dim) by position-dependent angles p * base^(-2i/dim).
+
+    cos_cached / sin_cached, (max_len, dim/2) float32, are built once at construction from
+    float64 angles. forward(x, seq_len=None, positions=None) returns a new tensor like x.
+    """
+
+    def __init__(
+        self, dim: int, max_len: int = 5000, base: float = 10000.0, interleaved: bool = False
+    ):
+        super().__init__()
+        check_pairs("dim", dim)
+        check_positive("max_len", max_len)
+        self.dim, self.max_len, self.base, self.interleaved = dim, max_len, base, interleaved
+        cos, sin = rope_cos_sin(max_len, dim, base)
+        self.register_buffer("cos_cached", cos, persistent=False)
+        self.register_buffer("sin_cached", sin, persistent=False)
+        self.register_load_state_dict_pre_hook(
+            drop_derived_keys("inv_freq", "sin_cached", "cos_cached")
+        )
+
+    def _apply(self, fn, recurse=True):
+        # .double() / .to(device): rebuild the tables from float64 angles in the new dtype
+        # rather than casting already-rounded float32 values; .half() keeps float32 tables
+        # (the math runs in float32 for low-precision inputs).
+        super()._apply(fn, recurse)
+        ref = self.cos_cached
+        dtype = torch.promote_types(ref.dtype, torch.float32)
+        self.cos_cached, self.sin_cached = rope_cos_sin(
+            torch.arange(self.max_len, device=ref.device), self.dim, self.base, dtype=dtype
+        )
+        return self
+
+    def cos_sin(self, x: Tensor, positions: Tensor | int | None = None) -> tuple[Tensor, Tensor]:
+        """Tables for x's positions, broadcastable against x[..., :dim/2]."""
+        check_rank("x", x, (3, 4), "(B, L, D) or (B, H, L, D)")
+        if x.shape[-1] != self.dim:
+            raise ValueError(f"x's last dim must be dim={self.dim}, got {x.shape[-1]}")
+        check_same_device("x", x, self.cos_cached, "the module's tables")
+        check_cache_dtype("x", x, self.cos_cached)
+        seq_len = x.shape[-2]
+        if positions is None or isinstance(positions, int):
+            offset = positions or 0
+            check_positive("positions", offset, allow_zero=True)
+            if offset + seq_len > self.max_len:
+                raise ValueError(
+                    f"positions {offset} .. {offset + seq_len - 1} exceed max_len={self.max_len}"
+                )
+            return self.cos_cached[offset : offset + seq_len], self.sin_cached[
+                offset : offset + seq_len
+            ]
+        if not isinstance(positions, Tensor) or positions.is_floating_point():
+            raise TypeError("positions must be None, an int offset or an integer (B, L) tensor")
+        if positions.shape != (x.shape[0], seq_len):
+            raise ValueError(
+                f"positions must be (B, L) = ({x.shape[0]}, {seq_len}), "
+                f"got {tuple(positions.shape)}"
+            )
+        check_same_device("positions", positions, self.cos_cached, "the module's tables")
+        lo, hi = int(positions.min()), int(positions.max())  # one sync: the reference checks
+        if lo < 0 or hi >= self.max_len:
+            raise ValueError(f"positions must lie in 0 .. {self.max_len - 1}, got {lo} .. {hi}")
+        cos, sin = self.cos_cached[positions], self.sin_cached[positions]  # (B, L, dim/2)
+        if x.dim() == 4:
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, L, dim/2)
+        return cos, sin
+
+    def forward(
+        self, x: Tensor, seq_len: int | None = None, positions: Tensor | int | None = None
+    ) -> Tensor:
+        if seq_len is not None and seq_len != x.shape[-2]:
+            raise ValueError(f"seq_len={seq_len} does not match x's length {x.shape[-2]}")
+        cos, sin = self.cos_sin(x, positions)
+        return apply_rope(x, cos, sin, interleaved=self.interleaved)
+
+
+class RoPEMultiHeadAttention(nn.Module):
+    """Multi-head attention with RoPE applied to each head's queries and keys.
+
+    forward(query, key, value, mask=None, positions=None, need_weights=True) with
+    query (B, Lq, d_model), key/value (B, Lk, d_model) returns (out (B, Lq, d_model),
+    weights (B, H, Lq, Lk) or None). Queries and keys share `positions` when Lq == Lk;
+    otherwise each counts from 0. mask: boolean (True = attend) or additive, broadcastable
+    to (B, H, Lq, Lk). need_weights=False takes PyTorch's fused SDPA path.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        max_len: int = 5000,
+        base: float = 10000.0,
+        interleaved: bool = False,
+    ):
+        super().__init__()
+        self.d_k = check_heads(d_model, num_heads)
+        self.d_model, self.num_heads = d_model, num_heads
+        self.w_q = nn.Linear(d_model, d_model)
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+        self.rope = RoPEPositionalEncoding(self.d_k, max_len, base, interleaved)
+
+    def forward(self, query, key, value, mask=None, positions=None, need_weights=True):
+        check_qkv(query, key, value, self.d_model)
+        q = split_heads(self.w_q(query), self.num_heads)  # (B, H, Lq, D)
+        k = split_heads(self.w_k(key), self.num_heads)  # (B, H, Lk, D)
+        v = split_heads(self.w_v(value), self.num_heads)
+        if positions is not None and q.shape[-2] != k.shape[-2]:
+            raise ValueError("positions needs Lq == Lk (self-attention)")
+        q, k = self.rope(q, positions=positions), self.rope(k, positions=positions)
+        out, weights = attend(q, k, v, mask, need_weights)
+        return self.w_o(merge_heads(out)), weights
