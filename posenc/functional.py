@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from posenc._checks import check_float, check_pairs, check_positive
+from posenc._rotate import rotate_into
 
 # ---------------------------------------------------------------------------------------------
 # Absolute (sinusoidal) table: Vaswani et al. 2017, section 3.5; the tutorial's 2.2.
@@ -137,89 +138,22 @@ def apply_rope(
         return _rotate_differentiable(x, cos, sin, interleaved)
     if out is None:
         out = torch.empty_like(x)
-    _rotate_chunked(x, cos, sin, out, interleaved)
+    cos = cos.reshape((1,) * (x.dim() - cos.dim()) + tuple(cos.shape))  # rank of x
+    rotate_into(x, cos, sin.reshape(cos.shape), out, interleaved)
     return out
 
 
-def _pairs(t: Tensor, half: int, interleaved: bool) -> tuple[Tensor, Tensor]:
-    """The two members of each rotated pair of t, as strided views (no copies)."""
-    if interleaved:
-        return t[..., 0 : 2 * half : 2], t[..., 1 : 2 * half : 2]
-    return t[..., :half], t[..., half : 2 * half]
-
-
 def _rotate_differentiable(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+    """Out-of-place and autograd-friendly; the same formula as posenc._rotate."""
     half = cos.shape[-1]
     xf = x.to(cos.dtype)
-    a, b = _pairs(xf, half, interleaved)
+    if interleaved:
+        a, b = xf[..., 0 : 2 * half : 2], xf[..., 1 : 2 * half : 2]
+    else:
+        a, b = xf[..., :half], xf[..., half : 2 * half]
     a2, b2 = a * cos - b * sin, b * cos + a * sin
     rotated = torch.stack((a2, b2), dim=-1).flatten(-2) if interleaved else torch.cat((a2, b2), -1)
     return torch.cat((rotated, xf[..., 2 * half :]), dim=-1).to(x.dtype)
-
-
-# Chunk size for the eager path: one slice of x along dim 0 of at most this many bytes is
-# rotated at a time, so that x's slice and out's slice stay in L2 while the 2-3 elementwise
-# passes of `_rotate_into` run over them; DRAM then sees about one read of x and one write of
-# out, a plain copy's traffic. Finer chunks cost more in per-op dispatch (~15 us an op on the
-# CPU) than they save. On CUDA one chunk covers everything.
-_CHUNK_BYTES = 1 << 20
-
-
-def _rotate_chunked(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor, interleaved: bool) -> None:
-    cos = cos.reshape((1,) * (x.dim() - cos.dim()) + tuple(cos.shape))
-    sin = sin.reshape(cos.shape)
-    # Adjacent pairs are complex numbers: one complex multiply by e^{i t} does the rotation
-    # in a single pass (the half-split layout needs three passes, see _rotate_into).
-    phase = torch.complex(cos, sin) if interleaved and cos.dtype != torch.float16 else None
-    row_bytes = max(1, x[0].numel() * x.element_size())
-    step = x.shape[0] if x.device.type != "cpu" else max(1, _CHUNK_BYTES // row_bytes)
-    in_place = out.data_ptr() == x.data_ptr()
-    for start in range(0, x.shape[0], step):
-        rows = slice(start, start + step)
-        c, s = (cos[rows], sin[rows]) if cos.shape[0] != 1 else (cos, sin)
-        p = None if phase is None else (phase[rows] if phase.shape[0] != 1 else phase)
-        _rotate_block(x[rows], c, s, p, out[rows], interleaved, in_place)
-
-
-def _rotate_block(x, cos, sin, phase, out, interleaved: bool, in_place: bool) -> None:
-    """out <- rope(x) for one chunk; temporaries are at most one chunk of the rotated part."""
-    r = 2 * cos.shape[-1]
-    src, dst = x[..., :r], out[..., :r]
-    if x.dtype != cos.dtype:  # float16 / bfloat16: rotate in float32, round once
-        tmp = torch.empty(src.shape, dtype=cos.dtype, device=x.device)
-        _rotate_into(src.to(cos.dtype), cos, sin, phase, tmp, interleaved)
-        dst.copy_(tmp)
-    else:  # in place, the inputs of the later passes would already be overwritten
-        _rotate_into(src.clone() if in_place else src, cos, sin, phase, dst, interleaved)
-    if r < x.shape[-1] and not in_place:
-        out[..., r:].copy_(x[..., r:])
-
-
-def _complex_view(t: Tensor) -> Tensor | None:
-    t = t.unflatten(-1, (-1, 2))
-    ok = t.stride(-1) == 1 and t.storage_offset() % 2 == 0
-    ok = ok and all(
-        st % 2 == 0 for st, n in zip(t.stride()[:-1], t.shape[:-1], strict=True) if n > 1
-    )
-    return torch.view_as_complex(t) if ok else None
-
-
-def _rotate_into(src, cos, sin, phase, dst, interleaved: bool) -> None:
-    """dst <- rope(src); src and dst same dtype as cos, not aliased, last dim R = 2 * R/2."""
-    if phase is not None:
-        src_c, dst_c = _complex_view(src), _complex_view(dst)
-        if src_c is not None and dst_c is not None:
-            torch.mul(src_c, phase, out=dst_c)  # (..., L, R/2) complex
-            return
-    a, b = _pairs(src, cos.shape[-1], interleaved)
-    oa, ob = _pairs(dst, cos.shape[-1], interleaved)
-    if interleaved:
-        torch.mul(a, cos, out=oa)
-        torch.mul(b, cos, out=ob)
-    else:  # one full-width pass: (..., L, 2, R/2) * (..., L, 1, R/2) -> [a cos, b cos]
-        torch.mul(src.unflatten(-1, (2, -1)), cos.unsqueeze(-2), out=dst.unflatten(-1, (2, -1)))
-    oa.addcmul_(b, sin, value=-1.0)  # a' = a cos - b sin
-    ob.addcmul_(a, sin)  # b' = b cos + a sin
 
 
 # ---------------------------------------------------------------------------------------------

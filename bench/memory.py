@@ -1,0 +1,79 @@
+"""Peak memory of one call, per device: bytes of tensor storage the call had alive at once.
+
+CUDA: torch.cuda.max_memory_allocated above what was allocated before the call.
+CPU: the same quantity, counted by `LiveTensorBytes`, a TorchDispatchMode that sees every op's
+outputs and frees. It counts each storage once (views share it) from the op that created it until
+the last tensor on it dies. Input tensors built before the call are not counted, nor allocator
+slack or non-tensor memory. (The process's RSS high-water mark was the alternative; it also
+counts the allocator's caching, which hides a call's peak once an earlier call has grown the heap.)
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+
+class LiveTensorBytes(TorchDispatchMode):
+    """Tracks the bytes of storages created inside the mode; `peak` is their high-water mark."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._refs: dict[int, list[int]] = {}  # storage key -> [nbytes, live tensors on it]
+        self._seen_inputs: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        for t in tree_flatten((args, kwargs))[0]:
+            if isinstance(t, torch.Tensor):  # storages that existed before: never counted
+                key = _key(t)
+                if key not in self._refs:
+                    self._seen_inputs.add(key)
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                self._track(t)
+        return out
+
+    def _track(self, t: torch.Tensor) -> None:
+        key = _key(t)
+        if key == 0 or key in self._seen_inputs:
+            return
+        entry = self._refs.get(key)
+        if entry is None:
+            entry = self._refs[key] = [t.untyped_storage().nbytes(), 0]
+            self.live += entry[0]
+            self.peak = max(self.peak, self.live)
+        entry[1] += 1
+        weakref.finalize(t, self._release, key)
+
+    def _release(self, key: int) -> None:
+        entry = self._refs[key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.live -= entry[0]
+            del self._refs[key]
+
+
+def _key(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def peak_bytes(fn: Callable[[], object], device: torch.device | str = "cpu") -> int:
+    """Peak bytes of tensor storage the call allocated and held at once (its result included)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - before
+    with LiveTensorBytes() as probe:
+        fn()
+    return probe.peak

@@ -1,0 +1,43 @@
+"""bench.timing with a fake clock: warm-up by time, repeat limits, quantiles."""
+
+import pytest
+
+from bench.timing import Timing, measure
+
+
+class FakeClock:
+    """Advances by the duration of each call to `fn`; reading it is free."""
+
+    def __init__(self, durations):
+        self.now = 0.0
+        self.durations = iter(durations)
+        self.calls = 0
+
+    def __call__(self):
+        return self.now
+
+    def fn(self):
+        self.calls += 1
+        self.now += next(self.durations)
+
+
+def test_warmup_by_time_then_min_reps_within_budget():
+    clock = FakeClock([0.1] * 3 + [0.001] * 1000)
+    t = measure(clock.fn, warmup_s=0.25, min_reps=5, max_reps=50, budget_s=0.01, clock=clock)
+    assert clock.calls - t.n == 3  # three 100 ms calls pass the 250 ms warm-up
+    assert t.n == 10  # 10 ms budget of 1 ms calls (never below min_reps)
+    assert t.samples_ms == pytest.approx((1.0,) * 10)
+
+
+def test_min_reps_beats_budget_and_max_reps_caps():
+    slow = FakeClock([1.0] * 100)
+    assert measure(slow.fn, warmup_s=0, min_reps=4, budget_s=0.5, clock=slow).n == 4
+    fast = FakeClock([1e-6] * 1000)
+    assert measure(fast.fn, warmup_s=0, max_reps=20, budget_s=10, clock=fast).n == 20
+
+
+def test_quantiles():
+    t = Timing(tuple(float(v) for v in range(1, 102)))  # 1 .. 101
+    assert t.p50 == 51
+    assert t.p20 == pytest.approx(21)
+    assert t.p80 == pytest.approx(81)
