@@ -7,7 +7,8 @@
 3. Shaw relative attention, tutorial vs corrected, at B=2, L=512, d_model=512, H=8, K=50:
    time and peak memory; the corrected one again at L=4096.
 
-Writes results.csv and report.md to a new run directory (never overwrites) and prints the report.
+Writes results.csv, report.md and encoders.png to a new run directory (never overwrites an earlier
+run) and prints the report.
 This script stands in for `make bench` until the Hydra harness (bench/__main__.py) exists.
 """
 
@@ -187,6 +188,32 @@ def report(rows: list[dict], env: dict) -> str:
     return "\n".join(lines)
 
 
+def plot(rows: list[dict], path: Path, title: str) -> None:
+    """Horizontal bars of p50 ms per call with p20-p80 whiskers, one bar per encoder row."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    enc = [r for r in rows if not r.get("num_heads") and "p50_ms" in r]
+    labels = [
+        f"{r['case']} / {r['impl']}" + (" (wrong)" if r["status"] != "ok" else "") for r in enc
+    ]
+    p50 = [r["p50_ms"] for r in enc]
+    err = [[r["p50_ms"] - r["p20_ms"] for r in enc], [r["p80_ms"] - r["p50_ms"] for r in enc]]
+    colors = ["tab:red" if r["impl"] == "seed" else "tab:gray" if r["case"] == "copy"
+              else "tab:blue" for r in enc]  # fmt: skip
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(enc) + 1.2))
+    ax.barh(range(len(enc)), p50, xerr=err, color=colors, capsize=3)
+    ax.set_yticks(range(len(enc)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per call (median; whiskers p20-p80)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -226,8 +253,10 @@ def main(argv: list[str] | None = None) -> Path:
         writer.writerows(rows)
     text = report(rows, env)
     (out_dir / "report.md").write_text(text)
+    title = f"B=32, L=512, d_model=512, float32, forward: {env['device_name']}"
+    plot(rows, out_dir / "encoders.png", title)
     print(text)
-    print(f"wrote {out_dir}/results.csv and report.md")
+    print(f"wrote {out_dir}/results.csv, report.md and encoders.png")
     return out_dir
 
 

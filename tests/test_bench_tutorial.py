@@ -42,3 +42,10 @@ def test_report_from_rows():
     text = t52.report(rows, env)
     assert "| rope | corrected out= |  | 2.000 [1.000, 3.000] | 2.00 | 10.0x |" in text
     assert "| 4096 | seed | | | skipped | needs > 64.0 GiB |" in text
+
+
+def test_plot_writes_png(tmp_path):
+    row = dict(case="rope", impl="seed", num_heads="", p20_ms=1.0, p50_ms=2.0, p80_ms=3.0,
+               status="wrong")  # fmt: skip
+    t52.plot([row, dict(row, impl="corrected", status="ok")], tmp_path / "p.png", "t")
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
