@@ -63,6 +63,7 @@ def encoder_rows(device: torch.device) -> list[tuple[dict, Callable | None]]:
     sin_truth = x.double() + F.sinusoidal_table(length, d_model, dtype=torch.float64, device=device)
     cos64, sin64 = F.rope_cos_sin(length, d_model, dtype=torch.float64, device=device)
     rope_truth = F.apply_rope(x.double(), cos64, sin64)
+    gptj_truth = F.apply_rope(x.double(), cos64, sin64, interleaved=True)
     cos, sin = F.rope_cos_sin(length, d_model, device=device)
     out, dst = torch.empty_like(x), torch.empty_like(x)
 
@@ -78,7 +79,8 @@ def encoder_rows(device: torch.device) -> list[tuple[dict, Callable | None]]:
     }
     fixed["learnable"].load_state_dict(seeds["learnable"].state_dict())
     learn_truth = x.double() + fixed["learnable"].pos_embedding.weight[:length].double()
-    truth = {"sinusoidal": sin_truth, "learnable": learn_truth, "rope": rope_truth}
+    truth = {"sinusoidal": sin_truth, "learnable": learn_truth, "rope": rope_truth,
+             "rope interleaved": gptj_truth}  # fmt: skip
 
     impls: list[tuple[str, str, Callable[[], object], float | None]] = []
     for case, model in seeds.items():
@@ -86,6 +88,8 @@ def encoder_rows(device: torch.device) -> list[tuple[dict, Callable | None]]:
     for case, model in fixed.items():
         impls.append((case, "corrected", lambda m=model: m(x), None))
     impls.append(("rope", "corrected out=", lambda: F.apply_rope(x, cos, sin, out=out), None))
+    gptj = lambda: F.apply_rope(x, cos, sin, out=out, interleaved=True)  # noqa: E731
+    impls.append(("rope interleaved", "corrected out=", gptj, None))
     impls.append(("copy", "dst.copy_(x)", lambda: dst.copy_(x), None))
 
     planned = []
@@ -162,7 +166,7 @@ def report(rows: list[dict], env: dict) -> str:
     for r in rows:
         if r.get("num_heads"):
             continue
-        speed = seed_p50.get(r["case"], r["p50_ms"]) / r["p50_ms"]
+        speed = seed_p50.get(r["case"].split()[0], r["p50_ms"]) / r["p50_ms"]
         lines.append(
             f"| {r['case']} | {r['impl']} | {_fmt(r['tutorial_ms_per_100'], 1)} | "
             f"{_fmt(r['p50_ms'], 3)} [{_fmt(r['p20_ms'], 3)}, {_fmt(r['p80_ms'], 3)}] | "
