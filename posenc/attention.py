@@ -1,4 +1,4 @@
-"""Multi-head plumbing shared by the attention modules: head split/merge and plain attention."""
+"""Multi-head plumbing shared by the attention modules: projections, head split/merge, attention."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
-from posenc._checks import check_rank, check_same_device
+from posenc._checks import check_heads, check_rank, check_same_device
 from posenc.functional import _apply_mask
 
 
@@ -52,3 +52,32 @@ def attend(
         logits = _apply_mask(logits, mask)
     weights = torch.softmax(logits, dim=-1)
     return torch.matmul(weights, v), weights
+
+
+class MultiHeadProjections(nn.Module):
+    """The tutorial's four projections w_q, w_k, w_v, w_o (d_model -> d_model, with bias).
+
+    Subclasses add a position encoding and call `project` then `output` around their attention.
+    """
+
+    def __init__(self, d_model: int, num_heads: int):
+        super().__init__()
+        self.d_k = check_heads(d_model, num_heads)
+        self.d_model, self.num_heads = d_model, num_heads
+        self.w_q = nn.Linear(d_model, d_model)
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+
+    def project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(B, Lq, d_model), (B, Lk, d_model) x 2 -> q (B, H, Lq, D), k and v (B, H, Lk, D)."""
+        check_qkv(query, key, value, self.d_model)
+        return (
+            split_heads(self.w_q(query), self.num_heads),
+            split_heads(self.w_k(key), self.num_heads),
+            split_heads(self.w_v(value), self.num_heads),
+        )
+
+    def output(self, out: Tensor) -> Tensor:
+        """(B, H, Lq, D) -> (B, Lq, d_model) through w_o."""
+        return self.w_o(merge_heads(out))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from posenc._checks import check_heads, check_positive, check_rank
-from posenc.attention import check_qkv, merge_heads, split_heads
+from posenc._checks import check_positive, check_rank
+from posenc.attention import MultiHeadProjections
 from posenc.functional import relative_positions, shaw_attention
 
 
@@ -46,7 +46,7 @@ class RelativePositionEncoding(nn.Module):
         return self.relative_position_k(idx), self.relative_position_v(idx)  # (Lq, Lk, d) x 2
 
 
-class RelativeMultiHeadAttention(nn.Module):
+class RelativeMultiHeadAttention(MultiHeadProjections):
     """Shaw et al. relative multi-head attention with both the key and the value terms.
 
     forward(query, key, value, mask=None) with query (B, Lq, d_model), key/value (B, Lk, d_model)
@@ -57,20 +57,11 @@ class RelativeMultiHeadAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, num_heads: int, max_relative_position: int = 50):
-        super().__init__()
-        self.d_k = check_heads(d_model, num_heads)
-        self.d_model, self.num_heads = d_model, num_heads
-        self.w_q = nn.Linear(d_model, d_model)
-        self.w_k = nn.Linear(d_model, d_model)
-        self.w_v = nn.Linear(d_model, d_model)
-        self.w_o = nn.Linear(d_model, d_model)
+        super().__init__(d_model, num_heads)
         self.rel_pos_encoding = RelativePositionEncoding(self.d_k, max_relative_position)
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None):
-        check_qkv(query, key, value, self.d_model)
-        q = split_heads(self.w_q(query), self.num_heads)  # (B, H, Lq, D)
-        k = split_heads(self.w_k(key), self.num_heads)  # (B, H, Lk, D)
-        v = split_heads(self.w_v(value), self.num_heads)  # (B, H, Lk, D)
+        q, k, v = self.project(query, key, value)  # (B, H, Lq, D), (B, H, Lk, D) x 2
         tables = self.rel_pos_encoding
         out, weights = shaw_attention(
             q,
@@ -81,4 +72,4 @@ class RelativeMultiHeadAttention(nn.Module):
             tables.max_relative_position,
             mask=mask,
         )
-        return self.w_o(merge_heads(out)), weights
+        return self.output(out), weights

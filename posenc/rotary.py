@@ -12,14 +12,13 @@ from torch import Tensor, nn
 
 from posenc._checks import (
     check_cache_dtype,
-    check_heads,
     check_pairs,
     check_positive,
     check_rank,
     check_same_device,
 )
 from posenc._compat import drop_derived_keys
-from posenc.attention import attend, check_qkv, merge_heads, split_heads
+from posenc.attention import MultiHeadProjections, attend
 from posenc.functional import apply_rope, rope_cos_sin
 
 
@@ -99,7 +98,7 @@ class RoPEPositionalEncoding(nn.Module):
         return apply_rope(x, cos, sin, interleaved=self.interleaved)
 
 
-class RoPEMultiHeadAttention(nn.Module):
+class RoPEMultiHeadAttention(MultiHeadProjections):
     """Multi-head attention with RoPE applied to each head's queries and keys.
 
     forward(query, key, value, mask=None, positions=None, need_weights=True) with
@@ -117,22 +116,13 @@ class RoPEMultiHeadAttention(nn.Module):
         base: float = 10000.0,
         interleaved: bool = False,
     ):
-        super().__init__()
-        self.d_k = check_heads(d_model, num_heads)
-        self.d_model, self.num_heads = d_model, num_heads
-        self.w_q = nn.Linear(d_model, d_model)
-        self.w_k = nn.Linear(d_model, d_model)
-        self.w_v = nn.Linear(d_model, d_model)
-        self.w_o = nn.Linear(d_model, d_model)
+        super().__init__(d_model, num_heads)
         self.rope = RoPEPositionalEncoding(self.d_k, max_len, base, interleaved)
 
     def forward(self, query, key, value, mask=None, positions=None, need_weights=True):
-        check_qkv(query, key, value, self.d_model)
-        q = split_heads(self.w_q(query), self.num_heads)  # (B, H, Lq, D)
-        k = split_heads(self.w_k(key), self.num_heads)  # (B, H, Lk, D)
-        v = split_heads(self.w_v(value), self.num_heads)
+        q, k, v = self.project(query, key, value)  # (B, H, Lq, D), (B, H, Lk, D) x 2
         if positions is not None and q.shape[-2] != k.shape[-2]:
             raise ValueError("positions needs Lq == Lk (self-attention)")
         q, k = self.rope(q, positions=positions), self.rope(k, positions=positions)
         out, weights = attend(q, k, v, mask, need_weights)
-        return self.w_o(merge_heads(out)), weights
+        return self.output(out), weights
