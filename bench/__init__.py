@@ -1,0 +1,1 @@
+"""bench: timing, memory and benchmark drivers; the only package that imports posenc and kernels."""
