@@ -1,5 +1,10 @@
 """kernels: fused Triton GPU kernels (RoPE, attention with relative bias).
 
 Imports torch and triton only, never `posenc`: the references in `posenc` are tested against these
-kernels from `tests/`, and `bench/` measures both.
+kernels from `tests/`, and `bench/` measures both. On a CPU the kernels run under Triton's
+interpreter (TRITON_INTERPRET=1, set before triton is imported).
 """
+
+from kernels.rope import FusedRoPE, apply_rope
+
+__all__ = ["FusedRoPE", "apply_rope"]

@@ -123,6 +123,13 @@ def apply_rope(
         raise ValueError(
             f"cos/sin cover a rotary dim of {2 * half} but x's last dim (D) is {x.shape[-1]}"
         )
+    try:
+        torch.broadcast_shapes(cos.shape[:-1], x.shape[:-1])
+    except RuntimeError:
+        raise ValueError(
+            f"cos/sin of shape {tuple(cos.shape)} do not broadcast against x {tuple(x.shape)}: "
+            "slice the tables to x's positions, e.g. cos[:L]"
+        ) from None
     if cos.device != x.device or sin.device != x.device:
         raise ValueError(f"cos/sin are on {cos.device} but x is on {x.device}")
     if out is not None and (out.shape != x.shape or out.dtype != x.dtype or out.device != x.device):

@@ -90,6 +90,12 @@ CASES = [  # (id, call, exception, text the message must contain)
     ("rope int input", lambda: rope(x3.long()), TypeError, "x"),
     ("apply_rope int", lambda: F.apply_rope(x3.int(), cos8, sin8), TypeError, "x"),
     ("apply_rope rotary > D", lambda: F.apply_rope(torch.randn(5, 6), cos8, sin8), ValueError, "D"),
+    (
+        "apply_rope table length",
+        lambda: F.apply_rope(x3, *F.rope_cos_sin(7, 8)),
+        ValueError,
+        "cos/sin of shape",
+    ),
     ("apply_rope sin shape", lambda: F.apply_rope(x3, cos8, sin8[:, :2]), ValueError, "sin"),
     (
         "apply_rope out shape",

@@ -1,0 +1,351 @@
+"""Fused rotary position embedding: q and k rotated in one launch, forward and backward.
+
+Reads each element of q and k once and writes it once, so its limit is a copy of the same bytes.
+File order: kernel -> launcher (checks, grid) -> torch.library custom ops -> autograd.Function
+-> public `apply_rope` -> `FusedRoPE` module.
+
+Layout inside the kernel: q and k are seen as (B, L, H, D) through four strides each, whatever
+their memory order (`layout="bhsd"` is a transposed view, a fused-qkv split is a strided view);
+nothing is made contiguous. cos/sin are (L_max, R/2) float32 rows indexed by position.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor, nn
+
+# ---------------------------------------------------------------------------------------------
+# Kernel
+# ---------------------------------------------------------------------------------------------
+
+POS_RANGE, POS_PER_SEQ, POS_IDS = 0, 1, 2  # positions: offset + l | offsets[b] + l | ids[b, l]
+
+
+@triton.jit
+def _rotate_heads(
+    x_ptr, o_ptr, stride_xh, stride_xd, stride_oh, stride_od, n_heads,
+    cos, sin, D, HALF,
+    INTERLEAVED: tl.constexpr, COPY_TAIL: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_TAIL: tl.constexpr,
+):  # fmt: skip
+    """Rotate all heads of one token: x_ptr/o_ptr point at (b, l, head 0, dim 0)."""
+    offs_i = tl.arange(0, BLOCK_HALF)  # pair index i < R/2
+    if INTERLEAVED:  # pairs (2i, 2i + 1)
+        d1, d2 = 2 * offs_i, 2 * offs_i + 1
+    else:  # pairs (i, i + R/2)
+        d1, d2 = offs_i, offs_i + HALF
+    mask_i = offs_i < HALF
+    for h0 in range(0, n_heads, BLOCK_H):
+        offs_h = h0 + tl.arange(0, BLOCK_H)
+        mask = (offs_h[:, None] < n_heads) & mask_i[None, :]
+        row_x = offs_h[:, None].to(tl.int64) * stride_xh
+        row_o = offs_h[:, None].to(tl.int64) * stride_oh
+        a = tl.load(x_ptr + row_x + d1[None, :] * stride_xd, mask=mask, other=0.0).to(tl.float32)
+        b = tl.load(x_ptr + row_x + d2[None, :] * stride_xd, mask=mask, other=0.0).to(tl.float32)
+        a2 = a * cos[None, :] - b * sin[None, :]
+        b2 = b * cos[None, :] + a * sin[None, :]
+        out_ty = o_ptr.dtype.element_ty
+        tl.store(o_ptr + row_o + d1[None, :] * stride_od, a2.to(out_ty), mask=mask)
+        tl.store(o_ptr + row_o + d2[None, :] * stride_od, b2.to(out_ty), mask=mask)
+        if COPY_TAIL:  # partial rotary, out of place: dims R .. D-1 pass through
+            offs_t = 2 * HALF + tl.arange(0, BLOCK_TAIL)
+            mask_t = (offs_h[:, None] < n_heads) & (offs_t[None, :] < D)
+            t = tl.load(x_ptr + row_x + offs_t[None, :] * stride_xd, mask=mask_t)
+            tl.store(o_ptr + row_o + offs_t[None, :] * stride_od, t, mask=mask_t)
+
+
+@triton.jit
+def _rope_kernel(
+    q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr, pos_ptr,
+    L, HQ, HK, D, HALF, pos_offset,
+    stride_qb, stride_ql, stride_qh, stride_qd,
+    stride_kb, stride_kl, stride_kh, stride_kd,
+    stride_qob, stride_qol, stride_qoh, stride_qod,
+    stride_kob, stride_kol, stride_koh, stride_kod,
+    stride_cos, stride_pb, stride_pl,
+    POS_KIND: tl.constexpr, INTERLEAVED: tl.constexpr, BACKWARD: tl.constexpr,
+    COPY_TAIL: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_TAIL: tl.constexpr,
+):  # fmt: skip
+    """One program per token (b, l): loads its cos/sin row once and rotates every q and k head.
+
+    Reads and writes (HQ + HK) * D elements per program; cos/sin rows (R/2 floats each) stay in L2.
+    BACKWARD rotates by -angle (the inverse rotation: the gradient of a rotation is its transpose).
+    """
+    pid = tl.program_id(0).to(tl.int64)  # int64: B * L * H * D may exceed 2**31
+    b = pid // L
+    l = pid % L
+    if POS_KIND == 0:
+        pos = l + pos_offset
+    elif POS_KIND == 1:
+        pos = l + tl.load(pos_ptr + b * stride_pb).to(tl.int64)
+    else:
+        pos = tl.load(pos_ptr + b * stride_pb + l * stride_pl).to(tl.int64)
+    offs_i = tl.arange(0, BLOCK_HALF)
+    cos = tl.load(cos_ptr + pos * stride_cos + offs_i, mask=offs_i < HALF, other=1.0)
+    sin = tl.load(sin_ptr + pos * stride_cos + offs_i, mask=offs_i < HALF, other=0.0)
+    if BACKWARD:
+        sin = -sin
+    _rotate_heads(
+        q_ptr + b * stride_qb + l * stride_ql, qo_ptr + b * stride_qob + l * stride_qol,
+        stride_qh, stride_qd, stride_qoh, stride_qod, HQ, cos, sin, D, HALF,
+        INTERLEAVED, COPY_TAIL, BLOCK_H, BLOCK_HALF, BLOCK_TAIL,
+    )  # fmt: skip
+    _rotate_heads(
+        k_ptr + b * stride_kb + l * stride_kl, ko_ptr + b * stride_kob + l * stride_kol,
+        stride_kh, stride_kd, stride_koh, stride_kod, HK, cos, sin, D, HALF,
+        INTERLEAVED, COPY_TAIL, BLOCK_H, BLOCK_HALF, BLOCK_TAIL,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Launcher
+# ---------------------------------------------------------------------------------------------
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _launch(q, k, q_out, k_out, cos, sin, pos, offset: int, interleaved: bool, backward: bool):
+    """q, k, q_out, k_out are (B, L, H, D) views (any strides); pos None, (B,) or (B, L)."""
+    bsz, seq_len, hq, d = q.shape
+    hk = k.shape[2]
+    half = cos.shape[1]
+    if pos is None:
+        kind, pos_arg, spb, spl = POS_RANGE, cos, 0, 0  # pos_arg unused: any pointer
+    elif pos.dim() == 1:
+        kind, pos_arg, spb, spl = POS_PER_SEQ, pos, pos.stride(0), 0
+    else:
+        kind, pos_arg, spb, spl = POS_IDS, pos, pos.stride(0), pos.stride(1)
+    block_half = triton.next_power_of_2(half)
+    tail = d - 2 * half
+    copy_tail = tail > 0 and q_out.data_ptr() != q.data_ptr()
+    # ~4K elements per tile: a (BLOCK_H, BLOCK_HALF) pair of fp32 tiles in registers.
+    block_h = max(1, min(triton.next_power_of_2(max(hq, hk)), 4096 // block_half))
+    grid = (bsz * seq_len,)
+    _rope_kernel[grid](
+        q, k, q_out, k_out, cos, sin, pos_arg,
+        seq_len, hq, hk, d, half, offset,
+        *q.stride(), *k.stride(), *q_out.stride(), *k_out.stride(),
+        cos.stride(0), spb, spl,
+        POS_KIND=kind, INTERLEAVED=interleaved, BACKWARD=backward, COPY_TAIL=copy_tail,
+        BLOCK_H=block_h, BLOCK_HALF=block_half,
+        BLOCK_TAIL=triton.next_power_of_2(max(tail, 1)),
+    )  # fmt: skip
+
+
+def _check(q, k, cos, sin, pos, offset: int) -> None:
+    """Every argument check, with the argument's name in the message."""
+    for name, t in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be floating point, got {t.dtype}")
+    if q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"q must be float32, float16 or bfloat16, got {q.dtype}")
+    if k.dtype != q.dtype:
+        raise TypeError(f"k is {k.dtype} but q is {q.dtype}")
+    (bsz, seq_len, _, d), (kb, kl, _, kd) = q.shape, k.shape
+    if kd != d:
+        raise ValueError(f"q and k head dims differ: q has D={d}, k has D={kd}")
+    if (kb, kl) != (bsz, seq_len):
+        raise ValueError(f"q is (B={bsz}, L={seq_len}) but k is (B={kb}, L={kl})")
+    if d % 2:
+        raise ValueError(f"head dim D must be even, got {d}")
+    if cos.dim() != 2 or sin.shape != cos.shape:
+        raise ValueError(
+            f"cos and sin must both be (L_max, R/2), got {tuple(cos.shape)} and {tuple(sin.shape)}"
+        )
+    if cos.dtype != torch.float32 or sin.dtype != torch.float32:
+        raise TypeError(f"cos and sin must be float32 tables, got {cos.dtype} and {sin.dtype}")
+    if 2 * cos.shape[1] > d:
+        raise ValueError(f"rotary dim R = 2 * cos.shape[1] = {2 * cos.shape[1]} exceeds D={d}")
+    if cos.stride(1) != 1 or sin.stride() != cos.stride():
+        raise ValueError("cos and sin must have unit stride along R/2 and the same strides")
+    others = (("k", k), ("cos", cos), ("sin", sin), ("positions", pos))
+    for name, t in others:
+        if t is not None and t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+    if q.device.type == "cpu" and not _interpreting():
+        raise ValueError(
+            "q is a CPU tensor: the Triton kernel needs a GPU; to run it on the CPU, set "
+            "TRITON_INTERPRET=1 in the environment before triton is imported"
+        )
+    n_rows = cos.shape[0]
+    if pos is None:
+        lo, hi = offset, offset + seq_len - 1
+    else:
+        if pos.is_floating_point() or pos.dtype == torch.bool:
+            raise TypeError(f"positions must be an integer tensor, got {pos.dtype}")
+        if pos.shape not in ((bsz,), (bsz, seq_len)):
+            raise ValueError(
+                f"positions must be (B,) = ({bsz},) or (B, L) = ({bsz}, {seq_len}), "
+                f"got {tuple(pos.shape)}"
+            )
+        lo, hi = int(pos.min()), int(pos.max())  # one host sync; checks are worth it here
+        if pos.dim() == 1:
+            hi += seq_len - 1
+    if lo < 0:
+        raise ValueError(f"positions must be >= 0, got {lo}")
+    if hi >= n_rows:
+        raise ValueError(
+            f"cos/sin have {n_rows} rows but the largest position is {hi}: build longer tables"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Custom ops: one opaque op each for torch.compile (a raw launch cannot be traced under the
+# interpreter), with fake implementations that only describe the outputs.
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("posenc_kernels::rope", mutates_args=())
+def _rope_op(
+    q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, pos: Tensor | None, offset: int,
+    interleaved: bool, backward: bool,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    _launch(q, k, q_out, k_out, cos, sin, pos, offset, interleaved, backward)
+    return q_out, k_out
+
+
+@_rope_op.register_fake
+def _(q, k, cos, sin, pos, offset, interleaved, backward):
+    return torch.empty_like(q), torch.empty_like(k)
+
+
+@torch.library.custom_op("posenc_kernels::rope_", mutates_args=("q", "k"))
+def _rope_inplace_op(
+    q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, pos: Tensor | None, offset: int,
+    interleaved: bool, backward: bool,
+) -> None:  # fmt: skip
+    _launch(q, k, q, k, cos, sin, pos, offset, interleaved, backward)
+
+
+@_rope_inplace_op.register_fake
+def _(q, k, cos, sin, pos, offset, interleaved, backward):
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Autograd
+# ---------------------------------------------------------------------------------------------
+
+
+class RoPEFunction(torch.autograd.Function):
+    """(q, k) -> (R q, R k); backward applies R^T = rotation by -angle with the same kernel."""
+
+    @staticmethod
+    def forward(ctx, q, k, cos, sin, pos, offset, interleaved):
+        ctx.save_for_backward(cos, sin, pos)
+        ctx.offset, ctx.interleaved = offset, interleaved
+        return _rope_op(q, k, cos, sin, pos, offset, interleaved, False)
+
+    @staticmethod
+    def backward(ctx, grad_q, grad_k):
+        cos, sin, pos = ctx.saved_tensors
+        grad_q, grad_k = _rope_op(grad_q, grad_k, cos, sin, pos, ctx.offset, ctx.interleaved, True)
+        return grad_q, grad_k, None, None, None, None, None
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------------------------
+
+
+def apply_rope(
+    q: Tensor,
+    k: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    *,
+    positions: Tensor | int | None = None,
+    interleaved: bool = False,
+    inplace: bool = False,
+    layout: str = "bshd",
+) -> tuple[Tensor, Tensor]:
+    """Rotate q and k by their positions' angles in one fused launch.
+
+    q: (B, L, Hq, D) for layout="bshd" or (B, Hq, L, D) for "bhsd"; k likewise with Hk heads
+       (Hk != Hq for grouped-query attention). Any strides; float32, float16 or bfloat16, with
+       float32 arithmetic.
+    cos, sin: (L_max, R/2) float32 tables from `posenc.functional.rope_cos_sin`, R <= D; dims
+       R .. D - 1 pass through unchanged.
+    positions: None (0 .. L-1), an int offset, a (B,) tensor of per-sequence offsets, or a
+       (B, L) tensor of position ids; every position must be < L_max.
+    interleaved: False pairs (i, i + R/2) (GPT-NeoX, Llama); True pairs (2i, 2i + 1) (GPT-J).
+    inplace: True writes the result into q and k themselves and returns them (not
+       differentiable); False allocates outputs with q's and k's layouts and leaves them untouched.
+    Returns (q_out, k_out) shaped like q and k. Differentiable in q and k (not in cos/sin).
+    """
+    if layout not in ("bshd", "bhsd"):
+        raise ValueError(f'layout must be "bshd" or "bhsd", got {layout!r}')
+    if isinstance(positions, Tensor):
+        offset, pos = 0, positions
+    elif positions is None or (isinstance(positions, int) and not isinstance(positions, bool)):
+        offset, pos = positions or 0, None
+    else:
+        raise TypeError(
+            f"positions must be None, an int or a tensor, got {type(positions).__name__}"
+        )
+    for name, t in (("q", q), ("k", k)):
+        if not isinstance(t, Tensor) or t.dim() != 4:
+            raise ValueError(
+                f"{name} must be a 4-D tensor ({layout}), got {getattr(t, 'shape', t)}"
+            )
+    qv, kv = (q, k) if layout == "bshd" else (q.transpose(1, 2), k.transpose(1, 2))
+    _check(qv, kv, cos, sin, pos, offset)
+    if inplace:
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+            raise ValueError("inplace=True is not differentiable: use inplace=False for training")
+        _rope_inplace_op(qv, kv, cos, sin, pos, offset, interleaved, False)
+        return q, k
+    q_out, k_out = RoPEFunction.apply(qv, kv, cos, sin, pos, offset, interleaved)
+    if layout == "bhsd":
+        q_out, k_out = q_out.transpose(1, 2), k_out.transpose(1, 2)
+    return q_out, k_out
+
+
+class FusedRoPE(nn.Module):
+    """Drop-in for `posenc.RoPEPositionalEncoding`: the same constructor and forward.
+
+    forward(x, seq_len=None, positions=None) rotates x of shape (B, L, D) or (B, H, L, D).
+    The tables are built here from float64 angles (the same formula as posenc.functional,
+    which this package does not import) and kept as float32 buffers.
+    """
+
+    def __init__(
+        self, dim: int, max_len: int = 5000, base: float = 10000.0, interleaved: bool = False
+    ):
+        super().__init__()
+        if dim <= 0 or dim % 2:
+            raise ValueError(f"dim must be positive and even, got {dim}")
+        if max_len <= 0:
+            raise ValueError(f"max_len must be > 0, got {max_len}")
+        self.dim, self.max_len, self.base, self.interleaved = dim, max_len, base, interleaved
+        inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)
+        self.register_buffer("cos_cached", angles.cos().float(), persistent=False)
+        self.register_buffer("sin_cached", angles.sin().float(), persistent=False)
+
+    def forward(
+        self, x: Tensor, seq_len: int | None = None, positions: Tensor | int | None = None
+    ) -> Tensor:
+        if not isinstance(x, Tensor) or x.dim() not in (3, 4):
+            raise ValueError(f"x must be (B, L, D) or (B, H, L, D), got {getattr(x, 'shape', x)}")
+        if seq_len is not None and seq_len != x.shape[-2]:
+            raise ValueError(f"seq_len={seq_len} does not match x's length {x.shape[-2]}")
+        if x.shape[-1] != self.dim:
+            raise ValueError(f"x's last dim must be dim={self.dim}, got {x.shape[-1]}")
+        x4 = x.unsqueeze(2) if x.dim() == 3 else x.transpose(1, 2)  # (B, L, H, D) view
+        # k is an empty-head view of q: the kernel's k loop runs zero times.
+        out, _ = apply_rope(
+            x4, x4[:, :, :0], self.cos_cached, self.sin_cached, positions=positions,
+            interleaved=self.interleaved,
+        )  # fmt: skip
+        return out.squeeze(2) if x.dim() == 3 else out.transpose(1, 2)

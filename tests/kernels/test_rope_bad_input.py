@@ -1,0 +1,127 @@
+"""kernels.apply_rope rejects bad input with ValueError/TypeError naming the argument."""
+
+import pytest
+import torch
+
+from kernels import FusedRoPE, apply_rope
+from posenc import functional as F
+
+q = torch.randn(2, 5, 3, 8)
+k = torch.randn(2, 5, 1, 8)
+cos, sin = F.rope_cos_sin(16, 8)
+cos4, sin4 = F.rope_cos_sin(16, 4)
+
+CASES = [  # (id, call, exception, text the message must contain)
+    (
+        "odd D",
+        lambda: apply_rope(torch.randn(2, 5, 3, 9), torch.randn(2, 5, 1, 9), cos4, sin4),
+        ValueError,
+        "D must be even",
+    ),
+    ("R > D", lambda: apply_rope(q[..., :6], k[..., :6], cos, sin), ValueError, "rotary dim R"),
+    (
+        "tables too short",
+        lambda: apply_rope(q, k, cos[:4], sin[:4]),
+        ValueError,
+        "cos/sin have 4 rows",
+    ),
+    (
+        "offset past tables",
+        lambda: apply_rope(q, k, cos, sin, positions=12),
+        ValueError,
+        "largest position is 16",
+    ),
+    (
+        "per-seq past tables",
+        lambda: apply_rope(q, k, cos, sin, positions=torch.tensor([0, 12])),
+        ValueError,
+        "largest position",
+    ),
+    (
+        "ids past tables",
+        lambda: apply_rope(q, k, cos, sin, positions=torch.full((2, 5), 16)),
+        ValueError,
+        "largest position",
+    ),
+    (
+        "negative position",
+        lambda: apply_rope(q, k, cos, sin, positions=-1),
+        ValueError,
+        "positions must be >= 0",
+    ),
+    (
+        "positions shape",
+        lambda: apply_rope(q, k, cos, sin, positions=torch.zeros(3, dtype=torch.long)),
+        ValueError,
+        "positions must be (B,)",
+    ),
+    (
+        "float positions",
+        lambda: apply_rope(q, k, cos, sin, positions=torch.zeros(2)),
+        TypeError,
+        "positions",
+    ),
+    ("positions type", lambda: apply_rope(q, k, cos, sin, positions=1.5), TypeError, "positions"),
+    (
+        "head dims differ",
+        lambda: apply_rope(q, torch.randn(2, 5, 1, 10), cos, sin),
+        ValueError,
+        "head dims differ",
+    ),
+    (
+        "batch mismatch",
+        lambda: apply_rope(q, torch.randn(3, 5, 1, 8), cos, sin),
+        ValueError,
+        "but k is",
+    ),
+    (
+        "length mismatch",
+        lambda: apply_rope(q, torch.randn(2, 4, 1, 8), cos, sin),
+        ValueError,
+        "but k is",
+    ),
+    ("integer q", lambda: apply_rope(q.long(), k, cos, sin), TypeError, "q must be floating"),
+    (
+        "float64 q",
+        lambda: apply_rope(q.double(), k.double(), cos, sin),
+        TypeError,
+        "q must be float32",
+    ),
+    ("dtype mismatch", lambda: apply_rope(q, k.half(), cos, sin), TypeError, "k is torch.float16"),
+    (
+        "float64 tables",
+        lambda: apply_rope(q, k, cos.double(), sin.double()),
+        TypeError,
+        "float32 tables",
+    ),
+    ("sin shape", lambda: apply_rope(q, k, cos, sin[:, :2]), ValueError, "cos and sin"),
+    ("rank", lambda: apply_rope(q[0], k, cos, sin), ValueError, "q must be a 4-D"),
+    ("layout", lambda: apply_rope(q, k, cos, sin, layout="sbhd"), ValueError, "layout"),
+    (
+        "device",
+        lambda: apply_rope(q, k, cos.to("meta"), sin.to("meta")),
+        ValueError,
+        "cos is on meta",
+    ),
+    ("module dim", lambda: FusedRoPE(7), ValueError, "dim"),
+    ("module input", lambda: FusedRoPE(8)(torch.randn(2, 5, 6)), ValueError, "dim=8"),
+]
+
+
+@pytest.mark.parametrize(("call", "exc", "text"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_names_the_argument(call, exc, text):
+    with pytest.raises(exc, match=text.replace("(", r"\(").replace(")", r"\)")):
+        call()
+
+
+def test_inplace_refuses_gradients():
+    qg = q.clone().requires_grad_()
+    with pytest.raises(ValueError, match="inplace"):
+        apply_rope(qg, k, cos, sin, inplace=True)
+
+
+def test_cpu_tensor_outside_the_interpreter_says_how(monkeypatch):
+    """(The kernel checks the variable per call; triton's own import-time switch is unaffected.)"""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        apply_rope(q, k, cos, sin)
