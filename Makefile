@@ -13,11 +13,12 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv test bench lint format clean
+.PHONY: help venv test bench gpu-check lint format clean
 
 help:
 	@echo "make test    create/reuse $(VENV), install, run the whole test suite"
 	@echo "make bench   same set-up, then the benchmark (tutorial section 5.2, extended)"
+	@echo "make gpu-check  on a CUDA machine: kernel tests on the GPU, then kernel timings (results/gpu/)"
 	@echo "make lint    ruff check + format check"
 	@echo "make clean   remove the venv, caches and scratch outputs (keeps committed results)"
 
@@ -37,6 +38,9 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+gpu-check: $(STAMP)
+	$(PY) -m bench.gpu_check
 
 bench: $(STAMP)
 	$(PY) -m bench.tutorial_5_2

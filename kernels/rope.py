@@ -69,7 +69,8 @@ def _rope_kernel(
     stride_cos, stride_pb, stride_pl,
     POS_KIND: tl.constexpr, INTERLEAVED: tl.constexpr, BACKWARD: tl.constexpr,
     COPY_TAIL: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_TAIL: tl.constexpr,
+    BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    BLOCK_TAIL: tl.constexpr,
 ):  # fmt: skip
     """One program per token (b, l): loads its cos/sin row once and rotates every q and k head.
 
@@ -93,12 +94,12 @@ def _rope_kernel(
     _rotate_heads(
         q_ptr + b * stride_qb + l * stride_ql, qo_ptr + b * stride_qob + l * stride_qol,
         stride_qh, stride_qd, stride_qoh, stride_qod, HQ, cos, sin, D, HALF,
-        INTERLEAVED, COPY_TAIL, BLOCK_H, BLOCK_HALF, BLOCK_TAIL,
+        INTERLEAVED, COPY_TAIL, BLOCK_HQ, BLOCK_HALF, BLOCK_TAIL,
     )  # fmt: skip
     _rotate_heads(
         k_ptr + b * stride_kb + l * stride_kl, ko_ptr + b * stride_kob + l * stride_kol,
         stride_kh, stride_kd, stride_koh, stride_kod, HK, cos, sin, D, HALF,
-        INTERLEAVED, COPY_TAIL, BLOCK_H, BLOCK_HALF, BLOCK_TAIL,
+        INTERLEAVED, COPY_TAIL, BLOCK_HK, BLOCK_HALF, BLOCK_TAIL,
     )  # fmt: skip
 
 
@@ -125,8 +126,12 @@ def _launch(q, k, q_out, k_out, cos, sin, pos, offset: int, interleaved: bool, b
     block_half = triton.next_power_of_2(half)
     tail = d - 2 * half
     copy_tail = tail > 0 and q_out.data_ptr() != q.data_ptr()
-    # ~4K elements per tile: a (BLOCK_H, BLOCK_HALF) pair of fp32 tiles in registers.
-    block_h = max(1, min(triton.next_power_of_2(max(hq, hk)), 4096 // block_half))
+
+    # Head tiles of at most ~4K elements: (BLOCK_H, BLOCK_HALF) fp32 pairs held in registers;
+    # q and k get their own tile height so that a 4:1 GQA k is not padded to q's head count.
+    def block_h(heads: int) -> int:
+        return max(1, min(triton.next_power_of_2(max(heads, 1)), 4096 // block_half))
+
     grid = (bsz * seq_len,)
     _rope_kernel[grid](
         q, k, q_out, k_out, cos, sin, pos_arg,
@@ -134,7 +139,7 @@ def _launch(q, k, q_out, k_out, cos, sin, pos, offset: int, interleaved: bool, b
         *q.stride(), *k.stride(), *q_out.stride(), *k_out.stride(),
         cos.stride(0), spb, spl,
         POS_KIND=kind, INTERLEAVED=interleaved, BACKWARD=backward, COPY_TAIL=copy_tail,
-        BLOCK_H=block_h, BLOCK_HALF=block_half,
+        BLOCK_HQ=block_h(hq), BLOCK_HK=block_h(hk), BLOCK_HALF=block_half,
         BLOCK_TAIL=triton.next_power_of_2(max(tail, 1)),
     )  # fmt: skip
 

@@ -1,0 +1,28 @@
+"""bench.gpu_check runs end to end in --smoke mode (CPU interpreter or GPU, tiny shape)."""
+
+import csv
+
+from bench import gpu_check
+
+
+def test_smoke_run_writes_csv_and_markdown(tmp_path):
+    out = gpu_check.main(["--smoke", "--out", str(tmp_path / "run"), "--budget-s", "0.05"])
+    with open(out / "rope.csv") as f:
+        rows = list(csv.DictReader(f))
+    by = {(r["impl"], r["mode"]): r for r in rows}
+    for mode in ("forward", "forward+backward"):
+        assert by[("triton", mode)]["status"] == "ok"
+        assert by[("eager", mode)]["status"] == "ok"
+        assert by[("copy", mode)]["status"] == "ok"
+        assert float(by[("triton", mode)]["max_abs_err"]) < 0.05
+        assert float(by[("triton", mode)]["gbps"]) > 0
+    assert "| forward | triton |" in (out / "rope.md").read_text()
+
+
+def test_refuses_to_overwrite_a_run(tmp_path):
+    (tmp_path / "run").mkdir()
+    try:
+        gpu_check.main(["--smoke", "--out", str(tmp_path / "run")])
+    except FileExistsError:
+        return
+    raise AssertionError("an existing run directory was reused")
