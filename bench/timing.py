@@ -64,15 +64,48 @@ def measure(
     samples: list[float] = []
     deadline = clock() + budget_s
     while len(samples) < max_reps and (len(samples) < min_reps or clock() < deadline):
-        if device.type == "cuda":
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples.append(begin.elapsed_time(end))
-        else:
-            t0 = clock()
-            fn()
-            samples.append((clock() - t0) * 1e3)
+        samples.append(_time_once(fn, device, clock))
     return Timing(tuple(samples))
+
+
+def _time_once(fn: Callable[[], object], device: torch.device, clock) -> float:
+    """One call in ms: CUDA events around it on the GPU, the host clock on the CPU."""
+    if device.type == "cuda":
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return begin.elapsed_time(end)
+    t0 = clock()
+    fn()
+    return (clock() - t0) * 1e3
+
+
+def measure_ratio(
+    fn_a: Callable[[], object],
+    fn_b: Callable[[], object],
+    device: torch.device | str = "cpu",
+    *,
+    rounds: int = 31,
+    warmup_s: float = 0.2,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Timing:
+    """Per-round time ratios a / b, measured side by side: each round times a and b back to back
+    (in alternating order, so a drift in machine speed cancels), so a slow moment of a shared
+    machine slows both sides of the same ratio. Returns the ratios as a Timing."""
+    device = torch.device(device)
+    start = clock()
+    while True:  # warm both up, at least one call each
+        fn_a(), fn_b()
+        _sync(device)
+        if clock() - start >= warmup_s:
+            break
+    ratios = []
+    for r in range(rounds):
+        if r % 2 == 0:
+            a, b = _time_once(fn_a, device, clock), _time_once(fn_b, device, clock)
+        else:
+            b, a = _time_once(fn_b, device, clock), _time_once(fn_a, device, clock)
+        ratios.append(a / b)
+    return Timing(tuple(ratios))

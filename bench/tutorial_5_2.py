@@ -6,9 +6,10 @@
    per-call p20/p50/p80), next to the corrected `posenc` implementations and a same-size copy.
 3. Shaw relative attention, tutorial vs corrected, at B=2, L=512, d_model=512, H=8, K=50:
    time and peak memory; the corrected one again at L=4096.
+4. The ratios quoted in the README, each measured side by side, round by round.
 
-Writes results.csv, report.md and encoders.png to a new run directory (never overwrites an earlier
-run) and prints the report.
+Writes results.csv, ratios.csv, report.md and encoders.png to a new run directory (never
+overwrites an earlier run) and prints the report.
 This script stands in for `make bench` until the Hydra harness (bench/__main__.py) exists.
 """
 
@@ -26,7 +27,7 @@ import torch
 
 import posenc
 from bench.memory import peak_bytes
-from bench.timing import measure
+from bench.timing import measure, measure_ratio
 from posenc import functional as F
 from posenc import seed
 
@@ -131,8 +132,8 @@ def attention_rows(device: torch.device, long_len: int) -> list[tuple[dict, Call
 
 
 def measure_all(planned, device: torch.device, budget_s: float) -> list[dict]:
-    """Times every planned call, then (second phase) its peak memory: the memory probe pins
-    the allocator's behaviour (bench.memory), so it must not run before any timing."""
+    """Times every planned call, then, apart from the timing, its peak memory (the memory probe
+    watches every op, which would slow a timed call)."""
     rows = []
     with torch.no_grad():
         for row, fn in planned:
@@ -146,11 +147,34 @@ def measure_all(planned, device: torch.device, budget_s: float) -> list[dict]:
     return rows
 
 
+# Ratios worth quoting, each measured side by side (bench.timing.measure_ratio): numerator and
+# denominator alternate within each round, so the shared machine's drift cancels.
+RATIO_PAIRS = (
+    (("rope", "corrected out=", 512), ("copy", "dst.copy_(x)", 512)),
+    (("rope interleaved", "corrected out=", 512), ("copy", "dst.copy_(x)", 512)),
+    (("rope", "seed", 512), ("rope", "corrected out=", 512)),
+    (("relative_attention", "seed", 512), ("relative_attention", "corrected", 512)),
+)
+
+
+def measure_ratios(planned, device: torch.device, rounds: int) -> list[dict]:
+    calls = {(r["case"], r["impl"], r["seq_len"]): fn for r, fn in planned if fn is not None}
+    rows = []
+    with torch.no_grad():
+        for num, den in RATIO_PAIRS:
+            if num in calls and den in calls:
+                t = measure_ratio(calls[num], calls[den], device, rounds=rounds)
+                rows.append(dict(numerator=" ".join(map(str, num[:2])),
+                                 denominator=" ".join(map(str, den[:2])), seq_len=num[2],
+                                 p20=t.p20, p50=t.p50, p80=t.p80, rounds=t.n))  # fmt: skip
+    return rows
+
+
 def _fmt(v, digits=2):
     return f"{v:.{digits}f}" if isinstance(v, float) else ("" if v is None else str(v))
 
 
-def report(rows: list[dict], env: dict) -> str:
+def report(rows: list[dict], env: dict, ratios: list[dict] = ()) -> str:
     lines = [
         f"# Tutorial section 5.2, extended ({env['device_name']}, {env['threads']} threads)",
         "",
@@ -188,6 +212,17 @@ def report(rows: list[dict], env: dict) -> str:
             f"| {r['seq_len']} | {r['impl']} | {r['p50_ms']:.1f} [{r['p20_ms']:.1f}, "
             f"{r['p80_ms']:.1f}] | {r['peak_mem_bytes'] / 2**20:.0f} | ok | {r['message']} |"
         )
+    if ratios:
+        lines += ["", "## Ratios measured side by side (time / time, per round)", ""]
+        lines += [
+            "| numerator | denominator | L | median [p20, p80] | rounds |",
+            "|---|---|---|---|---|",
+        ]
+        for r in ratios:
+            lines.append(
+                f"| {r['numerator']} | {r['denominator']} | {r['seq_len']} | {r['p50']:.2f} "
+                f"[{r['p20']:.2f}, {r['p80']:.2f}] | {r['rounds']} |"
+            )
     lines += ["", f"torch {env['torch']}, python {env['python']}, {env['timestamp']}", ""]
     return "\n".join(lines)
 
@@ -233,6 +268,9 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--out", type=Path, default=None, help="run directory (must not exist)")
     parser.add_argument("--budget-s", type=float, default=2.0, help="timing budget per impl")
     parser.add_argument("--long-len", type=int, default=4096, help="long L for attention")
+    parser.add_argument(
+        "--ratio-rounds", type=int, default=31, help="rounds per side-by-side ratio"
+    )
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("--device cuda: CUDA is not available on this machine")
@@ -255,12 +293,18 @@ def main(argv: list[str] | None = None) -> Path:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(rows)
-    text = report(rows, env)
+    ratios = measure_ratios(planned, device, args.ratio_rounds)
+    if ratios:
+        with open(out_dir / "ratios.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(ratios[0]))
+            writer.writeheader()
+            writer.writerows(ratios)
+    text = report(rows, env, ratios)
     (out_dir / "report.md").write_text(text)
     title = f"B=32, L=512, d_model=512, float32, forward: {env['device_name']}"
     plot(rows, out_dir / "encoders.png", title)
     print(text)
-    print(f"wrote {out_dir}/results.csv, report.md and encoders.png")
+    print(f"wrote {out_dir}/results.csv, ratios.csv, report.md and encoders.png")
     return out_dir
 
 

@@ -41,3 +41,21 @@ def test_quantiles():
     assert t.p50 == 51
     assert t.p20 == pytest.approx(21)
     assert t.p80 == pytest.approx(81)
+
+
+def test_ratio_is_per_round_and_side_by_side():
+    """a takes 3 units, b takes 1; the machine slows down 10x halfway: the ratio stays 3."""
+    clock = FakeClock([])
+    calls = {"n": 0}
+
+    def step(units):
+        calls["n"] += 1
+        clock.now += units * (10.0 if calls["n"] > 30 else 1.0)
+
+    from bench.timing import measure_ratio
+
+    t = measure_ratio(lambda: step(3), lambda: step(1), rounds=20, warmup_s=0, clock=clock)
+    assert t.n == 20
+    off = [r for r in t.samples_ms if r != pytest.approx(3.0)]
+    assert len(off) <= 1  # only the round in which the slowdown began
+    assert t.p50 == pytest.approx(3.0)
