@@ -43,7 +43,7 @@ gpu-check: $(STAMP)
 	$(PY) -m bench.gpu_check
 
 bench: $(STAMP)
-	$(PY) -m bench.tutorial_5_2
+	$(PY) -m bench
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -22,7 +22,14 @@ class Timing:
         return len(self.samples_ms)
 
     def quantile(self, q: float) -> float:
+        if self.n == 1:
+            return self.samples_ms[0]
         return statistics.quantiles(self.samples_ms, n=100, method="inclusive")[round(q * 100) - 1]
+
+    @property
+    def spread(self) -> float:
+        """(p80 - p20) / p50: the relative width of the middle 60% of the samples."""
+        return (self.p80 - self.p20) / self.p50 if self.p50 > 0 else 0.0
 
     @property
     def p20(self) -> float:
@@ -50,10 +57,12 @@ def measure(
     min_reps: int = 10,
     max_reps: int = 200,
     budget_s: float = 2.0,
+    rel_spread: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Timing:
-    """Per-call times in ms after warm-up; stops at max_reps or when budget_s has passed
-    (but never before min_reps). On CUDA each call is bracketed by events on the stream."""
+    """Per-call times in ms after warm-up; stops at max_reps, when budget_s has passed, or (with
+    rel_spread) once the samples' (p80 - p20) / p50 is at most rel_spread; never before min_reps.
+    On CUDA each call is bracketed by events on the stream."""
     device = torch.device(device)
     start = clock()
     while True:  # at least one call: compiles, allocator, caches
@@ -65,6 +74,10 @@ def measure(
     deadline = clock() + budget_s
     while len(samples) < max_reps and (len(samples) < min_reps or clock() < deadline):
         samples.append(_time_once(fn, device, clock))
+        n = len(samples)
+        check = rel_spread is not None and n >= min_reps and n % 5 == 0
+        if check and Timing(tuple(samples)).spread <= rel_spread:
+            break
     return Timing(tuple(samples))
 
 

@@ -6,11 +6,13 @@ re-exported here are the corrected ones with the same names and compatible const
 
 from posenc import functional, seed
 from posenc.absolute import LearnablePositionalEncoding, SinusoidalPositionalEncoding
+from posenc.attention import MultiHeadAttention
 from posenc.relative import RelativeMultiHeadAttention, RelativePositionEncoding
 from posenc.rotary import RoPEMultiHeadAttention, RoPEPositionalEncoding
 
 __all__ = [
     "LearnablePositionalEncoding",
+    "MultiHeadAttention",
     "RelativeMultiHeadAttention",
     "RelativePositionEncoding",
     "RoPEMultiHeadAttention",

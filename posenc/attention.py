@@ -81,3 +81,15 @@ class MultiHeadProjections(nn.Module):
     def output(self, out: Tensor) -> Tensor:
         """(B, H, Lq, D) -> (B, Lq, d_model) through w_o."""
         return self.w_o(merge_heads(out))
+
+
+class MultiHeadAttention(MultiHeadProjections):
+    """Plain multi-head attention (no position encoding): the baseline the others add to.
+
+    forward(query, key, value, mask=None, need_weights=True) -> (out, weights or None).
+    """
+
+    def forward(self, query, key, value, mask=None, need_weights=True):
+        q, k, v = self.project(query, key, value)
+        out, weights = attend(q, k, v, mask, need_weights)
+        return self.output(out), weights

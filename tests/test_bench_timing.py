@@ -59,3 +59,19 @@ def test_ratio_is_per_round_and_side_by_side():
     off = [r for r in t.samples_ms if r != pytest.approx(3.0)]
     assert len(off) <= 1  # only the round in which the slowdown began
     assert t.p50 == pytest.approx(3.0)
+
+
+def test_rel_spread_stops_early_once_samples_agree():
+    steady = FakeClock([0.001] * 1000)
+    t = measure(steady.fn, warmup_s=0, min_reps=5, budget_s=100, rel_spread=0.1, clock=steady)
+    assert t.n == 5  # the first check passes
+    noisy = FakeClock([0.001, 0.003] * 500)
+    t = measure(
+        noisy.fn, warmup_s=0, min_reps=5, max_reps=40, budget_s=100, rel_spread=0.1, clock=noisy
+    )
+    assert t.n == 40  # never converges: runs to max_reps
+
+
+def test_single_sample_quantiles():
+    t = Timing((2.0,))
+    assert t.p20 == t.p50 == t.p80 == 2.0

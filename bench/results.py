@@ -1,0 +1,121 @@
+"""The results schema, an append-only CSV writer, and env.json.
+
+One row per (case, impl, mode, device, dtype, point). Rows are appended and flushed as they are
+measured, so an interrupted sweep keeps everything it finished; `resume` skips the keys already
+in the file. Columns are only ever added, never renamed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+import torch
+
+COLUMNS = (
+    "run_id", "case", "level", "impl", "mode", "device", "device_name", "dtype",
+    "batch", "seq_len", "d_model", "num_heads", "head_dim", "params",
+    "p20_ms", "p50_ms", "p80_ms", "n_samples", "gbps", "tflops", "pct_peak_bw", "pct_peak_flops",
+    "peak_mem_bytes", "max_abs_err", "status", "message", "timestamp",
+    "tutorial_ms_per_100", "calib_copy_gbps", "calib_matmul_tflops", "threads",
+)  # fmt: skip
+KEY = ("case", "impl", "mode", "device", "dtype", "batch", "seq_len", "d_model", "num_heads")
+STATUSES = ("ok", "wrong", "oom", "skipped", "error")
+
+
+def row_key(row: dict) -> tuple[str, ...]:
+    return tuple(str(row.get(k, "")) for k in KEY)
+
+
+class ResultsWriter:
+    """Appends rows to results.csv, writing the header only when the file is new."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.existing = set()
+        if self.path.exists() and self.path.stat().st_size:
+            with open(self.path, newline="") as f:
+                self.existing = {row_key(r) for r in csv.DictReader(f)}
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        self._file = open(self.path, "a", newline="")  # noqa: SIM115 (closed in close())
+        self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="ignore")
+        if new:
+            self._writer.writeheader()
+            self._file.flush()
+
+    def append(self, row: dict) -> None:
+        self._writer.writerow(row)
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self.existing.add(row_key(row))
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _git_sha() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict:
+    """Where the run happened: devices, versions, threads, git sha."""
+    env = {
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "git_sha": _git_sha(),
+        "cuda_available": torch.cuda.is_available(),
+    }
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        env["triton"] = None
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        env.update(
+            gpu=props.name, gpu_memory_bytes=props.total_memory, cuda=torch.version.cuda,
+            gpu_l2_bytes=getattr(props, "L2_cache_size", None),
+            driver=_nvidia_smi("driver_version"), gpu_clocks_mhz=_nvidia_smi("clocks.sm"),
+        )  # fmt: skip
+    return env
+
+
+def _nvidia_smi(field: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10,
+        )  # fmt: skip
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+
+
+def write_env(path: Path, extra: dict) -> None:
+    Path(path).write_text(json.dumps({**environment(), **extra}, indent=2, default=str) + "\n")

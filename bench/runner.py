@@ -1,0 +1,346 @@
+"""Sweep points -> rows. Per point: build inputs once, compute the float64 truth once, then for
+each implementation and mode: gate, time, measure memory, append one row.
+
+One failing point (OOM, error, unsupported device or dtype) becomes a row with its status and
+message, and the sweep goes on. Rows are appended as they are measured; with resume, rows whose
+key is already in results.csv are not measured again.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from bench.calibrate import calibrate
+from bench.cases import CASES
+from bench.config import DTYPES, Plan
+from bench.gate import gate
+from bench.memory import peak_bytes
+from bench.registry import Case, Impl, Point, as_tuple
+from bench.results import ResultsWriter, row_key
+from bench.timing import measure
+
+BYTES_FACTOR = {"forward": 1, "backward": 1, "forward+backward": 2}
+FLOPS_FACTOR = {"forward": 1, "backward": 2, "forward+backward": 3}
+
+
+@dataclass
+class Clock:
+    """Wall time spent running implementations (gate, warm-up, samples, memory) vs the rest."""
+
+    start: float = field(default_factory=time.perf_counter)
+    work_s: float = 0.0  # implementations running: gate call, warm-up, samples, memory probe
+    truth_s: float = 0.0  # float64 references for the gate (part of the overhead)
+    calib_s: float = 0.0  # copy and matmul calibration (part of the overhead)
+
+    def summary(self) -> dict:
+        wall = time.perf_counter() - self.start
+        return {
+            "wall_s": wall,
+            "work_s": self.work_s,
+            "truth_s": self.truth_s,
+            "calib_s": self.calib_s,
+            "overhead_pct": 100 * (1 - self.work_s / wall),
+        }
+
+
+def _is_oom(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return (
+        isinstance(exc, torch.OutOfMemoryError)
+        or "out of memory" in text
+        or ("can't allocate memory" in text)
+    )
+
+
+class Runner:
+    def __init__(
+        self,
+        plan: Plan,
+        timing,
+        out_dir: Path,
+        *,
+        run_id: str,
+        resume: bool = False,
+        tutorial_timing: bool = False,
+        do_calibrate: bool = True,
+        seed: int = 0,
+    ):
+        self.plan, self.timing, self.out_dir = plan, timing, Path(out_dir)
+        self.run_id, self.tutorial_timing, self.do_calibrate, self.seed = (
+            run_id,
+            tutorial_timing,
+            do_calibrate,
+            seed,
+        )
+        self.writer = ResultsWriter(self.out_dir / "results.csv")
+        if not resume and self.writer.existing:
+            raise FileExistsError(f"{self.out_dir}/results.csv has rows: pass resume=true")
+        self.clock = Clock()
+        self.calibration: dict[tuple[str, str], dict] = {}
+        self.done = 0
+
+    # -- tasks ---------------------------------------------------------------------------------
+
+    def _impls(self, case: Case) -> list[str]:
+        names = list(case.impls)
+        return [n for n in names if self.plan.impls is None or n in self.plan.impls]
+
+    def total(self) -> int:
+        n = 0
+        for name in self.plan.cases:
+            n += len(self._impls(CASES[name])) * len(self.plan.modes)
+        return n * len(self.plan.points) * len(self.plan.dtypes) * len(self.plan.devices)
+
+    def run(self) -> dict:
+        if self.timing.threads:
+            torch.set_num_threads(self.timing.threads)
+        bar = tqdm(total=self.total(), disable=None, unit="row", dynamic_ncols=True)
+        self._bar = bar
+        try:
+            for device in self.plan.devices:
+                if device == "cuda" and not torch.cuda.is_available():
+                    print("device=cuda: CUDA is not available on this machine; skipping it")
+                    bar.update(self.total() // len(self.plan.devices))
+                    continue
+                for case_name in self.plan.cases:
+                    for dtype in self.plan.dtypes:
+                        for point in self.plan.points:
+                            self._point(CASES[case_name], point, torch.device(device), dtype)
+        finally:
+            bar.close()
+            self.writer.close()
+        summary = self.clock.summary()
+        (self.out_dir / "timing_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    def _base(self, case: Case, impl: str, mode: str, point: Point, device, dtype: str) -> dict:
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        return dict(
+            run_id=self.run_id,
+            case=case.name,
+            level=case.level,
+            impl=impl,
+            mode=mode,
+            device=device.type,
+            device_name=name,
+            dtype=dtype,
+            batch=point.batch,
+            seq_len=point.seq_len,
+            d_model=point.d_model,
+            num_heads=point.num_heads,
+            head_dim=point.head_dim,
+            params=json.dumps({}),
+            threads=torch.get_num_threads(),
+            timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        )
+
+    def _emit(self, row: dict) -> None:
+        self.writer.append(row)
+        self.done += 1
+        self._bar.update(1)
+        if self._bar.disable:  # CI and pipes: one plain line per row
+            ms = f"{row['p50_ms']:.3f} ms" if row.get("p50_ms") is not None else ""
+            print(
+                f"[{self.done}/{self.total()}] {row['case']} {row['impl']} {row['mode']} "
+                f"{row['device']} {row['dtype']} B={row['batch']} L={row['seq_len']} "
+                f"d={row['d_model']} H={row['num_heads']}: {row['status']} {ms} "
+                f"{row.get('message', '')}".rstrip(),
+                flush=True,
+            )
+
+    def _point(self, case: Case, point: Point, device: torch.device, dtype_name: str) -> None:
+        impls = self._impls(case)
+        keys = [
+            (impl, mode, self._base(case, impl, mode, point, device, dtype_name))
+            for impl in impls
+            for mode in self.plan.modes
+        ]
+        todo = [(i, m, b) for i, m, b in keys if row_key(b) not in self.writer.existing]
+        self._bar.update(len(keys) - len(todo))
+        if not todo:
+            return
+        reason = case.check(point)
+        if reason:
+            for _, _, base in todo:
+                self._emit(dict(base, status="skipped", message=reason))
+            return
+        dtype = DTYPES[dtype_name]
+        torch.manual_seed(self.seed)
+        try:
+            inputs = case.build(point, device, dtype)
+            rows_checked = _rows_checked(case, point, device)
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                truth = case.reference(_select(inputs, case, rows_checked))
+            self.clock.truth_s += time.perf_counter() - t0
+        except Exception as exc:  # the point itself does not fit: every row says so
+            status = "oom" if _is_oom(exc) else "error"
+            for _, _, base in todo:
+                self._emit(dict(base, status=status, message=_message(exc)))
+            return
+        calib = self._calibration(device, dtype)
+        for impl_name, mode, base in todo:
+            row = dict(base, **calib)
+            try:
+                row.update(
+                    self._measure(
+                        case,
+                        case.impls[impl_name],
+                        mode,
+                        point,
+                        inputs,
+                        truth,
+                        device,
+                        dtype,
+                        rows_checked,
+                    )
+                )
+            except Exception as exc:
+                row.update(status="oom" if _is_oom(exc) else "error", message=_message(exc))
+            self._emit(row)
+        del inputs, truth
+        gc.collect()  # once per point: tens of ms with torch loaded
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _calibration(self, device, dtype) -> dict:
+        key = (str(device), str(dtype))
+        if self.do_calibrate and key not in self.calibration:
+            t0 = time.perf_counter()
+            self.calibration[key] = calibrate(device, dtype)
+            self.clock.calib_s += time.perf_counter() - t0
+        return self.calibration.get(key, {})
+
+    # -- one row -------------------------------------------------------------------------------
+
+    def _measure(
+        self,
+        case: Case,
+        impl: Impl,
+        mode: str,
+        point: Point,
+        inputs,
+        truth,
+        device,
+        dtype,
+        rows_checked,
+    ) -> dict:
+        if device.type not in impl.devices:
+            return {"status": "skipped", "message": f"runs on {', '.join(impl.devices)} only"}
+        if impl.needs and importlib.util.find_spec(impl.needs) is None:
+            return {"status": "skipped", "message": f"{impl.needs} is not installed"}
+        backward = mode != "forward"
+        if backward and (not impl.grad or not case.grad_inputs):
+            return {"status": "skipped", "message": "no backward for this implementation"}
+        leaves = {name: inputs[name] for name in case.grad_inputs}
+        for t in leaves.values():
+            t.requires_grad_(backward)
+        t0 = time.perf_counter()
+        fn = impl.make(inputs)
+        with torch.no_grad():
+            got = fn()
+        t1 = time.perf_counter()
+        with torch.no_grad():
+            sliced = _select(inputs, case, rows_checked)
+            want = truth if impl.reference is None else impl.reference(sliced)
+        if rows_checked is not None:
+            got = tuple(o.index_select(0, rows_checked) for o in as_tuple(got))
+        passed, err, why = gate(got, want, dtype)
+        self.clock.work_s += t1 - t0
+        self.clock.truth_s += time.perf_counter() - t1
+        note = impl.note
+        if not passed:
+            return {"status": "wrong", "max_abs_err": err, "message": f"{why}; {note}".strip("; ")}
+        call = self._timed_call(fn, mode)
+        t0 = time.perf_counter()
+        tm = self.timing
+        t = measure(
+            call,
+            device,
+            warmup_s=tm.warmup_s,
+            min_reps=tm.min_reps,
+            max_reps=tm.max_reps,
+            budget_s=tm.budget_s,
+            rel_spread=tm.rel_spread,
+        )
+        peak = peak_bytes(call, device)
+        row = {"tutorial_ms_per_100": self._tutorial_ms(fn) if mode == "forward" else None}
+        self.clock.work_s += time.perf_counter() - t0
+        moved = case.bytes_moved(point, dtype) * BYTES_FACTOR[mode]
+        flops = case.flops(point) * FLOPS_FACTOR[mode]
+        gbps, tflops = moved / (t.p50 * 1e-3) / 1e9, flops / (t.p50 * 1e-3) / 1e12
+        calib = self._calibration(device, dtype)
+        row.update(
+            p20_ms=t.p20,
+            p50_ms=t.p50,
+            p80_ms=t.p80,
+            n_samples=t.n,
+            gbps=gbps,
+            tflops=tflops,
+            pct_peak_bw=100 * gbps / calib["calib_copy_gbps"] if calib else None,
+            pct_peak_flops=100 * tflops / calib["calib_matmul_tflops"] if calib and flops else None,
+            peak_mem_bytes=peak,
+            max_abs_err=err,
+            status="ok",
+            message=note if impl.reference is None else f"own semantics: {note}",
+        )
+        for t_ in leaves.values():
+            t_.requires_grad_(False)
+            t_.grad = None
+        return row
+
+    def _timed_call(self, fn, mode: str):
+        if mode == "forward":
+
+            def forward():
+                with torch.no_grad():
+                    return fn()
+
+            return forward
+        outs = [o for o in as_tuple(fn()) if o.requires_grad]
+        if not outs:
+            raise RuntimeError("no output requires grad: cannot time backward")
+        grads = [torch.randn_like(o) for o in outs]
+        if mode == "backward":  # the forward graph is built once, outside the timed region
+            return lambda: torch.autograd.backward(outs, grads, retain_graph=True)
+
+        def forward_backward():
+            torch.autograd.backward([o for o in as_tuple(fn()) if o.requires_grad], grads)
+
+        return forward_backward
+
+    def _tutorial_ms(self, fn) -> float | None:
+        """Section 5.2's way: wall clock around 100 calls, no warm-up, no device sync."""
+        if not self.tutorial_timing:
+            return None
+        start = time.time()
+        for _ in range(100):
+            with torch.no_grad():
+                fn()
+        return (time.time() - start) * 1000
+
+
+def _rows_checked(case: Case, point: Point, device) -> torch.Tensor | None:
+    """The sequences the gate checks: first and last (None: all of them)."""
+    if not case.batched or point.batch <= 2:
+        return None
+    return torch.tensor([0, point.batch - 1], device=device)
+
+
+def _select(inputs: dict, case: Case, rows: torch.Tensor | None) -> dict:
+    if rows is None:
+        return inputs
+    return {k: v.index_select(0, rows) if k in case.batched else v for k, v in inputs.items()}
+
+
+def _message(exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}"[:300]
