@@ -1,0 +1,89 @@
+"""`python -m bench` end to end in subprocesses: a run, bad overrides, a multirun (basic and
+submitit_local launchers) aggregated at its end, profiling, and CUDA asked for on a CPU box."""
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = [
+    "cases=[sinusoidal,rope]", "impls=[reference,seed]", "d_model=16", "num_heads=2",
+    "seq_len=8", "mode=[forward]", "timing.warmup_s=0", "timing.min_reps=2",
+    "timing.max_reps=2", "timing.budget_s=0", "calibrate=false",
+]  # fmt: skip
+
+
+def _bench(*args, cwd=ROOT):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_single_run_writes_results_env_report_and_plots(tmp_path):
+    out = tmp_path / "run"
+    proc = _bench(*TINY, "batch=[1,2]", f"hydra.run.dir={out}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = _rows(out / "results.csv")
+    assert len(rows) == 2 * 2 * 2 and {r["status"] for r in rows} == {"ok"}
+    for name in ("env.json", "report.md", "merged.csv", "config.yaml", "timing_summary.json"):
+        assert (out / name).exists(), name
+    assert "harness overhead" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [("cases=[nope]", "cases"), ("batch=-1", "batch"), ("num_heads=3", "divisible")],
+)
+def test_invalid_override_fails_before_anything_runs(tmp_path, override, key):
+    out = tmp_path / "bad"
+    proc = _bench(*TINY, override, f"hydra.run.dir={out}")
+    assert proc.returncode == 2
+    assert key in proc.stderr and "invalid configuration" in proc.stderr
+    assert not (out / "results.csv").exists()
+
+
+@pytest.mark.parametrize("launcher", ["basic", "submitit_local"])
+def test_multirun_is_aggregated_at_its_end(tmp_path, launcher):
+    sweep = tmp_path / "sweep"
+    proc = _bench(
+        "-m", *TINY, "batch=1,2", f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = sorted(p.parent.name for p in sweep.rglob("results.csv"))
+    assert len(jobs) == 2
+    merged = _rows(sweep / "merged.csv")
+    assert {r["batch"] for r in merged} == {"1", "2"}
+    assert "multirun report" in proc.stdout
+
+
+def test_profile_writes_a_trace_and_top_operators(tmp_path):
+    out = tmp_path / "prof"
+    proc = _bench(*TINY, "batch=1", "profile=true", "cases=[rope]", "impls=[reference]",
+                  f"hydra.run.dir={out}")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (out / "trace.json").stat().st_size > 0
+    assert "aten::" in (out / "top_ops.md").read_text()
+
+
+def test_cuda_without_a_gpu_is_skipped_with_one_message(tmp_path):
+    out = tmp_path / "cuda"
+    proc = _bench(*TINY, "batch=1", "device=[cpu,cuda]", f"hydra.run.dir={out}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    devices = {r["device"] for r in _rows(out / "results.csv")}
+    if torch.cuda.is_available():  # on a GPU box both run
+        assert devices == {"cpu", "cuda"}
+    else:
+        assert proc.stdout.count("CUDA is not available") == 1
+        assert devices == {"cpu"}
