@@ -13,11 +13,12 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv test bench gpu-check lint format clean
+.PHONY: help venv test bench tutorial gpu-check lint format clean
 
 help:
 	@echo "make test    create/reuse $(VENV), install, run the whole test suite"
-	@echo "make bench   same set-up, then the benchmark (tutorial section 5.2, extended)"
+	@echo "make bench   same set-up, then python -m bench (the default sweep; results/runs/)"
+	@echo "make tutorial  the standalone tutorial 5.2 study (bench.tutorial_5_2)"
 	@echo "make gpu-check  on a CUDA machine: kernel tests on the GPU, then kernel timings (results/gpu/)"
 	@echo "make lint    ruff check + format check"
 	@echo "make clean   remove the venv, caches and scratch outputs (keeps committed results)"
@@ -41,6 +42,9 @@ test: $(STAMP)
 
 gpu-check: $(STAMP)
 	$(PY) -m bench.gpu_check
+
+tutorial: $(STAMP)
+	$(PY) -m bench.tutorial_5_2
 
 bench: $(STAMP)
 	$(PY) -m bench

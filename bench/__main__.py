@@ -50,6 +50,8 @@ def main(cfg: DictConfig) -> None:
     )
     if hydra_cfg.mode != RunMode.MULTIRUN:  # a multirun reports once, at its end (callbacks)
         report.build([out_dir])
+        if cfg.tutorial_timing:  # sweep=seed_5_2: print the table that extends section 5.2
+            print("\n".join(report.tutorial_table(report.load([out_dir]))))
         print(f"report: {out_dir / 'report.md'}")
     OmegaConf.save(cfg, out_dir / "config.yaml")
 

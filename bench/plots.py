@@ -21,6 +21,12 @@ import pandas as pd  # noqa: E402
 OTHER = ["batch", "d_model", "num_heads"]
 
 
+def _common(g: pd.DataFrame) -> tuple:
+    """The most frequent (B, d_model, H); ties go to the largest (the least overhead-bound)."""
+    sizes = g.groupby(OTHER).size()
+    return sizes[sizes == sizes.max()].index[-1]
+
+
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["status"] == "ok") & df["p50_ms"].notna()]
 
@@ -29,7 +35,7 @@ def _largest_points(df: pd.DataFrame) -> pd.DataFrame:
     """Per case: rows at the most common (B, d_model, H) and that case's largest L."""
     keep = []
     for _, g in df.groupby("case"):
-        common = g.groupby(OTHER).size().idxmax()
+        common = _common(g)
         g = g[(g[OTHER] == pd.Series(common, index=OTHER)).all(axis=1)]
         keep.append(g[g["seq_len"] == g["seq_len"].max()])
     return pd.concat(keep) if keep else df.iloc[:0]
@@ -42,7 +48,7 @@ def _time_vs_seq_len(df: pd.DataFrame, path: Path, title: str) -> None:
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
     for ax, case in zip(axes.flat, cases, strict=False):
         g = df[df["case"] == case]
-        common = g.groupby(OTHER).size().idxmax()
+        common = _common(g)
         g = g[(g[OTHER] == pd.Series(common, index=OTHER)).all(axis=1)]
         for label, line in g.groupby(g["impl"] + " @ " + g["device"]):
             line = line.sort_values("seq_len")

@@ -66,6 +66,7 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
         "the same device); non-ok cells show the status (see results.csv for the message).",
         "",
     ]
+    lines += tutorial_table(df)
     order = {name: i for i, name in enumerate(CASES)}
     groups = df.groupby(["case", "mode", "dtype"], sort=False)
     keys = sorted(groups.groups, key=lambda k: (order.get(k[0], 99), MODES.index(k[1]), k[2]))
@@ -97,6 +98,42 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tutorial_table(df: pd.DataFrame) -> list[str]:
+    """Section 5.2's numbers as the tutorial measures them, next to proper timing (if any)."""
+    if "tutorial_ms_per_100" not in df or df["tutorial_ms_per_100"].isna().all():
+        return []
+    rows = df[df["tutorial_ms_per_100"].notna() | (df["mode"] == "forward")]
+    rows = rows[rows["case"].isin(df.loc[df["tutorial_ms_per_100"].notna(), "case"])]
+    lines = [
+        "## Section 5.2: the tutorial's timing and proper timing",
+        "",
+        "`tutorial ms / 100 calls`: wall clock around 100 calls, no warm-up, no sync, as in the",
+        "tutorial. `p50 ms per call [p20, p80]`: warm-up, one timed sample per call.",
+        "",
+        "| case | impl | device | shape | tutorial ms / 100 calls | p50 ms per call [p20, p80] "
+        "| x 100 | speedup vs seed | status |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for _, r in rows.iterrows():
+        seed = rows[
+            (rows["case"] == r["case"]) & (rows["impl"] == "seed") & (rows["device"] == r["device"])
+        ]["p50_ms"]
+        shape = f"B={r['batch']} L={r['seq_len']} d={r['d_model']}"
+        tut = "" if pd.isna(r["tutorial_ms_per_100"]) else f"{r['tutorial_ms_per_100']:.1f}"
+        if r["status"] != "ok":
+            lines.append(
+                f"| {r['case']} | {r['impl']} | {r['device']} | {shape} | {tut} | | | | "
+                f"{r['status']} |"
+            )
+            continue
+        speed = f"{seed.iloc[0] / r['p50_ms']:.1f}x" if len(seed) and seed.notna().all() else ""
+        lines.append(
+            f"| {r['case']} | {r['impl']} | {r['device']} | {shape} | {tut} | {r['p50_ms']:.3f} "
+            f"[{r['p20_ms']:.3f}, {r['p80_ms']:.3f}] | {100 * r['p50_ms']:.1f} | {speed} | ok |"
+        )
+    return [*lines, ""]
+
+
 def _to_markdown(table: pd.DataFrame) -> str:
     cols = list(table.columns)
     head = "| B | L | d_model | H | " + " | ".join(cols) + " |"
@@ -126,14 +163,50 @@ def build(dirs: list[Path], out: Path | None = None) -> Path:
     return out
 
 
+def compare(dir_a: Path, dir_b: Path) -> str:
+    """Run-to-run repeatability: each row's median in run B over its median in run A."""
+    key = ["case", "impl", "mode", "device", "dtype", *SHAPE]
+    a, b = load([dir_a]), load([dir_b])
+    both = a[a["status"] == "ok"].merge(b[b["status"] == "ok"], on=key, suffixes=("_a", "_b"))
+    if both.empty:
+        raise ValueError(f"no ok rows in common between {dir_a} and {dir_b}")
+    both["ratio"] = both["p50_ms_b"] / both["p50_ms_a"]
+    dev = (both["ratio"] - 1).abs()
+    lines = [
+        f"# Repeatability: {Path(dir_b).name} vs {Path(dir_a).name}", "",
+        f"{len(both)} rows in common; |B/A - 1| median {100 * dev.median():.1f}%, max "
+        f"{100 * dev.max():.1f}%; within 5%: {int((dev <= 0.05).sum())} of {len(both)}.", "",
+        "| case | impl | mode | shape | p50 A ms | p50 B ms | B / A |",
+        "|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for _, r in both.iterrows():
+        shape = f"B={r['batch']} L={r['seq_len']} d={r['d_model']} H={r['num_heads']}"
+        lines.append(
+            f"| {r['case']} | {r['impl']} | {r['mode']} | {shape} | {r['p50_ms_a']:.3f} "
+            f"| {r['p50_ms_b']:.3f} | {r['ratio']:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dirs", nargs="+", type=Path, help="run or sweep directories")
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: first)")
+    parser.add_argument(
+        "--compare", action="store_true", help="two runs of the same sweep: write compare.md"
+    )
     args = parser.parse_args(argv)
     for d in args.dirs:
         if not d.is_dir():
             parser.error(f"dirs: {d} is not a directory")
+    if args.compare:
+        if len(args.dirs) != 2:
+            parser.error("--compare takes exactly two run directories")
+        out = Path(args.out or args.dirs[1])
+        text = compare(*args.dirs)
+        (out / "compare.md").write_text(text)
+        print(text)
+        return out
     out = build(args.dirs, args.out)
     print(f"wrote {out}/report.md, merged.csv and plots")
     return out
