@@ -7,10 +7,19 @@ re-exported here are the corrected ones with the same names and compatible const
 from posenc import functional, seed
 from posenc.absolute import LearnablePositionalEncoding, SinusoidalPositionalEncoding
 from posenc.attention import MultiHeadAttention
-from posenc.relative import RelativeMultiHeadAttention, RelativePositionEncoding
+from posenc.relative import (
+    ALiBi,
+    RelativeMultiHeadAttention,
+    RelativePositionEncoding,
+    ShawBias,
+    T5RelativeBias,
+)
 from posenc.rotary import RoPEMultiHeadAttention, RoPEPositionalEncoding
 
 __all__ = [
+    "ALiBi",
+    "ShawBias",
+    "T5RelativeBias",
     "LearnablePositionalEncoding",
     "MultiHeadAttention",
     "RelativeMultiHeadAttention",

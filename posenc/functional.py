@@ -4,8 +4,9 @@ Notation used across the repository:
     B batch, L sequence length (Lq queries, Lk keys), H heads, D head dim,
     R rotary dim (R <= D), K max relative position (Shaw clip distance), d_model = H * D.
 
-Tables are computed in float64 and cast once at the end: a float32 angle ``pos * inv_freq`` is
-off by ~1e-2 rad at pos = 2**20, the float64 one by ~1e-10.
+Relative biases (ALiBi, T5 buckets) and `relative_attention` live in posenc/_bias.py and are
+re-exported here. Tables are computed in float64 and cast once at the end: a float32 angle
+``pos * inv_freq`` is off by ~1e-2 rad at pos = 2**20, the float64 one by ~1e-10.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import math
 import torch
 from torch import Tensor
 
+from posenc._bias import alibi_bias, alibi_slopes, relative_attention, t5_relative_bucket
 from posenc._checks import check_float, check_pairs, check_positive
 from posenc._rotate import rotate_into
 
@@ -262,3 +264,9 @@ def _apply_mask(logits: Tensor, mask: Tensor) -> Tensor:
     if mask.dtype == torch.bool or not mask.is_floating_point():
         return logits.masked_fill(mask == 0, torch.finfo(logits.dtype).min)
     return logits + mask
+
+
+__all__ = [
+    "alibi_bias", "alibi_slopes", "apply_rope", "relative_attention", "relative_positions",
+    "rope_cos_sin", "rope_inv_freq", "shaw_attention", "sinusoidal_table", "t5_relative_bucket",
+]  # fmt: skip

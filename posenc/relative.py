@@ -1,4 +1,5 @@
-"""Shaw-style relative position encodings (Shaw et al. 2018): the tutorial's 3.3 and 3.6, corrected.
+"""Relative position encodings: Shaw et al. 2018 (the tutorial's 3.3 and 3.6, corrected), and the
+scalar biases ALiBi (Press et al. 2021), T5 (Raffel et al. 2020) and Shaw's scalar variant.
 
 Relative position of key j seen from query i: r = j - i, clipped to [-K, K], stored as the
 index r + K into learned tables a^K, a^V of shape (2K + 1, D).
@@ -6,8 +7,10 @@ index r + K into learned tables a^K, a^V of shape (2K + 1, D).
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
+from posenc._bias import alibi_bias, alibi_slopes, t5_relative_bucket
 from posenc._checks import check_positive, check_rank
 from posenc.attention import MultiHeadProjections
 from posenc.functional import relative_positions, shaw_attention
@@ -73,3 +76,64 @@ class RelativeMultiHeadAttention(MultiHeadProjections):
             mask=mask,
         )
         return self.output(out), weights
+
+
+class ALiBi(nn.Module):
+    """Attention with linear biases (Press et al. 2021): bias -m_h |j - i|, no parameters.
+
+    bias(q_len, k_len, causal=False) -> (H, Lq, Lk) in float32 (slopes buffer's dtype).
+    """
+
+    def __init__(self, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.register_buffer("slopes", alibi_slopes(num_heads).float(), persistent=False)
+
+    def bias(self, q_len: int, k_len: int, causal: bool = False) -> Tensor:
+        return alibi_bias(self.slopes, q_len, k_len, causal=causal)
+
+
+class T5RelativeBias(nn.Module):
+    """T5's learned relative bias: a (num_buckets, H) table indexed by t5_relative_bucket(j - i).
+
+    The table is `relative_attention_bias.weight`, T5's layout; the bias is added unscaled.
+    bias(q_len, k_len, causal=False) -> (H, Lq, Lk).
+    """
+
+    def __init__(
+        self, num_heads: int, num_buckets: int = 32, max_distance: int = 128,
+        bidirectional: bool = True,
+    ):  # fmt: skip
+        super().__init__()
+        check_positive("num_heads", num_heads)
+        self.num_heads, self.num_buckets = num_heads, num_buckets
+        self.max_distance, self.bidirectional = max_distance, bidirectional
+        self.relative_attention_bias = nn.Embedding(num_buckets, num_heads)
+
+    def buckets(self, q_len: int, k_len: int) -> Tensor:
+        device = self.relative_attention_bias.weight.device
+        i = torch.arange(q_len, device=device).unsqueeze(1)
+        j = torch.arange(k_len, device=device).unsqueeze(0)
+        return t5_relative_bucket(j - i, self.bidirectional, self.num_buckets, self.max_distance)
+
+    def bias(self, q_len: int, k_len: int, causal: bool = False) -> Tensor:
+        table = self.relative_attention_bias.weight  # (num_buckets, H)
+        return table[self.buckets(q_len, k_len)].permute(2, 0, 1)  # (H, Lq, Lk)
+
+
+class ShawBias(nn.Module):
+    """Shaw's relative encoding as a scalar bias per head: a learned (H, 2K + 1) table.
+
+    bias(q_len, k_len, causal=False) -> (H, Lq, Lk) = table[h, clip(j - i, -K, K) + K].
+    """
+
+    def __init__(self, num_heads: int, max_relative_position: int = 50):
+        super().__init__()
+        check_positive("num_heads", num_heads)
+        check_positive("max_relative_position", max_relative_position, allow_zero=True)
+        self.num_heads, self.max_relative_position = num_heads, max_relative_position
+        self.table = nn.Parameter(torch.randn(num_heads, 2 * max_relative_position + 1) * 0.1)
+
+    def bias(self, q_len: int, k_len: int, causal: bool = False) -> Tensor:
+        idx = relative_positions(q_len, k_len, self.max_relative_position, device=self.table.device)
+        return self.table[:, idx]  # (H, Lq, Lk)

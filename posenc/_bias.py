@@ -1,0 +1,96 @@
+"""Relative position biases added to attention logits, and the reference attention over them.
+
+Relative position of key j seen from query i: r = j - i. Each bias is a (H, Lq, Lk) table
+computed from r; `relative_attention` adds it to scale * q k^T (unscaled, as in the papers).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from posenc._checks import check_positive
+
+
+def alibi_slopes(num_heads: int) -> Tensor:
+    """ALiBi head slopes m_h (Press et al. 2021, section 3), float64, shape (H,).
+
+    For H a power of two: m_h = 2^(-8 (h + 1) / H), h = 0 .. H-1. Otherwise the slopes of the
+    nearest smaller power of two P, then every other slope of 2P, until H slopes.
+    """
+    check_positive("num_heads", num_heads)
+
+    def geometric(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
+
+    p = 2 ** math.floor(math.log2(num_heads))
+    slopes = geometric(p) + geometric(2 * p)[0::2][: num_heads - p]
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
+def alibi_bias(slopes: Tensor, q_len: int, k_len: int, *, causal: bool = False) -> Tensor:
+    """-m_h |j - i| (or, causal, -m_h (i - j) for j <= i), shape (H, Lq, Lk), slopes' dtype."""
+    i = torch.arange(q_len, device=slopes.device).unsqueeze(1)
+    j = torch.arange(k_len, device=slopes.device).unsqueeze(0)
+    dist = (i - j) if causal else (j - i).abs()
+    return -slopes[:, None, None] * dist.to(slopes.dtype)
+
+
+def t5_relative_bucket(
+    relative_position: Tensor,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+) -> Tensor:
+    """T5's bucket of each relative position r = j - i (Raffel et al. 2020, section 2.1).
+
+    Bidirectional: half the buckets for r > 0, half for r <= 0. Within a half, distances below
+    half of its buckets get one bucket each; larger ones share log-spaced buckets up to
+    max_distance, beyond which everything falls into the last bucket.
+    """
+    check_positive("num_buckets", num_buckets)
+    check_positive("max_distance", max_distance)
+    n = -relative_position
+    bucket = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        bucket = bucket + (n < 0).long() * num_buckets
+        n = n.abs()
+    else:
+        n = n.clamp(min=0)
+    max_exact = num_buckets // 2
+    # log-spaced part; n is clamped to >= 1 inside the log only (small n take the exact branch)
+    scaled = torch.log(n.clamp(min=1).double() / max_exact) / math.log(max_distance / max_exact)
+    large = (max_exact + (scaled * (num_buckets - max_exact)).long()).clamp(max=num_buckets - 1)
+    return bucket + torch.where(n < max_exact, n, large)
+
+
+def relative_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    bias,
+    causal: bool = False,
+    scale: float | None = None,
+) -> Tensor:
+    """softmax(scale q k^T + bias [causal mask]) v, the reference every attention kernel meets.
+
+    q: (B, H, Lq, D); k, v: (B, H, Lk, D); returns (B, H, Lq, D).
+    bias: a tensor broadcastable to (B, H, Lq, Lk), or a module with `bias(q_len, k_len)`
+      returning (H, Lq, Lk): `posenc.ALiBi`, `posenc.T5RelativeBias`, `posenc.ShawBias`.
+    causal: mask j > i (query i sees keys 0 .. i).
+    """
+    lq, lk = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if not isinstance(bias, Tensor):
+        bias = bias.bias(lq, lk, causal=causal) if hasattr(bias, "bias") else None
+        if bias is None:
+            raise TypeError("bias must be a tensor or a module with a bias(q_len, k_len) method")
+    logits = torch.matmul(q, k.transpose(-2, -1)) * scale + bias.to(q.dtype)
+    if causal:
+        future = torch.ones(lq, lk, dtype=torch.bool, device=q.device).triu(1)
+        logits = logits.masked_fill(future, -math.inf)
+    return torch.matmul(torch.softmax(logits, dim=-1), v)

@@ -1,0 +1,124 @@
+"""ALiBi, T5 and Shaw-scalar biases and relative_attention against independent float64 formulas."""
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import posenc
+from posenc import functional as F
+
+
+def test_alibi_slopes_for_8_and_12_heads():
+    """Press et al. 2021: 2^-1 .. 2^-8 for 8 heads; 12 heads add 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5."""
+    eight = [2.0**-k for k in range(1, 9)]
+    assert_close(F.alibi_slopes(8), torch.tensor(eight, dtype=torch.float64))
+    twelve = eight + [2.0**-0.5, 2.0**-1.5, 2.0**-2.5, 2.0**-3.5]
+    assert_close(F.alibi_slopes(12), torch.tensor(twelve, dtype=torch.float64))
+    assert_close(F.alibi_slopes(1), torch.tensor([2.0**-8], dtype=torch.float64))
+
+
+def _t5_bucket_one(r: int, bidirectional: bool, num_buckets: int, max_distance: int) -> int:
+    """The T5 bucketing for one integer, written from the paper's description."""
+    offset, n = 0, -r
+    if bidirectional:
+        num_buckets //= 2
+        if n < 0:
+            offset, n = num_buckets, -n
+    else:
+        n = max(n, 0)
+    exact = num_buckets // 2
+    if n < exact:
+        return offset + n
+    log_part = math.log(n / exact) / math.log(max_distance / exact) * (num_buckets - exact)
+    return offset + min(exact + int(log_part), num_buckets - 1)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_t5_buckets_match_the_definition(bidirectional):
+    r = torch.arange(-300, 301)
+    got = F.t5_relative_bucket(r, bidirectional, 32, 128)
+    want = torch.tensor([_t5_bucket_one(int(v), bidirectional, 32, 128) for v in r])
+    assert torch.equal(got, want)
+
+
+def test_t5_bucket_boundaries_32_128():
+    """Hand-checked anchors: exact region, first log buckets, saturation at max_distance."""
+    r = torch.tensor([0, -1, 1, -7, -8, -16, -127, -128, -1000, 1000])
+    assert F.t5_relative_bucket(r, True, 32, 128).tolist() == [0, 1, 17, 7, 8, 10, 15, 15, 15, 31]
+    r = torch.tensor([5, 0, -5, -15, -16, -32, -128, -5000])
+    assert F.t5_relative_bucket(r, False, 32, 128).tolist() == [0, 0, 5, 15, 16, 21, 31, 31]
+
+
+def _naive_attention(q, k, v, bias_fn, causal):
+    """Loops over (i, j) with the bias as a Python function of (h, i, j)."""
+    b, h, lq, d = q.shape
+    lk = k.shape[2]
+    out = torch.zeros(b, h, lq, d, dtype=torch.float64)
+    for bb in range(b):
+        for hh in range(h):
+            for i in range(lq):
+                logits = []
+                for j in range(lk):
+                    s = float(q[bb, hh, i] @ k[bb, hh, j]) / math.sqrt(d) + bias_fn(hh, i, j)
+                    logits.append(-math.inf if causal and j > i else s)
+                w = torch.softmax(torch.tensor(logits, dtype=torch.float64), 0)
+                out[bb, hh, i] = w @ v[bb, hh].double()
+    return out
+
+
+@pytest.mark.parametrize(("lq", "lk", "causal"), [(5, 5, False), (5, 5, True), (3, 7, False)])
+def test_relative_attention_against_loops(lq, lk, causal):
+    q, k, v = (torch.randn(2, 3, n, 4, dtype=torch.float64) for n in (lq, lk, lk))
+    alibi = posenc.ALiBi(3).double()
+    t5 = posenc.T5RelativeBias(3, num_buckets=8, max_distance=16).double()
+    shaw = posenc.ShawBias(3, max_relative_position=2).double()
+    m = F.alibi_slopes(3)
+    biases = {
+        "alibi": (alibi, lambda h, i, j: -m[h].item() * ((i - j) if causal else abs(j - i))),
+        "t5": (t5, lambda h, i, j: t5.relative_attention_bias.weight[
+            _t5_bucket_one(j - i, True, 8, 16), h].item()),
+        "shaw": (shaw, lambda h, i, j: shaw.table[h, min(max(j - i, -2), 2) + 2].item()),
+    }  # fmt: skip
+    for module, fn in biases.values():
+        got = F.relative_attention(q, k, v, bias=module, causal=causal)
+        assert_close(got, _naive_attention(q, k, v, fn, causal), atol=1e-12, rtol=1e-10)
+
+
+def test_bias_tables_get_gradients():
+    q, k, v = (torch.randn(1, 2, 4, 3, dtype=torch.float64) for _ in range(3))
+    for module in (posenc.T5RelativeBias(2, 8, 16).double(), posenc.ShawBias(2, 1).double()):
+        ((name, param),) = module.named_parameters()
+
+        def attention(table, module=module, name=name):
+            with torch.nn.utils.stateless._reparametrize_module(module, {name: table}):
+                return F.relative_attention(q, k, v, bias=module)
+
+        table = param.detach().clone().requires_grad_()
+        assert torch.autograd.gradcheck(attention, (table,))
+        attention(table).mul(torch.randn(1, 2, 4, 3, dtype=torch.float64)).sum().backward()
+        assert table.grad.abs().sum() > 0  # the bias really depends on the table
+
+
+@pytest.mark.parametrize("kind", ["alibi", "t5"])
+def test_flex_attention_agrees_on_the_cpu(kind):
+    """A second opinion: FlexAttention's score_mod with the same bias (forward, float32)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    q, k, v = (torch.randn(1, 4, 16, 8) for _ in range(3))
+    if kind == "alibi":
+        module = posenc.ALiBi(4)
+        slopes = module.slopes
+
+        def score_mod(score, b, h, i, j):
+            return score - slopes[h] * (j - i).abs()
+    else:
+        module = posenc.T5RelativeBias(4, num_buckets=8, max_distance=16)
+        table = module.bias(16, 16).detach()
+
+        def score_mod(score, b, h, i, j):
+            return score + table[h, i, j]
+
+    want = F.relative_attention(q, k, v, bias=module).detach()
+    assert_close(flex_attention(q, k, v, score_mod=score_mod), want, atol=1e-5, rtol=1e-5)
