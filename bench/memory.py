@@ -21,6 +21,9 @@ from torch.utils._pytree import tree_flatten
 class LiveTensorBytes(TorchDispatchMode):
     """Tracks the bytes of storages created inside the mode; `peak` is their high-water mark."""
 
+    # Higher-order operators (FlexAttention on the CPU) reach __torch_dispatch__ like any op.
+    supports_higher_order_operators = True
+
     def __init__(self):
         super().__init__()
         self.live = 0

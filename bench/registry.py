@@ -42,6 +42,8 @@ class Impl:
     reference: the float64 truth for this impl when it computes something else than the case's
       (the tutorial's code: not the corrected encoding); its rows say so in `message`.
     grad: False if the impl cannot run backward.
+    compiled: True for torch.compile'd impls: the CPU memory probe (a dispatch mode, under which
+      torch.compile falls back to eager and can break later compiles) is not run for them.
     """
 
     make: Callable[[Inputs], Callable[[], Output]]
@@ -50,6 +52,7 @@ class Impl:
     reference: Callable[[Inputs], Output] | None = None
     note: str = ""
     grad: bool = True
+    compiled: bool = False
 
 
 @dataclass(frozen=True)

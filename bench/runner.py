@@ -203,6 +203,8 @@ class Runner:
                         rows_checked,
                     )
                 )
+            except NotImplementedError as exc:  # the implementation does not support this
+                row.update(status="skipped", message=_message(exc))
             except Exception as exc:
                 row.update(status="oom" if _is_oom(exc) else "error", message=_message(exc))
             self._emit(row)
@@ -271,7 +273,12 @@ class Runner:
             budget_s=tm.budget_s,
             rel_spread=tm.rel_spread,
         )
-        peak = peak_bytes(call, device)
+        peak = None  # see Impl.compiled
+        if device.type == "cuda" or not impl.compiled:
+            try:
+                peak = peak_bytes(call, device)
+            except Exception:  # a probe that cannot follow an op leaves the column empty
+                peak = None
         row = {"tutorial_ms_per_100": self._tutorial_ms(fn) if mode == "forward" else None}
         self.clock.work_s += time.perf_counter() - t0
         moved = case.bytes_moved(point, dtype) * BYTES_FACTOR[mode]

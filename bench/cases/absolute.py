@@ -57,7 +57,9 @@ SINUSOIDAL = Case(
     impls={
         "seed": Impl(_forward(seed.SinusoidalPositionalEncoding), note="float32 angles"),
         "reference": Impl(_forward(posenc.SinusoidalPositionalEncoding)),
-        "compiled": Impl(_forward(posenc.SinusoidalPositionalEncoding, compiled=True)),
+        "compiled": Impl(
+            _forward(posenc.SinusoidalPositionalEncoding, compiled=True), compiled=True
+        ),
     },
     baseline="reference",
     bytes_moved=_add_bytes,
@@ -85,7 +87,9 @@ LEARNABLE = Case(
     impls={
         "seed": Impl(_forward(seed.LearnablePositionalEncoding)),
         "reference": Impl(_forward(posenc.LearnablePositionalEncoding)),
-        "compiled": Impl(_forward(posenc.LearnablePositionalEncoding, compiled=True)),
+        "compiled": Impl(
+            _forward(posenc.LearnablePositionalEncoding, compiled=True), compiled=True
+        ),
     },
     baseline="reference",
     bytes_moved=_add_bytes,

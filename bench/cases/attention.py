@@ -140,7 +140,7 @@ SHAW_ATTENTION = _case(
             note="tutorial 3.6: no value term, (B,H,L,L,D) tensor",
         ),  # fmt: skip
         "reference": Impl(_impl(_shaw)),
-        "compiled": Impl(_impl(_shaw, compiled=True)),
+        "compiled": Impl(_impl(_shaw, compiled=True), compiled=True),
     },
 )
 
@@ -151,6 +151,6 @@ ROPE_ATTENTION = _case(
         "seed": Impl(_impl(_rope_seed), reference=_truth(_rope_seed), note="tutorial 4.8 RoPE"),
         "reference": Impl(_impl(_rope)),
         "sdpa": Impl(_impl(_rope, need_weights=False), note="F.scaled_dot_product_attention"),
-        "compiled": Impl(_impl(_rope, compiled=True)),
+        "compiled": Impl(_impl(_rope, compiled=True), compiled=True),
     },
 )

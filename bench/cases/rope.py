@@ -97,7 +97,7 @@ ROPE = Case(
         "seed": Impl(_seed, reference=_seed_truth, note="tutorial 4.5: not a rotation"),
         "reference": Impl(_reference),
         "reference_out": Impl(_reference_out, grad=False, note="out= preallocated"),
-        "compiled": Impl(_compiled),
+        "compiled": Impl(_compiled, compiled=True),
         "triton": Impl(_triton, devices=("cuda",)),
         "liger": Impl(_liger, devices=("cuda",), needs="liger_kernel"),
     },
@@ -164,7 +164,7 @@ ROPE_MODULE = Case(
         ),  # fmt: skip
         "reference": Impl(_module_impl(posenc.RoPEPositionalEncoding)),
         "reference_out": Impl(_module_out, grad=False, note="out= preallocated"),
-        "compiled": Impl(_module_compiled),
+        "compiled": Impl(_module_compiled, compiled=True),
         "triton": Impl(_module_impl(kernels.FusedRoPE), devices=("cuda",)),
     },
     baseline="reference",
