@@ -25,7 +25,7 @@ from bench.gate import gate
 from bench.memory import peak_bytes
 from bench.registry import Case, Impl, Point, as_tuple
 from bench.results import ResultsWriter, row_key
-from bench.timing import measure
+from bench.timing import l2_flusher, measure
 
 BYTES_FACTOR = {"forward": 1, "backward": 1, "forward+backward": 2}
 FLOPS_FACTOR = {"forward": 1, "backward": 2, "forward+backward": 3}
@@ -85,6 +85,7 @@ class Runner:
             raise FileExistsError(f"{self.out_dir}/results.csv has rows: pass resume=true")
         self.clock = Clock()
         self.calibration: dict[tuple[str, str], dict] = {}
+        self._flusher = None  # made on the first CUDA row
         self.done = 0
 
     # -- tasks ---------------------------------------------------------------------------------
@@ -213,6 +214,14 @@ class Runner:
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
+    def _flush(self, device):
+        """A cold-L2 flush before each CUDA sample (bench.timing.l2_flusher), made once."""
+        if device.type != "cuda":
+            return None
+        if self._flusher is None:
+            self._flusher = l2_flusher(device)
+        return self._flusher
+
     def _calibration(self, device, dtype) -> dict:
         key = (str(device), str(dtype))
         if self.do_calibrate and key not in self.calibration:
@@ -267,6 +276,7 @@ class Runner:
         t = measure(
             call,
             device,
+            before_each=self._flush(device),
             warmup_s=tm.warmup_s,
             min_reps=tm.min_reps,
             max_reps=tm.max_reps,

@@ -58,11 +58,13 @@ def measure(
     max_reps: int = 200,
     budget_s: float = 2.0,
     rel_spread: float | None = None,
+    before_each: Callable[[], object] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Timing:
     """Per-call times in ms after warm-up; stops at max_reps, when budget_s has passed, or (with
     rel_spread) once the samples' (p80 - p20) / p50 is at most rel_spread; never before min_reps.
-    On CUDA each call is bracketed by events on the stream."""
+    On CUDA each call is bracketed by events on the stream. before_each (untimed) runs before
+    every sample, e.g. an L2 flush (`l2_flusher`)."""
     device = torch.device(device)
     start = clock()
     while True:  # at least one call: compiles, allocator, caches
@@ -73,6 +75,8 @@ def measure(
     samples: list[float] = []
     deadline = clock() + budget_s
     while len(samples) < max_reps and (len(samples) < min_reps or clock() < deadline):
+        if before_each is not None:
+            before_each()
         samples.append(_time_once(fn, device, clock))
         n = len(samples)
         check = rel_spread is not None and n >= min_reps and n % 5 == 0
@@ -93,6 +97,16 @@ def _time_once(fn: Callable[[], object], device: torch.device, clock) -> float:
     t0 = clock()
     fn()
     return (clock() - t0) * 1e3
+
+
+def l2_flusher(device: torch.device) -> Callable[[], object] | None:
+    """On CUDA, a call that overwrites twice the L2 size so the next sample starts cold (the
+    events bracket only the timed call, so the flush is not counted); None on the CPU."""
+    if device.type != "cuda":
+        return None
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or (64 << 20)
+    buf = torch.empty(2 * l2 // 4, dtype=torch.float32, device=device)
+    return buf.zero_
 
 
 def measure_ratio(

@@ -75,3 +75,22 @@ def test_rel_spread_stops_early_once_samples_agree():
 def test_single_sample_quantiles():
     t = Timing((2.0,))
     assert t.p20 == t.p50 == t.p80 == 2.0
+
+
+def test_before_each_runs_untimed_before_every_sample():
+    clock = FakeClock([0.001] * 100 + [5.0] * 100)
+    order = []
+
+    def slow_flush():
+        order.append("flush")
+        clock.now += 5.0  # must not show up in the samples
+
+    def fn():
+        order.append("call")
+        clock.fn()
+
+    t = measure(
+        fn, warmup_s=0, min_reps=3, max_reps=3, budget_s=0, before_each=slow_flush, clock=clock
+    )
+    assert t.samples_ms == pytest.approx((1.0, 1.0, 1.0))
+    assert order == ["call", "flush", "call", "flush", "call", "flush", "call"]
