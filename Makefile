@@ -13,13 +13,15 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv test bench tutorial gpu-check lint format clean
+.PHONY: help venv test bench tutorial gpu-check regress regress-update lint format clean
 
 help:
 	@echo "make test    create/reuse $(VENV), install, run the whole test suite"
 	@echo "make bench   same set-up, then python -m bench (the default sweep; results/runs/)"
 	@echo "make tutorial  the standalone tutorial 5.2 study (bench.tutorial_5_2)"
 	@echo "make gpu-check  on a CUDA machine: kernel tests on the GPU, then kernel timings (results/gpu/)"
+	@echo "make regress  the CPU timing suite vs results/baselines/cpu.json (exit 1 on regression)"
+	@echo "make regress-update  re-measure the baseline (review the diff before committing it)"
 	@echo "make lint    ruff check + format check"
 	@echo "make clean   remove the venv, caches and scratch outputs (keeps committed results)"
 
@@ -48,6 +50,19 @@ tutorial: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+# The CPU timing gate (issue 6): the pytest-benchmark suite, then a comparison with the baseline.
+REGRESS_OUT ?= results/regress
+PERF_SUITE  := $(PY) -m pytest tests/perf/perf_suite.py --benchmark-only -q --benchmark-save-data
+
+regress: $(STAMP)
+	@mkdir -p $(REGRESS_OUT)
+	$(PERF_SUITE) --benchmark-json=$(REGRESS_OUT)/current.json
+	$(PY) -m bench.regress --baseline results/baselines/cpu.json --current $(REGRESS_OUT)/current.json --confirm
+
+regress-update: $(STAMP)
+	@mkdir -p results/baselines
+	$(PERF_SUITE) --benchmark-json=results/baselines/cpu.json
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
