@@ -14,7 +14,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from bench.cases import CASES
 from bench.config import DTYPES, Plan
-from bench.runner import Runner
+from bench.runner import timed_call
 
 
 def run(plan: Plan, cfg, out_dir: Path) -> None:
@@ -30,7 +30,7 @@ def run(plan: Plan, cfg, out_dir: Path) -> None:
     inputs = case.build(point, device, dtype)
     for name in case.grad_inputs:
         inputs[name].requires_grad_(mode != "forward")
-    call = Runner._timed_call(None, case.impls[impl_name].make(inputs), mode)
+    call = timed_call(case.impls[impl_name].make(inputs), mode)
     for _ in range(3):  # warm-up: compilation and allocator outside the trace
         call()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])

@@ -270,7 +270,7 @@ class Runner:
         note = impl.note
         if not passed:
             return {"status": "wrong", "max_abs_err": err, "message": f"{why}; {note}".strip("; ")}
-        call = self._timed_call(fn, mode)
+        call = timed_call(fn, mode)
         t0 = time.perf_counter()
         tm = self.timing
         t = measure(
@@ -314,26 +314,6 @@ class Runner:
             t_.grad = None
         return row
 
-    def _timed_call(self, fn, mode: str):
-        if mode == "forward":
-
-            def forward():
-                with torch.no_grad():
-                    return fn()
-
-            return forward
-        outs = [o for o in as_tuple(fn()) if o.requires_grad]
-        if not outs:
-            raise RuntimeError("no output requires grad: cannot time backward")
-        grads = [torch.randn_like(o) for o in outs]
-        if mode == "backward":  # the forward graph is built once, outside the timed region
-            return lambda: torch.autograd.backward(outs, grads, retain_graph=True)
-
-        def forward_backward():
-            torch.autograd.backward([o for o in as_tuple(fn()) if o.requires_grad], grads)
-
-        return forward_backward
-
     def _tutorial_ms(self, fn) -> float | None:
         """Section 5.2's way: wall clock around 100 calls, no warm-up, no device sync."""
         if not self.tutorial_timing:
@@ -343,6 +323,29 @@ class Runner:
             with torch.no_grad():
                 fn()
         return (time.time() - start) * 1000
+
+
+def timed_call(fn, mode: str):
+    """The zero-argument call that `mode` times: forward under no_grad; backward on a graph
+    built once here (outside the timed region); or forward then backward."""
+    if mode == "forward":
+
+        def forward():
+            with torch.no_grad():
+                return fn()
+
+        return forward
+    outs = [o for o in as_tuple(fn()) if o.requires_grad]
+    if not outs:
+        raise RuntimeError("no output requires grad: cannot time backward")
+    grads = [torch.randn_like(o) for o in outs]
+    if mode == "backward":  # the forward graph is built once, outside the timed region
+        return lambda: torch.autograd.backward(outs, grads, retain_graph=True)
+
+    def forward_backward():
+        torch.autograd.backward([o for o in as_tuple(fn()) if o.requires_grad], grads)
+
+    return forward_backward
 
 
 def _rows_checked(case: Case, point: Point, device) -> torch.Tensor | None:

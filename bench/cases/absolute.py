@@ -49,24 +49,24 @@ def _forward(cls, compiled: bool = False):
     return make
 
 
-SINUSOIDAL = Case(
-    name="sinusoidal",
-    level="encoder",
-    build=_build_sinusoidal,
-    reference=_sinusoidal_truth,
-    impls={
-        "seed": Impl(_forward(seed.SinusoidalPositionalEncoding), note="float32 angles"),
-        "reference": Impl(_forward(posenc.SinusoidalPositionalEncoding)),
-        "compiled": Impl(
-            _forward(posenc.SinusoidalPositionalEncoding, compiled=True), compiled=True
-        ),
-    },
-    baseline="reference",
-    bytes_moved=_add_bytes,
-    flops=_add_flops,
-    grad_inputs=("x",),
-    batched=("x",),
-)
+def _case(name, seed_cls, reference_cls, build, truth, seed_note=""):
+    """The two absolute encodings are declared alike: seed, reference, compiled reference."""
+    return Case(
+        name=name, level="encoder", build=build, reference=truth,
+        impls={
+            "seed": Impl(_forward(seed_cls), note=seed_note),
+            "reference": Impl(_forward(reference_cls)),
+            "compiled": Impl(_forward(reference_cls, compiled=True), compiled=True),
+        },
+        baseline="reference", bytes_moved=_add_bytes, flops=_add_flops, grad_inputs=("x",),
+        batched=("x",),
+    )  # fmt: skip
+
+
+SINUSOIDAL = _case(
+    "sinusoidal", seed.SinusoidalPositionalEncoding, posenc.SinusoidalPositionalEncoding,
+    _build_sinusoidal, _sinusoidal_truth, seed_note="float32 angles",
+)  # fmt: skip
 
 
 def _build_learnable(point: Point, device, dtype):
@@ -79,21 +79,7 @@ def _learnable_truth(inputs):
     return inputs["x"].double() + inputs["weight"].double()
 
 
-LEARNABLE = Case(
-    name="learnable",
-    level="encoder",
-    build=_build_learnable,
-    reference=_learnable_truth,
-    impls={
-        "seed": Impl(_forward(seed.LearnablePositionalEncoding)),
-        "reference": Impl(_forward(posenc.LearnablePositionalEncoding)),
-        "compiled": Impl(
-            _forward(posenc.LearnablePositionalEncoding, compiled=True), compiled=True
-        ),
-    },
-    baseline="reference",
-    bytes_moved=_add_bytes,
-    flops=_add_flops,
-    grad_inputs=("x",),
-    batched=("x",),
-)
+LEARNABLE = _case(
+    "learnable", seed.LearnablePositionalEncoding, posenc.LearnablePositionalEncoding,
+    _build_learnable, _learnable_truth,
+)  # fmt: skip

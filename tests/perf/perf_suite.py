@@ -19,7 +19,7 @@ import torch
 
 from bench.cases import CASES
 from bench.registry import Point
-from bench.runner import Runner
+from bench.runner import timed_call
 
 SUITE = "posenc-cpu-v1"  # bump when the points change: baselines of another suite are refused
 ROUNDS, WARMUP = 31, 5
@@ -42,7 +42,7 @@ def _call(case_name: str, mode: str, point: Point):
     for name in case.grad_inputs:
         inputs[name].requires_grad_(mode != "forward")
     fn = case.impls[POINTS[case_name][0]].make(inputs)
-    return Runner._timed_call(None, fn, mode), inputs
+    return timed_call(fn, mode), inputs
 
 
 def _quarter(point: Point) -> Point:
