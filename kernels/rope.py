@@ -9,8 +9,8 @@ their memory order (`layout="bhsd"` is a transposed view, a fused-qkv split is a
 nothing is made contiguous. cos/sin are (L_max, R/2) float32 rows indexed by position.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: torch.library.custom_op reads the launcher's
+# annotations as real types to infer the op schema, and Triton reads the constexpr ones.
 import os
 
 import torch
