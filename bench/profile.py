@@ -51,10 +51,11 @@ def run(plan: Plan, cfg, out_dir: Path) -> None:
 
 def _triton_kernels() -> str:
     """Registers, spills and warps of every compiled Triton kernel of the `kernels` package."""
+    import kernels.relbias
     import kernels.rope
 
     lines = ["| kernel | registers | spills | warps | shared bytes |", "|---|---|---|---|---|"]
-    for fn in (kernels.rope._rope_kernel,):
+    for fn in (kernels.rope._rope_kernel, kernels.relbias._relbias_fwd_kernel):
         for caches in getattr(fn, "device_caches", {}).values():
             for compiled in caches[0].values():
                 meta = compiled.metadata

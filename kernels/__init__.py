@@ -5,6 +5,7 @@ kernels from `tests/`, and `bench/` measures both. On a CPU the kernels run unde
 interpreter (TRITON_INTERPRET=1, set before triton is imported).
 """
 
+from kernels.relbias import relative_attention
 from kernels.rope import FusedRoPE, apply_rope
 
-__all__ = ["FusedRoPE", "apply_rope"]
+__all__ = ["FusedRoPE", "apply_rope", "relative_attention"]

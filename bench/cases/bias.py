@@ -56,6 +56,31 @@ def _flex(score_mod_of):
     return make
 
 
+def _triton(kwargs_of):
+    def make(inputs):
+        import kernels
+
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        kwargs = kwargs_of(inputs["bias"])
+        return lambda: kernels.relative_attention(q, k, v, **kwargs)
+
+    return make
+
+
+def _alibi_kwargs(module):
+    return {"alibi_slopes": module.slopes}
+
+
+def _t5_kwargs(module):
+    table = module.relative_attention_bias.weight.detach()
+    return {
+        "t5_table": table,
+        "t5_num_buckets": module.num_buckets,
+        "t5_max_distance": module.max_distance,
+        "t5_bidirectional": module.bidirectional,
+    }
+
+
 def _alibi_mod(module, q_len, k_len):
     slopes = module.slopes
 
@@ -84,18 +109,22 @@ def _flops(point: Point) -> int:
     return 4 * point.batch * point.seq_len * point.seq_len * point.d_model
 
 
-def _case(name, factory, score_mod_of):
+def _case(name, factory, score_mod_of, kwargs_of):
     return Case(
         name=name, level="attention", build=_build(factory), reference=_truth,
         impls={
             "reference": Impl(_reference),
             "sdpa": Impl(_sdpa, note="bias materialized as attn_mask"),
             "flex": Impl(_flex(score_mod_of), note="torch.compile(flex_attention)", compiled=True),
+            "triton": Impl(_triton(kwargs_of), devices=("cuda",), grad=False,
+                           note="kernels.relbias, forward only so far"),
         },
         baseline="reference", bytes_moved=_bytes, flops=_flops, grad_inputs=("q", "k", "v"),
         batched=("q", "k", "v"),
     )  # fmt: skip
 
 
-ALIBI_ATTENTION = _case("alibi_attention", posenc.ALiBi, _alibi_mod)
-T5_ATTENTION = _case("t5_attention", lambda h: posenc.T5RelativeBias(h, 32, 128), _t5_mod)
+ALIBI_ATTENTION = _case("alibi_attention", posenc.ALiBi, _alibi_mod, _alibi_kwargs)
+T5_ATTENTION = _case(
+    "t5_attention", lambda h: posenc.T5RelativeBias(h, 32, 128), _t5_mod, _t5_kwargs
+)
