@@ -54,6 +54,32 @@ def test_forward_matches_reference(case, dtype):
     assert_close(got.cpu().double(), want.double(), atol=TOL[dtype], rtol=TOL[dtype])
 
 
+SHAW_KV = [  # (B, H, Lq, Lk, D, K, causal, with value term)
+    (1, 2, 21, 21, 32, 3, False, True),
+    (2, 1, 9, 30, 32, 5, False, True),
+    (1, 2, 19, 19, 64, 4, True, True),
+    (1, 1, 17, 17, 32, 40, False, False),  # K beyond the lengths: every offset its own bucket
+]
+
+
+@pytest.mark.parametrize("dtype", list(TOL), ids=str)
+@pytest.mark.parametrize(
+    "case", SHAW_KV, ids=lambda c: f"K{c[5]}-{'causal' if c[6] else 'full'}-{'kv' if c[7] else 'k'}"
+)
+def test_shaw_key_and_value_terms(case, dtype):
+    b, h, lq, lk, d, clip, causal, value = case
+    q = torch.randn(b, h, lq, d).to(dtype)
+    k, v = (torch.randn(b, h, lk, d).to(dtype) for _ in range(2))
+    emb_k, emb_v = torch.randn(2, 2 * clip + 1, d)
+    mask = torch.ones(lq, lk, dtype=torch.bool).tril() if causal else None
+    want, _ = F.shaw_attention(q.double(), k.double(), v.double(), emb_k.double(),
+                               emb_v.double() if value else None, clip, mask=mask)  # fmt: skip
+    args = [t.to(DEVICE) for t in (q, k, v)]
+    shaw_v = emb_v.to(DEVICE) if value else None
+    got = relbias.relative_attention(*args, shaw_k=emb_k.to(DEVICE), shaw_v=shaw_v, causal=causal)
+    assert_close(got.cpu().double(), want, atol=TOL[dtype] * 2, rtol=TOL[dtype])
+
+
 def test_strided_inputs_are_read_in_place():
     x = torch.randn(1, 11, 3, 2, 32)  # (B, L, 3, H, D): a fused qkv projection
     q, k, v = (x[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, L, D) strided views
@@ -87,6 +113,10 @@ BAD = [
     ("causal lengths", _ra(q4, k6, k6, alibi_slopes=ones(2), causal=True), ValueError, "causal"),
     ("device", _ra(q4, q4, q4, alibi_slopes=ones(2).to("meta")), ValueError,
      "alibi_slopes is on meta"),
+    ("shaw_v alone", _ra(q4, q4, q4, shaw_v=ones(3, 8)), ValueError, "shaw_v needs shaw_k"),
+    ("shaw_k shape", _ra(q4, q4, q4, shaw_k=ones(3, 4)), ValueError, "shaw_k must be"),
+    ("shaw_v shape", _ra(q4, q4, q4, shaw_k=ones(3, 8), shaw_v=ones(5, 8)), ValueError,
+     "shaw_v must be"),
 ]  # fmt: skip
 
 
