@@ -179,12 +179,21 @@ def relative_attention(
     shaw_k (2K + 1, D) and optional shaw_v (2K + 1, D), shared by all heads (Shaw et al.):
       logits scale q_i . (k_j + shaw_k[clip(j - i) + K]), output sum_j a_ij (v_j + shaw_v[...]).
     causal masks j > i.
+    Forward only: inputs that require grad raise NotImplementedError (no silent detach).
     """
     families = (("alibi_slopes", alibi_slopes), ("t5_table", t5_table),
                 ("shaw_bias", shaw_bias), ("shaw_k", shaw_k))  # fmt: skip
     given = [name for name, t in families if t is not None]
     if shaw_v is not None and shaw_k is None:
         raise ValueError("shaw_v needs shaw_k (Shaw's value term comes with the key term)")
+    if torch.is_grad_enabled() and any(
+        isinstance(t, Tensor) and t.requires_grad
+        for t in (q, k, v, alibi_slopes, t5_table, shaw_bias, shaw_k, shaw_v)
+    ):
+        raise NotImplementedError(
+            "kernels.relative_attention has no backward yet (issue 4): call it under "
+            "torch.no_grad(), or use posenc.functional.relative_attention for training"
+        )
     if len(given) != 1:
         raise ValueError(
             f"pass exactly one of alibi_slopes, t5_table, shaw_bias, shaw_k; got {given}"

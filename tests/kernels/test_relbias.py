@@ -124,3 +124,11 @@ BAD = [
 def test_bad_input_names_the_argument(call, exc, text):
     with pytest.raises(exc, match=text):
         call()
+
+
+def test_no_silent_detach_when_gradients_are_needed():
+    q = torch.randn(1, 2, 5, 8, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="no backward"):
+        relbias.relative_attention(q, q.detach(), q.detach(), alibi_slopes=torch.ones(2))
+    with torch.no_grad():
+        relbias.relative_attention(q, q, q, alibi_slopes=torch.ones(2))  # fine without grad
