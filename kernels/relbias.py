@@ -240,7 +240,10 @@ def relative_attention(
     if bias == SHAW_KV:  # the key term's (B, H, Lq, 2K + 1) table: O(L K), not O(L^2)
         relk = torch.matmul(q.float() * scale, table.t()).contiguous()
         ev = shaw_v.float() if shaw_v is not None else table
-    block_m = block_n = 16 if _interpreting() else 64
+    has_value = bias == SHAW_KV and shaw_v is not None
+    # The value term's one-hot is (BLOCK_M, BLOCK_N, NB) per tile: small tiles keep it in
+    # registers. The interpreter runs fastest with small tiles too.
+    block_m = block_n = 16 if _interpreting() or has_value else 64
     dummy = table  # pointers of the unused families: never read (constexpr branches)
     t5 = table if bias == T5 else dummy
     shaw = table if bias == SHAW else dummy
@@ -255,7 +258,7 @@ def relative_attention(
         heads, lq, k.shape[2], d, scale,
         BIAS=bias, CAUSAL=causal, T5_BIDIRECTIONAL=t5_bidirectional, T5_BUCKETS=t5_num_buckets,
         T5_MAX_DISTANCE=t5_max_distance, SHAW_K=(n_rel - 1) // 2,
-        HAS_VALUE=bias == SHAW_KV and shaw_v is not None,
+        HAS_VALUE=has_value,
         NB=max(16, triton.next_power_of_2(n_rel)),
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, triton.next_power_of_2(d)),
     )  # fmt: skip
