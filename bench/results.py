@@ -67,7 +67,8 @@ def _git_sha() -> str:
         return "unknown"
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (platform's answer elsewhere)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -81,7 +82,7 @@ def _cpu_model() -> str:
 def environment() -> dict:
     """Where the run happened: devices, versions, threads, git sha."""
     env = {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),

@@ -27,6 +27,7 @@ import torch
 
 import posenc
 from bench.memory import peak_bytes
+from bench.results import cpu_model
 from bench.timing import measure, measure_ratio
 from posenc import functional as F
 from posenc import seed
@@ -253,15 +254,6 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
-        return names[0] if names else platform.machine()
-    except OSError:
-        return platform.processor() or platform.machine()
-
-
 def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
@@ -283,7 +275,7 @@ def main(argv: list[str] | None = None) -> Path:
     torch.manual_seed(0)
     env = dict(
         device_name=torch.cuda.get_device_name(device) if device.type == "cuda"
-        else _cpu_name(),
+        else cpu_model(),
         threads=torch.get_num_threads(), torch=torch.__version__,
         python=platform.python_version(), timestamp=stamp,
     )  # fmt: skip
