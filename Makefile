@@ -53,12 +53,15 @@ bench: $(STAMP)
 
 # The CPU timing gate (issue 6): the pytest-benchmark suite, then a comparison with the baseline.
 REGRESS_OUT ?= results/regress
+# 15%, not the tool's 25% default: the normalized noise measured here stays under 8% (README).
+REGRESS_THRESHOLD ?= 0.15
 PERF_SUITE  := $(PY) -m pytest tests/perf/perf_suite.py --benchmark-only -q --benchmark-save-data
 
 regress: $(STAMP)
 	@mkdir -p $(REGRESS_OUT)
 	$(PERF_SUITE) --benchmark-json=$(REGRESS_OUT)/current.json
-	$(PY) -m bench.regress --baseline results/baselines/cpu.json --current $(REGRESS_OUT)/current.json --confirm
+	$(PY) -m bench.regress --baseline results/baselines/cpu.json --current $(REGRESS_OUT)/current.json --confirm \
+		--default-threshold $(REGRESS_THRESHOLD)
 
 regress-update: $(STAMP)
 	@mkdir -p results/baselines

@@ -12,7 +12,7 @@ BASE=${BASE:-results/baselines/cpu.json}
 OUT=$(mktemp -d)
 suite() { $PY -m pytest tests/perf/perf_suite.py --benchmark-only -q --benchmark-save-data \
           --benchmark-json="$OUT/cur.json" "$@" > /dev/null 2>&1; }
-gate() { $PY -m bench.regress --baseline "$BASE" --current "$OUT/cur.json" --confirm "$@" > "$OUT/gate.txt" 2>&1; echo $?; }
+gate() { $PY -m bench.regress --baseline "$BASE" --current "$OUT/cur.json" --confirm --default-threshold "${THRESHOLD:-0.15}" "$@" > "$OUT/gate.txt" 2>&1; echo $?; }
 for condition in ${CONDITIONS:-unchanged slowdown loaded}; do
     alarms=0
     for i in $(seq "$N"); do
@@ -24,7 +24,12 @@ for condition in ${CONDITIONS:-unchanged slowdown loaded}; do
                        suite; kill "$hog"; wait "$hog" 2>/dev/null; rc=$(gate) ;;
         esac
         [ "$rc" = 1 ] && alarms=$((alarms + 1))
-        echo "$condition $i rc=$rc $(grep -c '| regression |' "$OUT/gate.txt") rows flagged"
+        flagged=$(grep -c '| regression |' "$OUT/gate.txt")
+        # columns of the first table: raw change ($5), normalized change ($6)
+        spread=$(awk -F'|' '/^\| [a-z0-9_]+-/ && !seen[$2]++ {gsub(/[ %+]/, "", $5); gsub(/[ %+]/, "", $6);
+                 r = ($5 < 0 ? -$5 : $5); n = ($6 < 0 ? -$6 : $6); if (r > mr) mr = r; if (n > mn) mn = n}
+                 END {printf "max |raw change| %.1f%%, max |normalized change| %.1f%%", mr, mn}' "$OUT/gate.txt")
+        echo "$condition $i rc=$rc $flagged rows flagged; $spread"
     done
     echo "== $condition: $alarms of $N comparisons raised an alarm"
 done
