@@ -1,10 +1,13 @@
-"""`make gpu-check`: the kernel tests on the GPU, then the RoPE kernel timed against its peers.
+"""`make gpu-check`: the kernel tests on the GPU, then both kernels timed against their peers.
 
 On any CUDA machine: (1) runs `pytest tests/kernels` (the same tests CI runs under the
 interpreter, now on the GPU); (2) times forward and forward+backward of the fused Triton RoPE
 against the eager `posenc` reference, `torch.compile` of it, Liger-Kernel's RoPE when installed,
 and a device-to-device copy of the same bytes, all in one run, with inputs rotated so that every
-call starts with a cold L2; (3) writes rope.csv and rope.md under results/gpu/<run>/.
+call starts with a cold L2; (3) times the relative-bias attention kernel against SDPA with a
+materialized bias, FlexAttention and SDPA without bias (bench/gpu_attention.py); (4) writes
+rope.csv/rope.md and attention.csv/attention.md under results/gpu/<run>/, each CSV rewritten
+after every shape so that an interrupted run keeps what it measured.
 
 `--smoke` runs a tiny shape on whatever device there is (the CPU under TRITON_INTERPRET=1), to
 test this script itself; its numbers mean nothing.
@@ -27,6 +30,7 @@ from pathlib import Path
 import torch
 
 import kernels
+from bench import gpu_attention
 from bench.memory import peak_bytes
 from bench.timing import measure
 from posenc import functional as F
@@ -225,17 +229,41 @@ def run_kernel_tests() -> str:
     return ("passed: " if proc.returncode == 0 else "FAILED: ") + tail
 
 
+def _run(shapes, rows_of, fields, path: Path, device, args) -> list[dict]:
+    rows = []
+    for shape in shapes:
+        rows += rows_of(shape, device, torch.bfloat16, args.budget_s, args.smoke)
+        with open(path, "w", newline="") as f:  # rewritten after each shape
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _write_md(path: Path, text: str) -> None:
+    path.write_text(text)
+    print(text)
+    print(f"wrote {path} and {path.with_suffix('.csv').name}")
+
+
 def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny shape, any device, no tests")
     parser.add_argument("--out", type=Path, default=None, help="run directory (must not exist)")
-    parser.add_argument("--budget-s", type=float, default=2.0, help="timing budget per impl")
+    parser.add_argument("--budget-s", type=float, default=1.0, help="timing budget per impl")
+    parser.add_argument("--parts", default="rope,attention",
+                        help="comma-separated: rope, attention (default both)")  # fmt: skip
     args = parser.parse_args(argv)
     cuda = torch.cuda.is_available()
     if not cuda and not args.smoke:
         parser.error("no CUDA device: run on a GPU machine, or pass --smoke to test the script")
     if not cuda and os.environ.get("TRITON_INTERPRET") != "1":
         parser.error("--smoke on the CPU needs TRITON_INTERPRET=1 set before Python starts")
+    parts = set(args.parts.split(","))
+    if not parts <= {"rope", "attention"}:
+        parser.error(f"--parts: expected rope and/or attention, got {args.parts!r}")
     device = torch.device("cuda" if cuda else "cpu")
     name = torch.cuda.get_device_name(device).replace(" ", "_") if cuda else "cpu"
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -243,17 +271,17 @@ def main(argv: list[str] | None = None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=False)  # never overwrite an earlier run
     tests = "not run (--smoke)" if args.smoke else run_kernel_tests()
     torch.manual_seed(0)
-    rows = []
-    for shape in SMOKE if args.smoke else LLAMA:
-        rows += rope_rows(shape, device, torch.bfloat16, args.budget_s, args.smoke)
-        with open(out_dir / "rope.csv", "w", newline="") as f:  # rewritten after each shape
-            writer = csv.DictWriter(f, fieldnames=FIELDS)
-            writer.writeheader()
-            writer.writerows(rows)
-    text = markdown(rows, tests)
-    (out_dir / "rope.md").write_text(text)
-    print(text)
-    print(f"wrote {out_dir}/rope.csv and rope.md")
+    if "rope" in parts:
+        shapes = SMOKE if args.smoke else LLAMA
+        rows = _run(shapes, rope_rows, FIELDS, out_dir / "rope.csv", device, args)
+        _write_md(out_dir / "rope.md", markdown(rows, tests))
+    if "attention" in parts:
+        shapes = gpu_attention.SMOKE if args.smoke else gpu_attention.SHAPES
+        rows = _run(shapes, gpu_attention.attention_rows, gpu_attention.FIELDS,
+                    out_dir / "attention.csv", device, args)  # fmt: skip
+        _write_md(
+            out_dir / "attention.md", f"Kernel tests: {tests}\n\n" + gpu_attention.markdown(rows)
+        )
     return out_dir
 
 

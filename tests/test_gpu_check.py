@@ -17,6 +17,31 @@ def test_smoke_run_writes_csv_and_markdown(tmp_path):
         assert float(by[("triton", mode)]["max_abs_err"]) < 0.05
         assert float(by[("triton", mode)]["gbps"]) > 0
     assert "| forward | triton |" in (out / "rope.md").read_text()
+    with open(out / "attention.csv") as f:
+        rows = list(csv.DictReader(f))
+    by = {(r["case"], r["impl"], r["mode"], r["causal"]): r for r in rows}
+    for case in ("alibi_attention", "t5_attention", "shaw_attention"):
+        for mode in ("forward", "forward+backward"):
+            for causal in ("False", "True"):
+                row = by[(case, "triton", mode, causal)]
+                assert row["status"] == "ok", row
+                assert float(row["max_abs_err"]) < 0.04 and float(row["tflops"]) > 0
+    assert by[("alibi_attention", "sdpa_bias", "forward", "True")]["status"] == "ok"
+    assert by[("shaw_attention", "eager", "forward", "False")]["status"] == "ok"
+    assert (
+        "| shaw_attention | True | forward+backward | triton |"
+        in (out / "attention.md").read_text()
+    )
+
+
+def test_unknown_part_is_refused(tmp_path, capsys):
+    try:
+        gpu_check.main(["--smoke", "--out", str(tmp_path / "run"), "--parts", "rope,flash"])
+    except SystemExit as exc:
+        assert exc.code == 2 and "--parts" in capsys.readouterr().err
+        assert not (tmp_path / "run").exists()
+        return
+    raise AssertionError("an unknown part was accepted")
 
 
 def test_refuses_to_overwrite_a_run(tmp_path):

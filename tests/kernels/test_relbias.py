@@ -1,8 +1,10 @@
-"""kernels.relbias (forward) against posenc.functional.relative_attention in float64.
+"""kernels.relbias (forward and backward) against posenc.functional.relative_attention in float64.
 
 bfloat16 runs on the CPU interpreter safely because the kernel upcasts dot operands to float32
 (Triton 3.9's interpreter computes bfloat16 tl.dot wrongly).
 """
+
+import copy
 
 import pytest
 import torch
@@ -59,6 +61,7 @@ SHAW_KV = [  # (B, H, Lq, Lk, D, K, causal, with value term)
     (2, 1, 9, 30, 32, 5, False, True),
     (1, 2, 19, 19, 64, 4, True, True),
     (1, 1, 17, 17, 32, 40, False, False),  # K beyond the lengths: every offset its own bucket
+    (1, 1, 50, 50, 32, 2, False, True),  # most 16 x 16 tiles lie beyond the clip: one bucket
 ]
 
 
@@ -126,9 +129,104 @@ def test_bad_input_names_the_argument(call, exc, text):
         call()
 
 
-def test_no_silent_detach_when_gradients_are_needed():
-    q = torch.randn(1, 2, 5, 8, requires_grad=True)
-    with pytest.raises(NotImplementedError, match="no backward"):
-        relbias.relative_attention(q, q.detach(), q.detach(), alibi_slopes=torch.ones(2))
-    with torch.no_grad():
-        relbias.relative_attention(q, q, q, alibi_slopes=torch.ones(2))  # fine without grad
+# Backward: gradients of q, k, v and of the bias table against float64 autograd through the
+# posenc reference. Low-precision gradients are compared relative to their largest entry.
+GRAD_TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 6e-2}
+
+
+def _assert_grad_close(got, want, dtype, name):
+    bound = GRAD_TOL[dtype] * max(1.0, want.abs().max().item())
+    assert got is not None, f"no gradient for {name}"
+    assert_close(got.cpu().double(), want, atol=bound, rtol=GRAD_TOL[dtype], msg=name)
+
+
+def _leaf(t, dtype=None):
+    return t.detach().to(dtype or t.dtype).requires_grad_()
+
+
+@pytest.mark.parametrize("dtype", list(TOL), ids=str)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{'causal' if c[6] else 'full'}")
+def test_backward_matches_reference(case, dtype):
+    family, b, h, lq, lk, d, causal = case
+    q, k, v = (torch.randn(b, h, n, d).to(dtype) for n in (lq, lk, lk))
+    module, kwargs = _family(family, h)
+    name = next(n for n in kwargs if n in ("alibi_slopes", "t5_table", "shaw_bias"))
+    table = kwargs[name].detach().float() + 0.1 * torch.randn(kwargs[name].shape)
+    ref = copy.deepcopy(module).double()
+    ref_table = torch.nn.Parameter(table.double())  # the float64 reference's own leaf
+    if family == "t5":
+        ref.relative_attention_bias.weight = ref_table
+    else:  # ALiBi's slopes buffer becomes a parameter; Shaw's table is one
+        setattr(ref, "slopes" if family == "alibi" else "table", ref_table)
+    want_leaves = [*(_leaf(t, torch.float64) for t in (q, k, v)), ref_table]
+    out = F.relative_attention(*want_leaves[:3], bias=ref, causal=causal)
+    grad_out = torch.randn(out.shape, dtype=torch.float64)
+    want = torch.autograd.grad(out, want_leaves, grad_out)
+    leaves = [_leaf(t.to(DEVICE)) for t in (q, k, v, table)]
+    got_out = relbias.relative_attention(*leaves[:3], causal=causal,
+                                         **{**kwargs, name: leaves[3]})  # fmt: skip
+    got = torch.autograd.grad(got_out, leaves, grad_out.to(DEVICE, dtype))
+    for label, g, w in zip(("dq", "dk", "dv", "d" + name), got, want, strict=True):
+        assert g.dtype == (dtype if label != "d" + name else torch.float32)
+        _assert_grad_close(g, w, dtype, label)
+
+
+@pytest.mark.parametrize("dtype", list(TOL), ids=str)
+@pytest.mark.parametrize(
+    "case", SHAW_KV, ids=lambda c: f"K{c[5]}-{'causal' if c[6] else 'full'}-{'kv' if c[7] else 'k'}"
+)
+def test_shaw_key_and_value_backward(case, dtype):
+    b, h, lq, lk, d, clip, causal, value = case
+    q, k, v = (torch.randn(b, h, n, d).to(dtype) for n in (lq, lk, lk))
+    emb_k, emb_v = torch.randn(2, 2 * clip + 1, d)
+    mask = torch.ones(lq, lk, dtype=torch.bool).tril() if causal else None
+    inputs = [q, k, v, emb_k] + ([emb_v] if value else [])
+    want_leaves = [_leaf(t, torch.float64) for t in inputs]
+    out, _ = F.shaw_attention(*want_leaves[:4], want_leaves[4] if value else None, clip, mask=mask)
+    grad_out = torch.randn(out.shape, dtype=torch.float64)
+    want = torch.autograd.grad(out, want_leaves, grad_out)
+    leaves = [_leaf(t.to(DEVICE)) for t in inputs]
+    got_out = relbias.relative_attention(*leaves[:3], shaw_k=leaves[3], causal=causal,
+                                         shaw_v=leaves[4] if value else None)  # fmt: skip
+    got = torch.autograd.grad(got_out, leaves, grad_out.to(DEVICE, dtype))
+    labels = ("dq", "dk", "dv", "dshaw_k", "dshaw_v")[: len(inputs)]
+    for label, g, w in zip(labels, got, want, strict=True):
+        _assert_grad_close(g, w, dtype, label)
+
+
+def test_table_gradient_is_deterministic():
+    """Per-program partial sums reduced on the host, no atomics: the same bits every time."""
+    q, k, v = (torch.randn(2, 2, 37, 32) for _ in range(3))
+    table = torch.randn(16, 2, requires_grad=True)
+    grads = []
+    for _ in range(2):
+        out = relbias.relative_attention(q, k, v, t5_table=table, t5_num_buckets=16,
+                                         t5_max_distance=32)  # fmt: skip
+        (grad,) = torch.autograd.grad(out.sum(), table)
+        grads.append(grad)
+    assert torch.equal(grads[0], grads[1]) and grads[0].abs().sum() > 0
+
+
+@pytest.mark.parametrize("family", ["t5", "shaw_kv"])
+def test_memory_grows_linearly_with_length(family):
+    """Peak bytes of torch storage the call allocates (bench.memory.peak_bytes: the CUDA
+    allocator on a GPU, a dispatch-mode tally on the CPU), forward and backward, at L and 2L:
+    doubling L must about double it (an (L x L) tensor anywhere would quadruple its share)."""
+    from bench.memory import peak_bytes
+
+    def peak(n):
+        q, k, v = (torch.randn(1, 2, n, 16, device=DEVICE, requires_grad=True) for _ in range(3))
+        if family == "t5":
+            kwargs = {"t5_table": torch.randn(16, 2, device=DEVICE, requires_grad=True),
+                      "t5_num_buckets": 16, "t5_max_distance": 32}  # fmt: skip
+        else:
+            kwargs = {"shaw_k": torch.randn(9, 16, device=DEVICE, requires_grad=True),
+                      "shaw_v": torch.randn(9, 16, device=DEVICE, requires_grad=True)}  # fmt: skip
+
+        def call():
+            relbias.relative_attention(q, k, v, **kwargs).sum().backward()
+
+        return peak_bytes(call, DEVICE)
+
+    small, large = peak(32), peak(64)
+    assert small > 0 and large <= 2.2 * small, (small, large)
