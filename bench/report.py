@@ -204,6 +204,7 @@ def main(argv: list[str] | None = None) -> Path:
             parser.error("--compare takes exactly two run directories")
         out = Path(args.out or args.dirs[1])
         text = compare(*args.dirs)
+        out.mkdir(parents=True, exist_ok=True)
         (out / "compare.md").write_text(text)
         print(text)
         return out

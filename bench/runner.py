@@ -307,8 +307,12 @@ class Runner:
             peak_mem_bytes=peak,
             max_abs_err=err,
             status="ok",
-            message=note if impl.reference is None else f"own semantics: {note}",
-        )
+            message="; ".join(m for m in (
+                "" if impl.reference is None else "own semantics",
+                note,
+                "timed via CUDA graph (warm L2)" if t.method == "cuda_graph" else "",
+            ) if m),
+        )  # fmt: skip
         for t_ in leaves.values():
             t_.requires_grad_(False)
             t_.grad = None

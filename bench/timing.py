@@ -12,10 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
+GRAPH_BELOW_MS = 0.01  # CUDA calls shorter than 10 us are timed through a CUDA graph
+
 
 @dataclass(frozen=True)
 class Timing:
     samples_ms: tuple[float, ...]
+    method: str = "host"  # "host" (perf_counter), "events" (CUDA events), "cuda_graph"
 
     @property
     def n(self) -> int:
@@ -60,11 +63,18 @@ def measure(
     rel_spread: float | None = None,
     before_each: Callable[[], object] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    graph_below_ms: float | None = GRAPH_BELOW_MS,
 ) -> Timing:
     """Per-call times in ms after warm-up; stops at max_reps, when budget_s has passed, or (with
     rel_spread) once the samples' (p80 - p20) / p50 is at most rel_spread; never before min_reps.
     On CUDA each call is bracketed by events on the stream. before_each (untimed) runs before
-    every sample, e.g. an L2 flush (`l2_flusher`)."""
+    every sample, e.g. an L2 flush (`l2_flusher`).
+
+    On CUDA, a call whose event-timed median is below graph_below_ms (None: never) is timed
+    through a CUDA graph instead: events around a launch overhead of several us would measure the
+    launch, not the kernel. Each sample is then one replay of a graph of back-to-back calls,
+    divided by their count (so L2 is warm within a replay; before_each runs once per replay).
+    A call that cannot be captured (host syncs, CPU work) keeps its event timing."""
     device = torch.device(device)
     start = clock()
     while True:  # at least one call: compiles, allocator, caches
@@ -72,17 +82,47 @@ def measure(
         _sync(device)
         if clock() - start >= warmup_s:
             break
+    method, calls, timed = "host", 1, fn
+    if device.type == "cuda":
+        method = "events"
+        probe = statistics.median(_time_once(fn, device, clock) for _ in range(5))
+        if graph_below_ms is not None and probe < graph_below_ms:
+            calls = max(1, min(1000, round(0.5 / max(probe, 1e-4))))  # ~0.5 ms per replay
+            replay = _graphed(fn, device, calls)
+            if replay is not None:
+                method, timed = "cuda_graph", replay
+            else:
+                calls = 1
     samples: list[float] = []
     deadline = clock() + budget_s
     while len(samples) < max_reps and (len(samples) < min_reps or clock() < deadline):
         if before_each is not None:
             before_each()
-        samples.append(_time_once(fn, device, clock))
+        samples.append(_time_once(timed, device, clock) / calls)
         n = len(samples)
         check = rel_spread is not None and n >= min_reps and n % 5 == 0
         if check and Timing(tuple(samples)).spread <= rel_spread:
             break
-    return Timing(tuple(samples))
+    return Timing(tuple(samples), method)
+
+
+def _graphed(fn: Callable[[], object], device: torch.device, calls: int):
+    """graph.replay for `calls` back-to-back calls of fn captured in one CUDA graph (warmed up
+    on a side stream first, as capture requires), or None when fn cannot be captured."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    except Exception:  # not capturable: a host sync, an allocation pattern, CPU work
+        torch.cuda.synchronize(device)
+        return None
+    return graph.replay
 
 
 def _time_once(fn: Callable[[], object], device: torch.device, clock) -> float:

@@ -1,6 +1,7 @@
 """bench.timing with a fake clock: warm-up by time, repeat limits, quantiles."""
 
 import pytest
+import torch
 
 from bench.timing import Timing, measure
 
@@ -94,3 +95,19 @@ def test_before_each_runs_untimed_before_every_sample():
     )
     assert t.samples_ms == pytest.approx((1.0, 1.0, 1.0))
     assert order == ["call", "flush", "call", "flush", "call", "flush", "call"]
+
+
+def test_cpu_timing_is_host_clock():
+    assert measure(lambda: None, warmup_s=0, min_reps=3, max_reps=3).method == "host"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU (gpu-check)")
+def test_short_cuda_calls_are_timed_through_a_graph():
+    x = torch.ones(16, device="cuda")
+    tiny = measure(lambda: x.mul_(1.0), "cuda", warmup_s=0.05, min_reps=5, budget_s=0.05)
+    assert tiny.method == "cuda_graph" and 0 < tiny.p50 < 0.01
+    synced = measure(lambda: x.sum().item(), "cuda", warmup_s=0.05, min_reps=5, budget_s=0.05)
+    assert synced.method == "events"  # a host sync cannot be captured: events instead
+    big = torch.ones(1 << 26, device="cuda")
+    long = measure(lambda: big.mul_(1.0), "cuda", warmup_s=0.05, min_reps=5, budget_s=0.05)
+    assert long.method == "events"

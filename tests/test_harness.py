@@ -141,3 +141,15 @@ def test_report_from_a_saved_run_and_a_merge(tmp_path, monkeypatch):
     with open(out / "merged.csv") as f:
         assert len(list(csv.DictReader(f))) == 2 * 2 * 2 + 2 * 2  # both runs, every row
     assert (out / "time_vs_seq_len_forward_float32.png").exists()
+
+
+def test_report_compare_two_runs_into_a_new_directory(tmp_path, monkeypatch, capsys):
+    case = _toy_case({"good": Impl(lambda i: lambda: 2 * i["x"])})
+    monkeypatch.setitem(report.CASES, "toy", case)
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run in runs:
+        run.mkdir()
+        _run(run, case, monkeypatch, points=(Point(1, 8, 4, 2),), modes=("forward",))
+    out = report.main([*map(str, runs), "--compare", "--out", str(tmp_path / "new" / "cmp")])
+    text = (out / "compare.md").read_text()
+    assert "1 rows in common" in text and "| toy | good | forward |" in text
