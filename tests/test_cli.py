@@ -2,6 +2,7 @@
 submitit_local launchers) aggregated at its end, profiling, and CUDA asked for on a CPU box."""
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -40,6 +41,8 @@ def test_single_run_writes_results_env_report_and_plots(tmp_path):
     for name in ("env.json", "report.md", "merged.csv", "config.yaml", "timing_summary.json"):
         assert (out / name).exists(), name
     assert "harness overhead" in proc.stdout
+    env = json.loads((out / "env.json").read_text())
+    assert env["torch_threads"] >= 1 and "thp_mem_alloc_enable" in env and env["cpu"]
 
 
 @pytest.mark.parametrize(
