@@ -1,8 +1,10 @@
 """`python -m bench profile=true cases=<case> impls=<impl> ...`: profile one point.
 
 Takes the first point, dtype, device and mode of the plan and the first selected case and impl;
-writes a Chrome/Perfetto trace (trace.json), a top-operators table (top_ops.md), and for Triton
-kernels on CUDA their registers, spills and warps (kernels.md).
+writes a Chrome/Perfetto trace (trace.json), a top-operators table (top_ops.md), and on CUDA
+kernels.md: every GPU kernel launch in the trace with its grid, block, registers per thread and
+shared memory (as the profiler recorded them), then the registers, spills and warps of each
+compiled Triton kernel of the `kernels` package.
 """
 
 from __future__ import annotations
@@ -45,8 +47,29 @@ def run(plan: Plan, cfg, out_dir: Path) -> None:
     table = prof.key_averages().table(sort_by=sort, row_limit=25)
     (out_dir / "top_ops.md").write_text(f"# {title}\n\n```\n{table}\n```\n")
     if device.type == "cuda":
-        (out_dir / "kernels.md").write_text(_triton_kernels())
+        launches = kernel_launches(out_dir / "trace.json")
+        (out_dir / "kernels.md").write_text(launches + "\n" + _triton_kernels())
     print(f"profile of {title} -> {out_dir}/trace.json, top_ops.md")
+
+
+def kernel_launches(trace: Path) -> str:
+    """A table of the distinct GPU kernel launches in a Chrome trace: name, grid, block,
+    registers per thread, shared memory, count (from the profiler's kernel events' args)."""
+    import json
+
+    events = json.loads(Path(trace).read_text()).get("traceEvents", [])
+    seen: dict[tuple, int] = {}
+    for e in events:
+        if e.get("cat") != "kernel":
+            continue
+        args = e.get("args", {})
+        key = (e.get("name", "?")[:60], str(args.get("grid")), str(args.get("block")),
+               args.get("registers per thread"), args.get("shared memory"))  # fmt: skip
+        seen[key] = seen.get(key, 0) + 1
+    lines = ["| kernel | grid | block | registers/thread | shared bytes | launches |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {n} |" for k, n in seen.items()]
+    return "\n".join(lines) + "\n"
 
 
 def _triton_kernels() -> str:
@@ -55,7 +78,9 @@ def _triton_kernels() -> str:
     import kernels.rope
 
     lines = ["| kernel | registers | spills | warps | shared bytes |", "|---|---|---|---|---|"]
-    for fn in (kernels.rope._rope_kernel, kernels.relbias._relbias_fwd_kernel):
+    relbias = kernels.relbias
+    for fn in (kernels.rope._rope_kernel, relbias._relbias_fwd_kernel,
+               relbias._relbias_bwd_dkdv_kernel, relbias._relbias_bwd_dq_kernel):  # fmt: skip
         for caches in getattr(fn, "device_caches", {}).values():
             for compiled in caches[0].values():
                 meta = compiled.metadata

@@ -90,3 +90,17 @@ def test_cuda_without_a_gpu_is_skipped_with_one_message(tmp_path):
     else:
         assert proc.stdout.count("CUDA is not available") == 1
         assert devices == {"cpu"}
+
+
+def test_kernel_launches_are_read_from_a_trace(tmp_path):
+    """The GPU part of the profile, on a synthetic trace (no GPU here): grids, blocks, registers."""
+    from bench.profile import kernel_launches
+
+    launch = {"cat": "kernel", "name": "_rope_kernel",
+              "args": {"grid": [4096, 1, 1], "block": [128, 1, 1], "registers per thread": 40,
+                       "shared memory": 0}}  # fmt: skip
+    trace = {"traceEvents": [launch, launch, {"cat": "cpu_op", "name": "aten::add", "args": {}}]}
+    (tmp_path / "trace.json").write_text(json.dumps(trace))
+    text = kernel_launches(tmp_path / "trace.json")
+    assert "| _rope_kernel | [4096, 1, 1] | [128, 1, 1] | 40 | 0 | 2 |" in text
+    assert "aten::add" not in text
