@@ -102,9 +102,33 @@ def _bucket_sums(acc, x, idx, keep, NB: tl.constexpr):
 
 
 @triton.jit
-def _load_rows(ptr, offs, mask_rows, stride_row, offs_d, mask_d, stride_d):
-    return tl.load(ptr + offs[:, None] * stride_row + offs_d[None, :] * stride_d,
-                   mask=mask_rows[:, None] & mask_d[None, :], other=0.0)  # fmt: skip
+def _load_block(ptr, offs, mask_rows, stride_row, offs_d, mask_d, stride_d, UPCAST: tl.constexpr):
+    """A (rows, BLOCK_D) block of q, k, v or do, upcast to float32 under the interpreter."""
+    x = tl.load(ptr + offs[:, None] * stride_row + offs_d[None, :] * stride_d,
+                mask=mask_rows[:, None] & mask_d[None, :], other=0.0)  # fmt: skip
+    if UPCAST:
+        x = x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def _tile_grads(q, k, v, do, lse, delta, scale, offs_m, offs_n, mask_m, mask_n, h, slopes_ptr,
+                table_ptr, stride_tb, stride_th, relk_rows, g_rows, stride_rr, BIAS: tl.constexpr,
+                CAUSAL: tl.constexpr, T5_BIDIRECTIONAL: tl.constexpr, T5_BUCKETS: tl.constexpr,
+                T5_MAX_DISTANCE: tl.constexpr, SHAW_K: tl.constexpr, HAS_VALUE: tl.constexpr,
+                IEEE: tl.constexpr):  # fmt: skip
+    """The backward of one tile: p = exp(s - lse) from the saved row log-sum-exp, dp = do v^T
+    (plus, with Shaw's value term, g = do E_V^T gathered at the bucket), ds = p (dp - delta)
+    with delta = rowsum(do * out). Returns p, ds, r = j - i, the table index, the kept mask."""
+    s, rel, idx, keep = _scores(q, k, scale, offs_m, offs_n, mask_m, mask_n, h, slopes_ptr,
+                                table_ptr, stride_tb, stride_th, relk_rows, stride_rr, BIAS,
+                                CAUSAL, T5_BIDIRECTIONAL, T5_BUCKETS, T5_MAX_DISTANCE, SHAW_K,
+                                IEEE)  # fmt: skip
+    p = tl.exp(s - lse[:, None])  # 0 where masked (s = -inf)
+    dp = _dot(do, tl.trans(v), IEEE)
+    if HAS_VALUE:
+        dp += tl.load(g_rows + idx * stride_rr, mask=keep, other=0.0)
+    return p, p * (dp - delta[:, None]), rel, idx, keep
 
 
 @triton.jit
@@ -135,10 +159,8 @@ def _relbias_fwd_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     mask_m, mask_d = offs_m < LQ, offs_d < D
-    q = _load_rows(q_ptr + b * stride_qb + h * stride_qh, offs_m, mask_m, stride_qm, offs_d,
-                   mask_d, stride_qd)  # fmt: skip
-    if UPCAST:
-        q = q.to(tl.float32)
+    q = _load_block(q_ptr + b * stride_qb + h * stride_qh, offs_m, mask_m, stride_qm, offs_d,
+                    mask_d, stride_qd, UPCAST)  # fmt: skip
     relk_rows = relk_ptr + b * stride_rb + h * stride_rh + offs_m[:, None] * stride_rm
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
@@ -150,12 +172,10 @@ def _relbias_fwd_kernel(
     for start_n in range(0, end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         mask_n = offs_n < LK
-        k = _load_rows(k_ptr + b * stride_kb + h * stride_kh, offs_n, mask_n, stride_kn, offs_d,
-                       mask_d, stride_kd)  # fmt: skip
-        v = _load_rows(v_ptr + b * stride_vb + h * stride_vh, offs_n, mask_n, stride_vn, offs_d,
-                       mask_d, stride_vd)  # fmt: skip
-        if UPCAST:
-            k, v = k.to(tl.float32), v.to(tl.float32)
+        k = _load_block(k_ptr + b * stride_kb + h * stride_kh, offs_n, mask_n, stride_kn,
+                        offs_d, mask_d, stride_kd, UPCAST)  # fmt: skip
+        v = _load_block(v_ptr + b * stride_vb + h * stride_vh, offs_n, mask_n, stride_vn,
+                        offs_d, mask_d, stride_vd, UPCAST)  # fmt: skip
         s, rel, idx, keep = _scores(q, k, scale, offs_m, offs_n, mask_m, mask_n, h, slopes_ptr,
                                     table_ptr, stride_tb, stride_th, relk_rows, stride_rr, BIAS,
                                     CAUSAL, T5_BIDIRECTIONAL, T5_BUCKETS, T5_MAX_DISTANCE,
@@ -201,12 +221,10 @@ def _relbias_bwd_dkdv_kernel(
     HAS_VALUE: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    """One program per (key block, b * h): dk and dv of its keys, streaming the query blocks.
-
-    p = exp(s - lse) is recomputed from the saved row log-sum-exp; dp = do v^T (plus, with
-    Shaw's value term, g = do E_V^T gathered at the bucket); ds = p (dp - delta) with
-    delta = rowsum(do * out); dv = p^T do, dk = scale ds^T q. dk and dv are float32 (B, H, LK, D)
-    buffers with strides stride_x*. relk and g share one layout (B, H, LQ, NR), strides stride_r*.
+    """One program per (key block, b * h): dk and dv of its keys, streaming the query blocks:
+    dv = p^T do, dk = scale ds^T q (p and ds from _tile_grads). dk and dv are float32
+    (B, H, LK, D) buffers with strides stride_x*. relk and g share one layout (B, H, LQ, NR),
+    strides stride_r*.
     """
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1).to(tl.int64)
@@ -214,12 +232,10 @@ def _relbias_bwd_dkdv_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     mask_n, mask_d = offs_n < LK, offs_d < D
-    k = _load_rows(k_ptr + b * stride_kb + h * stride_kh, offs_n, mask_n, stride_kn, offs_d,
-                   mask_d, stride_kd)  # fmt: skip
-    v = _load_rows(v_ptr + b * stride_vb + h * stride_vh, offs_n, mask_n, stride_vn, offs_d,
-                   mask_d, stride_vd)  # fmt: skip
-    if UPCAST:
-        k, v = k.to(tl.float32), v.to(tl.float32)
+    k = _load_block(k_ptr + b * stride_kb + h * stride_kh, offs_n, mask_n, stride_kn, offs_d,
+                    mask_d, stride_kd, UPCAST)  # fmt: skip
+    v = _load_block(v_ptr + b * stride_vb + h * stride_vh, offs_n, mask_n, stride_vn, offs_d,
+                    mask_d, stride_vd, UPCAST)  # fmt: skip
     dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     start = 0
@@ -228,25 +244,19 @@ def _relbias_bwd_dkdv_kernel(
     for start_m in range(start, LQ, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         mask_m = offs_m < LQ
-        q = _load_rows(q_ptr + b * stride_qb + h * stride_qh, offs_m, mask_m, stride_qm, offs_d,
-                       mask_d, stride_qd)  # fmt: skip
-        do = _load_rows(do_ptr + b * stride_db + h * stride_dh, offs_m, mask_m, stride_dm,
-                        offs_d, mask_d, stride_dd)  # fmt: skip
-        if UPCAST:
-            q, do = q.to(tl.float32), do.to(tl.float32)
+        q = _load_block(q_ptr + b * stride_qb + h * stride_qh, offs_m, mask_m, stride_qm, offs_d,
+                        mask_d, stride_qd, UPCAST)  # fmt: skip
+        do = _load_block(do_ptr + b * stride_db + h * stride_dh, offs_m, mask_m, stride_dm,
+                         offs_d, mask_d, stride_dd, UPCAST)  # fmt: skip
         rows = b * stride_rb + h * stride_rh + offs_m[:, None] * stride_rm
-        s, rel, idx, keep = _scores(q, k, scale, offs_m, offs_n, mask_m, mask_n, h, slopes_ptr,
-                                    table_ptr, stride_tb, stride_th, relk_ptr + rows, stride_rr,
-                                    BIAS, CAUSAL, T5_BIDIRECTIONAL, T5_BUCKETS, T5_MAX_DISTANCE,
-                                    SHAW_K, IEEE)  # fmt: skip
         lse = tl.load(lse_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=0.0)
         delta = tl.load(delta_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=0.0)
-        p = tl.exp(s - lse[:, None])  # 0 where masked (s = -inf)
+        p, ds, rel, idx, keep = _tile_grads(q, k, v, do, lse, delta, scale, offs_m, offs_n,
+                                            mask_m, mask_n, h, slopes_ptr, table_ptr, stride_tb,
+                                            stride_th, relk_ptr + rows, g_ptr + rows, stride_rr,
+                                            BIAS, CAUSAL, T5_BIDIRECTIONAL, T5_BUCKETS,
+                                            T5_MAX_DISTANCE, SHAW_K, HAS_VALUE, IEEE)  # fmt: skip
         dv += _dot(tl.trans(p.to(do.dtype)), do, IEEE)
-        dp = _dot(do, tl.trans(v), IEEE)
-        if HAS_VALUE:
-            dp += tl.load(g_ptr + rows + idx * stride_rr, mask=keep, other=0.0)
-        ds = p * (dp - delta[:, None])
         dk += _dot(tl.trans(ds.to(q.dtype)), q, IEEE)
     out = b * stride_xb + h * stride_xh + offs_n[:, None] * stride_xm + offs_d[None, :] * stride_xd
     mask = mask_n[:, None] & mask_d[None, :]
@@ -284,12 +294,10 @@ def _relbias_bwd_dq_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     mask_m, mask_d = offs_m < LQ, offs_d < D
-    q = _load_rows(q_ptr + b * stride_qb + h * stride_qh, offs_m, mask_m, stride_qm, offs_d,
-                   mask_d, stride_qd)  # fmt: skip
-    do = _load_rows(do_ptr + b * stride_db + h * stride_dh, offs_m, mask_m, stride_dm, offs_d,
-                    mask_d, stride_dd)  # fmt: skip
-    if UPCAST:
-        q, do = q.to(tl.float32), do.to(tl.float32)
+    q = _load_block(q_ptr + b * stride_qb + h * stride_qh, offs_m, mask_m, stride_qm, offs_d,
+                    mask_d, stride_qd, UPCAST)  # fmt: skip
+    do = _load_block(do_ptr + b * stride_db + h * stride_dh, offs_m, mask_m, stride_dm, offs_d,
+                     mask_d, stride_dd, UPCAST)  # fmt: skip
     rows = b * stride_rb + h * stride_rh + offs_m[:, None] * stride_rm
     lse = tl.load(lse_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=0.0)
     delta = tl.load(delta_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=0.0)
@@ -301,21 +309,15 @@ def _relbias_bwd_dq_kernel(
     for start_n in range(0, end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         mask_n = offs_n < LK
-        k = _load_rows(k_ptr + b * stride_kb + h * stride_kh, offs_n, mask_n, stride_kn, offs_d,
-                       mask_d, stride_kd)  # fmt: skip
-        v = _load_rows(v_ptr + b * stride_vb + h * stride_vh, offs_n, mask_n, stride_vn, offs_d,
-                       mask_d, stride_vd)  # fmt: skip
-        if UPCAST:
-            k, v = k.to(tl.float32), v.to(tl.float32)
-        s, rel, idx, keep = _scores(q, k, scale, offs_m, offs_n, mask_m, mask_n, h, slopes_ptr,
-                                    table_ptr, stride_tb, stride_th, relk_ptr + rows, stride_rr,
-                                    BIAS, CAUSAL, T5_BIDIRECTIONAL, T5_BUCKETS, T5_MAX_DISTANCE,
-                                    SHAW_K, IEEE)  # fmt: skip
-        p = tl.exp(s - lse[:, None])
-        dp = _dot(do, tl.trans(v), IEEE)
-        if HAS_VALUE:
-            dp += tl.load(g_ptr + rows + idx * stride_rr, mask=keep, other=0.0)
-        ds = p * (dp - delta[:, None])
+        k = _load_block(k_ptr + b * stride_kb + h * stride_kh, offs_n, mask_n, stride_kn,
+                        offs_d, mask_d, stride_kd, UPCAST)  # fmt: skip
+        v = _load_block(v_ptr + b * stride_vb + h * stride_vh, offs_n, mask_n, stride_vn,
+                        offs_d, mask_d, stride_vd, UPCAST)  # fmt: skip
+        p, ds, rel, idx, keep = _tile_grads(q, k, v, do, lse, delta, scale, offs_m, offs_n,
+                                            mask_m, mask_n, h, slopes_ptr, table_ptr, stride_tb,
+                                            stride_th, relk_ptr + rows, g_ptr + rows, stride_rr,
+                                            BIAS, CAUSAL, T5_BIDIRECTIONAL, T5_BUCKETS,
+                                            T5_MAX_DISTANCE, SHAW_K, HAS_VALUE, IEEE)  # fmt: skip
         dq += _dot(ds.to(k.dtype), k, IEEE)
         if BIAS == 0:
             alibi = tl.sum(ds * -tl.abs(rel).to(tl.float32), 1)
