@@ -228,15 +228,24 @@ def _family_rows(family, causal, impls, want, qkv, shape, base, budget_s, smoke)
 
 
 def markdown(rows: list[dict]) -> str:
+    """One line per row; "x sdpa" is p50 over SDPA-without-bias's p50 at the same shape, case,
+    causality and mode (the issue's target for triton: <= 1.4)."""
+
+    def key(r):
+        return (r["seq_len"], r["case"], r["causal"], r["mode"])
+
+    ceiling = {key(r): r["p50_ms"] for r in rows if r["impl"] == "sdpa" and r["status"] == "ok"}
     lines = [f"# Attention with a relative bias on {rows[0]['device_name']}", "",
-             "| shape | case | causal | mode | impl | p50 ms [p20, p80] | TFLOP/s | peak MiB "
-             "| status |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| shape | case | causal | mode | impl | p50 ms [p20, p80] | x sdpa | TFLOP/s "
+             "| peak MiB | status |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         shape = AttnShape(r["batch"], r["num_heads"], r["seq_len"], r["head_dim"])
         head = f"| {shape.label()} | {r['case']} | {r['causal']} | {r['mode']} | {r['impl']} |"
         if r["status"] != "ok":
-            lines.append(f"{head} | | | {r['status']}: {r.get('message', '')} |")
+            lines.append(f"{head} | | | | {r['status']}: {r.get('message', '')} |")
             continue
+        ratio = f"{r['p50_ms'] / ceiling[key(r)]:.2f}" if key(r) in ceiling else ""
         lines.append(f"{head} {r['p50_ms']:.3f} [{r['p20_ms']:.3f}, {r['p80_ms']:.3f}] "
-                     f"| {r['tflops']:.1f} | {r['peak_mem_bytes'] / 2**20:.0f} | ok |")  # fmt: skip
+                     f"| {ratio} | {r['tflops']:.1f} | {r['peak_mem_bytes'] / 2**20:.0f} "
+                     "| ok |")  # fmt: skip
     return "\n".join(lines) + "\n"
