@@ -230,3 +230,10 @@ def test_memory_grows_linearly_with_length(family):
 
     small, large = peak(32), peak(64)
     assert small > 0 and large <= 2.2 * small, (small, large)
+
+
+def test_cpu_tensor_outside_the_interpreter_says_how(monkeypatch):
+    """(The launcher reads the variable per call; triton's own import-time switch is unaffected.)"""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        relbias.relative_attention(q4, q4, q4, alibi_slopes=torch.ones(2))
