@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as dt
+import importlib.util
 import itertools
 import math
 import os
@@ -221,11 +222,10 @@ def markdown(rows: list[dict], tests: str) -> str:
 
 
 def run_kernel_tests() -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "tests/kernels", "tests/test_bench_timing.py"],
-        capture_output=True,
-        text=True,
-    )
+    cmd = [sys.executable, "-m", "pytest", "-q", "tests/kernels", "tests/test_bench_timing.py"]
+    if importlib.util.find_spec("xdist") is not None:  # Triton compiles dominate: use the cores
+        cmd += ["-n", str(min(8, os.cpu_count() or 1))]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     tail = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
     print(proc.stdout[-3000:], proc.stderr[-2000:], sep="\n")
     return ("passed: " if proc.returncode == 0 else "FAILED: ") + tail
