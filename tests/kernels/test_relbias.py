@@ -84,18 +84,21 @@ def test_shaw_key_and_value_terms(case, dtype):
 
 
 def test_strided_inputs_are_read_in_place():
-    x = torch.randn(1, 11, 3, 2, 32)  # (B, L, 3, H, D): a fused qkv projection
+    x = torch.randn(1, 11, 3, 2, 32, device=DEVICE)  # (B, L, 3, H, D): a fused qkv projection
     q, k, v = (x[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, L, D) strided views
     module, kwargs = _family("alibi", 2)
-    want = F.relative_attention(q.double(), k.double(), v.double(), bias=module)
-    got = relbias.relative_attention(q, k, v, **kwargs)
-    assert_close(got.double(), want, atol=2e-5, rtol=2e-5)
+    want = F.relative_attention(*(t.double().cpu() for t in (q, k, v)), bias=module)
+    got = relbias.relative_attention(q, k, v, alibi_slopes=kwargs["alibi_slopes"].to(DEVICE))
+    assert_close(got.cpu().double(), want, atol=2e-5, rtol=2e-5)
 
 
-q4 = torch.randn(1, 2, 5, 8)
-k6 = torch.randn(1, 2, 6, 8)
-k4d = torch.randn(1, 2, 5, 4)
-ones = torch.ones
+q4 = torch.randn(1, 2, 5, 8, device=DEVICE)
+k6 = torch.randn(1, 2, 6, 8, device=DEVICE)
+k4d = torch.randn(1, 2, 5, 4, device=DEVICE)
+
+
+def ones(*shape):
+    return torch.ones(*shape, device=DEVICE)
 
 
 def _ra(q, k, v, **kwargs):
@@ -196,8 +199,8 @@ def test_shaw_key_and_value_backward(case, dtype):
 
 def test_table_gradient_is_deterministic():
     """Per-program partial sums reduced on the host, no atomics: the same bits every time."""
-    q, k, v = (torch.randn(2, 2, 37, 32) for _ in range(3))
-    table = torch.randn(16, 2, requires_grad=True)
+    q, k, v = (torch.randn(2, 2, 37, 32, device=DEVICE) for _ in range(3))
+    table = torch.randn(16, 2, device=DEVICE, requires_grad=True)
     grads = []
     for _ in range(2):
         out = relbias.relative_attention(q, k, v, t5_table=table, t5_num_buckets=16,
@@ -236,4 +239,5 @@ def test_cpu_tensor_outside_the_interpreter_says_how(monkeypatch):
     """(The launcher reads the variable per call; triton's own import-time switch is unaffected.)"""
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
-        relbias.relative_attention(q4, q4, q4, alibi_slopes=torch.ones(2))
+        q = torch.randn(1, 2, 5, 8)  # on the CPU, whatever the machine
+        relbias.relative_attention(q, q, q, alibi_slopes=torch.ones(2))

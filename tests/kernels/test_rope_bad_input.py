@@ -6,15 +6,22 @@ import torch
 from kernels import FusedRoPE, apply_rope
 from posenc import functional as F
 
-q = torch.randn(2, 5, 3, 8)
-k = torch.randn(2, 5, 1, 8)
-cos, sin = F.rope_cos_sin(16, 8)
-cos4, sin4 = F.rope_cos_sin(16, 4)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the GPU box runs these too
+
+q = torch.randn(2, 5, 3, 8, device=DEVICE)
+k = torch.randn(2, 5, 1, 8, device=DEVICE)
+cos, sin = F.rope_cos_sin(16, 8, device=DEVICE)
+cos4, sin4 = F.rope_cos_sin(16, 4, device=DEVICE)
 
 CASES = [  # (id, call, exception, text the message must contain)
     (
         "odd D",
-        lambda: apply_rope(torch.randn(2, 5, 3, 9), torch.randn(2, 5, 1, 9), cos4, sin4),
+        lambda: apply_rope(
+            torch.randn(2, 5, 3, 9, device=DEVICE),
+            torch.randn(2, 5, 1, 9, device=DEVICE),
+            cos4,
+            sin4,
+        ),
         ValueError,
         "D must be even",
     ),
@@ -33,13 +40,13 @@ CASES = [  # (id, call, exception, text the message must contain)
     ),
     (
         "per-seq past tables",
-        lambda: apply_rope(q, k, cos, sin, positions=torch.tensor([0, 12])),
+        lambda: apply_rope(q, k, cos, sin, positions=torch.tensor([0, 12], device=DEVICE)),
         ValueError,
         "largest position",
     ),
     (
         "ids past tables",
-        lambda: apply_rope(q, k, cos, sin, positions=torch.full((2, 5), 16)),
+        lambda: apply_rope(q, k, cos, sin, positions=torch.full((2, 5), 16, device=DEVICE)),
         ValueError,
         "largest position",
     ),
@@ -51,32 +58,34 @@ CASES = [  # (id, call, exception, text the message must contain)
     ),
     (
         "positions shape",
-        lambda: apply_rope(q, k, cos, sin, positions=torch.zeros(3, dtype=torch.long)),
+        lambda: apply_rope(
+            q, k, cos, sin, positions=torch.zeros(3, dtype=torch.long, device=DEVICE)
+        ),
         ValueError,
         "positions must be (B,)",
     ),
     (
         "float positions",
-        lambda: apply_rope(q, k, cos, sin, positions=torch.zeros(2)),
+        lambda: apply_rope(q, k, cos, sin, positions=torch.zeros(2, device=DEVICE)),
         TypeError,
         "positions",
     ),
     ("positions type", lambda: apply_rope(q, k, cos, sin, positions=1.5), TypeError, "positions"),
     (
         "head dims differ",
-        lambda: apply_rope(q, torch.randn(2, 5, 1, 10), cos, sin),
+        lambda: apply_rope(q, torch.randn(2, 5, 1, 10, device=DEVICE), cos, sin),
         ValueError,
         "head dims differ",
     ),
     (
         "batch mismatch",
-        lambda: apply_rope(q, torch.randn(3, 5, 1, 8), cos, sin),
+        lambda: apply_rope(q, torch.randn(3, 5, 1, 8, device=DEVICE), cos, sin),
         ValueError,
         "but k is",
     ),
     (
         "length mismatch",
-        lambda: apply_rope(q, torch.randn(2, 4, 1, 8), cos, sin),
+        lambda: apply_rope(q, torch.randn(2, 4, 1, 8, device=DEVICE), cos, sin),
         ValueError,
         "but k is",
     ),
@@ -104,7 +113,12 @@ CASES = [  # (id, call, exception, text the message must contain)
         "cos is on meta",
     ),
     ("module dim", lambda: FusedRoPE(7), ValueError, "dim"),
-    ("module input", lambda: FusedRoPE(8)(torch.randn(2, 5, 6)), ValueError, "dim=8"),
+    (
+        "module input",
+        lambda: FusedRoPE(8)(torch.randn(2, 5, 6, device=DEVICE)),
+        ValueError,
+        "dim=8",
+    ),
 ]
 
 
@@ -123,5 +137,5 @@ def test_inplace_refuses_gradients():
 def test_cpu_tensor_outside_the_interpreter_says_how(monkeypatch):
     """(The kernel checks the variable per call; triton's own import-time switch is unaffected.)"""
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
-        apply_rope(q, k, cos, sin)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):  # CPU tensors, whatever the box
+        apply_rope(q.cpu(), k.cpu(), cos.cpu(), sin.cpu())
