@@ -24,6 +24,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,19 +222,27 @@ def markdown(rows: list[dict], tests: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_kernel_tests() -> str:
+def run_kernel_tests(timeout_s: float) -> str:
     cmd = [sys.executable, "-m", "pytest", "-q", "tests/kernels", "tests/test_bench_timing.py"]
     if importlib.util.find_spec("xdist") is not None:  # Triton compiles dominate: use the cores
         cmd += ["-n", str(min(8, os.cpu_count() or 1))]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return f"NOT FINISHED: stopped after {timeout_s:.0f} s (--tests-timeout-s)"
     tail = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
     print(proc.stdout[-3000:], proc.stderr[-2000:], sep="\n")
     return ("passed: " if proc.returncode == 0 else "FAILED: ") + tail
 
 
-def _run(shapes, rows_of, fields, path: Path, device, args) -> list[dict]:
+def _run(shapes, rows_of, fields, path: Path, device, args, deadline: float) -> list[dict]:
+    """Every shape's rows, the CSV rewritten after each; shapes not started by the deadline
+    are left out (and said so), so that a slow box still leaves a complete file."""
     rows = []
     for shape in shapes:
+        if time.monotonic() > deadline:
+            print(f"--deadline-s reached: {shape} and later shapes not measured")
+            break
         rows += rows_of(shape, device, torch.bfloat16, args.budget_s, args.smoke)
         with open(path, "w", newline="") as f:  # rewritten after each shape
             writer = csv.DictWriter(f, fieldnames=fields)
@@ -255,6 +264,18 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--smoke", action="store_true", help="tiny shape, any device, no tests")
     parser.add_argument("--out", type=Path, default=None, help="run directory (must not exist)")
     parser.add_argument("--budget-s", type=float, default=1.0, help="timing budget per impl")
+    parser.add_argument(
+        "--deadline-s",
+        type=float,
+        default=450.0,
+        help="start no new shape after this many seconds (default 450)",
+    )
+    parser.add_argument(
+        "--tests-timeout-s",
+        type=float,
+        default=240.0,
+        help="stop the GPU kernel tests after this many seconds",
+    )
     parser.add_argument("--parts", default="rope,attention",
                         help="comma-separated: rope, attention (default both)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -271,19 +292,22 @@ def main(argv: list[str] | None = None) -> Path:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir = args.out or Path("results") / "gpu" / f"{stamp}-{name}"
     out_dir.mkdir(parents=True, exist_ok=False)  # never overwrite an earlier run
-    tests = "not run (--smoke)" if args.smoke else run_kernel_tests()
+    deadline = time.monotonic() + args.deadline_s
+    tests = "not run (--smoke)" if args.smoke else run_kernel_tests(args.tests_timeout_s)
     torch.manual_seed(0)
     if "rope" in parts:
         shapes = SMOKE if args.smoke else LLAMA
-        rows = _run(shapes, rope_rows, FIELDS, out_dir / "rope.csv", device, args)
-        _write_md(out_dir / "rope.md", markdown(rows, tests))
+        rows = _run(shapes, rope_rows, FIELDS, out_dir / "rope.csv", device, args, deadline)
+        if rows:
+            _write_md(out_dir / "rope.md", markdown(rows, tests))
     if "attention" in parts:
         shapes = gpu_attention.SMOKE if args.smoke else gpu_attention.SHAPES
         rows = _run(shapes, gpu_attention.attention_rows, gpu_attention.FIELDS,
-                    out_dir / "attention.csv", device, args)  # fmt: skip
-        _write_md(
-            out_dir / "attention.md", f"Kernel tests: {tests}\n\n" + gpu_attention.markdown(rows)
-        )
+                    out_dir / "attention.csv", device, args, deadline)  # fmt: skip
+        if rows:
+            text = f"Kernel tests: {tests}\n\n" + gpu_attention.markdown(rows)
+            _write_md(out_dir / "attention.md", text)
+    (out_dir / "tests.txt").write_text(tests + "\n")
     return out_dir
 
 

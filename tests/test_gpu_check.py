@@ -51,3 +51,10 @@ def test_refuses_to_overwrite_a_run(tmp_path):
     except FileExistsError:
         return
     raise AssertionError("an existing run directory was reused")
+
+
+def test_deadline_leaves_later_shapes_out_and_still_writes(tmp_path):
+    out = gpu_check.main(["--smoke", "--out", str(tmp_path / "run"), "--deadline-s", "0",
+                          "--parts", "rope"])  # fmt: skip
+    assert not (out / "rope.md").exists()  # no shape started after the deadline
+    assert (out / "tests.txt").read_text().startswith("not run")
