@@ -25,7 +25,7 @@ from bench.gate import gate
 from bench.memory import peak_bytes
 from bench.registry import Case, Impl, Point, as_tuple
 from bench.results import ResultsWriter, row_key
-from bench.timing import l2_flusher, measure
+from bench.timing import GRAPH_BELOW_MS, l2_flusher, measure
 
 BYTES_FACTOR = {"forward": 1, "backward": 1, "forward+backward": 2}
 FLOPS_FACTOR = {"forward": 1, "backward": 2, "forward+backward": 3}
@@ -282,6 +282,7 @@ class Runner:
             max_reps=tm.max_reps,
             budget_s=tm.budget_s,
             rel_spread=tm.rel_spread,
+            graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None,
         )
         peak = None  # see Impl.compiled
         if device.type == "cuda" or not impl.compiled:

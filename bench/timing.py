@@ -63,14 +63,15 @@ def measure(
     rel_spread: float | None = None,
     before_each: Callable[[], object] | None = None,
     clock: Callable[[], float] = time.perf_counter,
-    graph_below_ms: float | None = GRAPH_BELOW_MS,
+    graph_below_ms: float | None = None,
 ) -> Timing:
     """Per-call times in ms after warm-up; stops at max_reps, when budget_s has passed, or (with
     rel_spread) once the samples' (p80 - p20) / p50 is at most rel_spread; never before min_reps.
     On CUDA each call is bracketed by events on the stream. before_each (untimed) runs before
     every sample, e.g. an L2 flush (`l2_flusher`).
 
-    On CUDA, a call whose event-timed median is below graph_below_ms (None: never) is timed
+    On CUDA, a call whose event-timed median is below graph_below_ms (None: never; the runner
+    passes GRAPH_BELOW_MS for forward calls, not for autograd ones) is timed
     through a CUDA graph instead: events around a launch overhead of several us would measure the
     launch, not the kernel. Each sample is then one replay of a graph of back-to-back calls,
     divided by their count (so L2 is warm within a replay; before_each runs once per replay).

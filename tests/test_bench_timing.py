@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bench.timing import Timing, measure
+from bench.timing import GRAPH_BELOW_MS, Timing, measure
 
 
 class FakeClock:
@@ -109,10 +109,11 @@ def test_short_calls_are_timed_through_a_cuda_graph_on_cuda_only():
         assert t.method == "host"
         return
     x = torch.ones(16, device="cuda")
-    tiny = measure(lambda: x.mul_(1.0), "cuda", warmup_s=0.05, min_reps=5, budget_s=0.05)
+    quick = {"warmup_s": 0.05, "min_reps": 5, "budget_s": 0.05, "graph_below_ms": GRAPH_BELOW_MS}
+    tiny = measure(lambda: x.mul_(1.0), "cuda", **quick)
     assert tiny.method == "cuda_graph" and 0 < tiny.p50 < 0.01
-    synced = measure(lambda: x.sum().item(), "cuda", warmup_s=0.05, min_reps=5, budget_s=0.05)
+    synced = measure(lambda: x.sum().item(), "cuda", **quick)
     assert synced.method == "events"  # a host sync cannot be captured: events instead
     big = torch.ones(1 << 26, device="cuda")
-    long = measure(lambda: big.mul_(1.0), "cuda", warmup_s=0.05, min_reps=5, budget_s=0.05)
+    long = measure(lambda: big.mul_(1.0), "cuda", **quick)
     assert long.method == "events"
