@@ -80,3 +80,13 @@ def peak_bytes(fn: Callable[[], object], device: torch.device | str = "cpu") -> 
     with LiveTensorBytes() as probe:
         fn()
     return probe.peak
+
+
+def peak_reserved_bytes(device: torch.device | str) -> int | None:
+    """Right after peak_bytes on CUDA: the caching allocator's reserved pool at its largest
+    since peak_bytes reset the statistics (cached blocks from earlier calls included): what
+    the process held from the driver. None on the CPU (no such pool)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    return torch.cuda.max_memory_reserved(device)

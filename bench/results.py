@@ -22,6 +22,7 @@ COLUMNS = (
     "p20_ms", "p50_ms", "p80_ms", "n_samples", "gbps", "tflops", "pct_peak_bw", "pct_peak_flops",
     "peak_mem_bytes", "max_abs_err", "status", "message", "timestamp",
     "tutorial_ms_per_100", "calib_copy_gbps", "calib_matmul_tflops", "threads",
+    "peak_reserved_bytes",
 )  # fmt: skip
 KEY = ("case", "impl", "mode", "device", "dtype", "batch", "seq_len", "d_model", "num_heads")
 STATUSES = ("ok", "wrong", "oom", "skipped", "error")
@@ -39,7 +40,11 @@ class ResultsWriter:
         self.existing = set()
         if self.path.exists() and self.path.stat().st_size:
             with open(self.path, newline="") as f:
-                self.existing = {row_key(r) for r in csv.DictReader(f)}
+                reader = csv.DictReader(f)
+                if tuple(reader.fieldnames or ()) != COLUMNS:  # appending would misalign rows
+                    raise ValueError(f"{self.path} has another column schema (an older "
+                                     "version?): resume into a new run directory")  # fmt: skip
+                self.existing = {row_key(r) for r in reader}
         new = not self.path.exists() or self.path.stat().st_size == 0
         self._file = open(self.path, "a", newline="")  # noqa: SIM115 (closed in close())
         self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="ignore")

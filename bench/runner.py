@@ -22,7 +22,7 @@ from bench.calibrate import calibrate
 from bench.cases import CASES
 from bench.config import DTYPES, Plan
 from bench.gate import gate
-from bench.memory import peak_bytes
+from bench.memory import peak_bytes, peak_reserved_bytes
 from bench.registry import Case, Impl, Point, as_tuple
 from bench.results import ResultsWriter, row_key
 from bench.timing import GRAPH_BELOW_MS, l2_flusher, measure
@@ -284,10 +284,11 @@ class Runner:
             rel_spread=tm.rel_spread,
             graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None,
         )
-        peak = None  # see Impl.compiled
+        peak = reserved = None  # see Impl.compiled
         if device.type == "cuda" or not impl.compiled:
             try:
                 peak = peak_bytes(call, device)
+                reserved = peak_reserved_bytes(device)
             except Exception:  # a probe that cannot follow an op leaves the column empty
                 peak = None
         row = {"tutorial_ms_per_100": self._tutorial_ms(fn) if mode == "forward" else None}
@@ -306,6 +307,7 @@ class Runner:
             pct_peak_bw=100 * gbps / calib["calib_copy_gbps"] if calib else None,
             pct_peak_flops=100 * tflops / calib["calib_matmul_tflops"] if calib and flops else None,
             peak_mem_bytes=peak,
+            peak_reserved_bytes=reserved,
             max_abs_err=err,
             status="ok",
             message="; ".join(m for m in (

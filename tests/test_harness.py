@@ -153,3 +153,22 @@ def test_report_compare_two_runs_into_a_new_directory(tmp_path, monkeypatch, cap
     out = report.main([*map(str, runs), "--compare", "--out", str(tmp_path / "new" / "cmp")])
     text = (out / "compare.md").read_text()
     assert "1 rows in common" in text and "| toy | good | forward |" in text
+
+
+def test_resume_refuses_a_results_file_of_another_schema(tmp_path, monkeypatch):
+    from bench.results import COLUMNS, ResultsWriter
+
+    (tmp_path / "results.csv").write_text(",".join(COLUMNS[:-1]) + "\n" + "x," * 30 + "x\n")
+    with pytest.raises(ValueError, match="another column schema"):
+        ResultsWriter(tmp_path / "results.csv")
+
+
+def test_reserved_memory_is_a_cuda_column():
+    from bench.memory import peak_bytes, peak_reserved_bytes
+
+    if not torch.cuda.is_available():
+        assert peak_reserved_bytes("cpu") is None
+        return
+    x = torch.ones(1 << 20, device="cuda")
+    allocated = peak_bytes(lambda: x * 2, "cuda")
+    assert peak_reserved_bytes("cuda") >= allocated >= 4 << 20
