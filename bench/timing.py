@@ -86,8 +86,9 @@ def measure(
     method, calls, timed = "host", 1, fn
     if device.type == "cuda":
         method = "events"
+    if device.type == "cuda" and graph_below_ms is not None:
         probe = statistics.median(_time_once(fn, device, clock) for _ in range(5))
-        if graph_below_ms is not None and probe < graph_below_ms:
+        if probe < graph_below_ms:
             calls = max(1, min(1000, round(0.5 / max(probe, 1e-4))))  # ~0.5 ms per replay
             replay = _graphed(fn, device, calls)
             if replay is not None:

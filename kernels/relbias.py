@@ -421,7 +421,8 @@ def _backward(do, q, k, v, out, lse, table, relk, ev, pn, spec: _Spec):
     drel = (
         torch.empty(bsz * heads, lq, spec.n_rel, device=q.device) if spec.bias == SHAW_KV else None
     )
-    part = torch.empty(bsz * heads, n_mblocks, spec.nb, device=q.device)
+    part = None if spec.bias == SHAW_KV else torch.empty(bsz * heads, n_mblocks, spec.nb,
+                                                          device=q.device)  # fmt: skip
     shared = dict(
         **spec.constexprs,
         UPCAST=_interpreting(),
@@ -439,13 +440,16 @@ def _backward(do, q, k, v, out, lse, table, relk, ev, pn, spec: _Spec):
     )  # fmt: skip
     _relbias_bwd_dq_kernel[(n_mblocks, bsz * heads)](
         q, k, v, do, dq, lse, delta, c["slopes"], c["table"], c["relk"],
-        g if g is not None else q, drel if drel is not None else q, part,
+        g if g is not None else q, drel if drel is not None else q,
+        part if part is not None else q,
         *strides, *dq.stride(), *_table_strides(spec, table), *c["rel_strides"],
         heads, lq, lk, d, spec.n_rel, spec.scale, NB=spec.nb, **shared,
     )  # fmt: skip
-    per_head = part.view(bsz, heads, n_mblocks, spec.nb).sum((0, 2))  # (H, NB)
-    dtable = {ALIBI: per_head[:, 0], T5: per_head[:, : spec.n_rel].t(),
-              SHAW: per_head[:, : spec.n_rel], SHAW_KV: None}[spec.bias]  # fmt: skip
+    dtable = None
+    if part is not None:
+        per_head = part.view(bsz, heads, n_mblocks, spec.nb).sum((0, 2))  # (H, NB)
+        dtable = {ALIBI: per_head[:, 0], T5: per_head[:, : spec.n_rel].t(),
+                  SHAW: per_head[:, : spec.n_rel]}[spec.bias]  # fmt: skip
     dev = None
     if spec.has_value:  # out_i gains sum_r pn_ir E_V[r]
         dev = torch.einsum("nlr,nld->rd", pn, do.float().reshape(bsz * heads, lq, d))

@@ -134,7 +134,9 @@ def test_bad_input_names_the_argument(call, exc, text):
 
 # Backward: gradients of q, k, v and of the bias table against float64 autograd through the
 # posenc reference. Low-precision gradients are compared relative to their largest entry.
-GRAD_TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 6e-2}
+# Worst scaled errors measured under the interpreter: fp32 1.7e-6, fp16 5.3e-3, bf16 1.5e-2; the
+# half-precision bounds leave room for the GPU's native-dtype dots, not yet run.
+GRAD_TOL = {torch.float32: 2e-5, torch.float16: 1e-2, torch.bfloat16: 6e-2}
 
 
 def _assert_grad_close(got, want, dtype, name):
