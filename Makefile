@@ -13,7 +13,7 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv test bench tutorial gpu-check regress regress-update lint format clean
+.PHONY: help venv test compat bench tutorial gpu-check regress regress-update lint format clean
 
 help:
 	@echo "make test    create/reuse $(VENV), install, run the whole test suite"
@@ -22,6 +22,7 @@ help:
 	@echo "make gpu-check  on a CUDA machine: kernel tests on the GPU, then kernel timings (results/gpu/)"
 	@echo "make regress  the CPU timing suite vs results/baselines/cpu.json (exit 1 on regression)"
 	@echo "make regress-update  re-measure the baseline (review the diff before committing it)"
+	@echo "make compat  the kernel tests under Triton $(COMPAT_TRITON) (the GPU box's version), interpreted"
 	@echo "make lint    ruff check + format check"
 	@echo "make clean   remove the venv, caches and scratch outputs (keeps committed results)"
 
@@ -41,6 +42,17 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The lent GPU box runs an older Triton (3.6) than CI (3.9). The kernel tests under that version's
+# interpreter catch a language feature it lacks before any GPU time is spent. numpy < 2.3: Triton
+# 3.6's interpreter turns 1-element arrays into ints, which newer numpy refuses.
+COMPAT_VENV   ?= .venv-compat
+COMPAT_TRITON ?= 3.6.0
+
+compat:
+	@test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install -q $(TORCH_PIN) triton==$(COMPAT_TRITON) 'numpy<2.3' pytest
+	TRITON_INTERPRET=1 $(COMPAT_VENV)/bin/python -m pytest -q -p no:cacheprovider -p no:warnings tests/kernels
 
 gpu-check: $(STAMP)
 	$(PY) -m bench.gpu_check
@@ -76,5 +88,5 @@ format: $(STAMP)
 	$(PY) -m ruff format .
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .benchmarks outputs multirun
+	rm -rf $(VENV) $(COMPAT_VENV) build dist *.egg-info .pytest_cache .ruff_cache .benchmarks outputs multirun
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -7,6 +7,7 @@ forward+backward, at B=4, H=16, D=128, L in {1024, 4096, 8192}, bfloat16 (issue 
   - flex        torch.compile(flex_attention) with the same bias as a score_mod (ALiBi, T5);
   - sdpa        scaled_dot_product_attention without a bias: the ceiling;
   - eager       posenc.functional.shaw_attention (Shaw only, forward, L <= 4096).
+`tile_rows` (`--parts tiles`) times the kernel over candidate block sizes, warps and stages.
 Every implementation is first gated against a float32 SDPA with the materialized bias (Shaw:
 the float32 eager reference) and never timed when wrong. Reports p20/p50/p80 ms, TFLOP/s
 (4 B H Lq Lk D per forward, half that when causal, x3.5 for forward+backward as
@@ -26,6 +27,7 @@ import kernels
 import posenc
 from bench.memory import peak_bytes
 from bench.timing import measure
+from kernels.relbias import Tiles
 from posenc import functional as F
 
 
@@ -162,7 +164,8 @@ def _timed(fn, q, k, v, mode: str):
     return forward_backward
 
 
-def attention_rows(shape: AttnShape, device, dtype, budget_s: float, smoke: bool) -> list[dict]:
+def _inputs(shape: AttnShape, device, dtype):
+    """-> (q, k, v), (E_K, E_V), the row fields every row of this shape shares."""
     props = torch.cuda.get_device_properties(device) if device.type == "cuda" else None
     torch.manual_seed(0)
     q, k, v = (torch.randn(shape.b, shape.h, shape.seq, shape.d, device=device, dtype=dtype)
@@ -172,6 +175,11 @@ def attention_rows(shape: AttnShape, device, dtype, budget_s: float, smoke: bool
                 dtype=str(dtype).replace("torch.", ""), batch=shape.b, num_heads=shape.h,
                 seq_len=shape.seq, head_dim=shape.d,
                 timestamp=dt.datetime.now().isoformat(timespec="seconds"))  # fmt: skip
+    return (q, k, v), (emb_k, emb_v), base
+
+
+def attention_rows(shape: AttnShape, device, dtype, budget_s: float, smoke: bool) -> list[dict]:
+    (q, k, v), (emb_k, emb_v), base = _inputs(shape, device, dtype)
     rows = []
     for family in ("alibi", "t5", "shaw"):
         for causal in (False, True):
@@ -195,12 +203,13 @@ def attention_rows(shape: AttnShape, device, dtype, budget_s: float, smoke: bool
     return rows
 
 
-def _family_rows(family, causal, impls, want, qkv, shape, base, budget_s, smoke) -> list[dict]:
+def _family_rows(family, causal, impls, want, qkv, shape, base, budget_s, smoke,
+                 modes=("forward", "forward+backward")) -> list[dict]:  # fmt: skip
     rows, device = [], qkv[0].device
     quick = {"min_reps": 1, "warmup_s": 0.0} if smoke else {}  # smoke: the script, not numbers
     tol = 4e-2  # bfloat16 outputs of a softmax average: about 8 ulps at 1.0
     for name, fn in impls.items():
-        for mode in ("forward", "forward+backward"):
+        for mode in modes:
             row = dict(base, case=f"{family}_attention", impl=name, mode=mode, causal=causal)
             if fn is None or (name == "eager" and mode != "forward"):
                 rows.append(dict(row, status="skipped", message="not available at this shape"))
@@ -223,6 +232,58 @@ def _family_rows(family, causal, impls, want, qkv, shape, base, budget_s, smoke)
                 rows.append(dict(row, status="oom", message=str(exc).splitlines()[0]))
             except Exception as exc:  # one failing impl never stops the run
                 rows.append(dict(row, status="error", message=f"{type(exc).__name__}: {exc}"[:200]))
+    return rows
+
+
+# Tile candidates for `--parts tiles` (kernels.relbias.Tiles: block_m, block_n, warps, stages),
+# around FlexAttention's defaults that the kernel starts from. Backward tiles are the dk/dv
+# kernel's; the dq kernel runs their transpose.
+FWD_TILES = [(64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 128, 4, 3),
+             (128, 32, 4, 3)]  # fmt: skip
+BWD_TILES = [(64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 8, 3), (32, 64, 4, 2), (32, 128, 4, 2),
+             (32, 32, 4, 1)]  # fmt: skip
+TILE_SHAPES = [AttnShape(4, 16, 4096, 128)]
+TILE_SMOKE = [AttnShape(1, 2, 40, 16)]
+
+
+def _label(tiles) -> str:
+    return "triton[{}x{} w{} s{}]".format(*tiles)
+
+
+def tile_rows(shape: AttnShape, device, dtype, budget_s: float, smoke: bool) -> list[dict]:
+    """Block-size tuning data: ALiBi and Shaw k+v (the lightest and the heaviest tile), not
+    causal, forward over FWD_TILES and forward+backward over BWD_TILES, next to the default
+    tiles and SDPA without bias. The gate checks each forward's output; a backward candidate's
+    gradients are checked only by the kernel tests' own tiles (tests/kernels)."""
+    (q, k, v), (emb_k, emb_v), base = _inputs(shape, device, dtype)
+    rows = []
+    for family in ("alibi", "shaw"):
+        if family == "shaw":
+            kwargs = {"shaw_k": emb_k, "shaw_v": emb_v}
+            truth = _shaw_eager(emb_k, emb_v, shape.seq, False, device)
+        else:
+            module = _bias_module(family, shape.h, device)
+            kwargs = _kernel_kwargs(family, module)
+            mask32 = _materialized(module, shape.seq, False, torch.float32)
+
+            def truth(q, k, v, mask32=mask32):
+                return nnf.scaled_dot_product_attention(q, k, v, attn_mask=mask32)
+
+        with torch.no_grad():
+            want = truth(q.float(), k.float(), v.float())
+
+        def impl(kwargs=kwargs, **tiles):
+            return lambda q, k, v: kernels.relative_attention(q, k, v, **kwargs, **tiles)
+
+        sdpa = {"sdpa": lambda q, k, v: nnf.scaled_dot_product_attention(q, k, v)}
+        for mode, name, grid in (("forward", "fwd_tiles", FWD_TILES),
+                                 ("forward+backward", "bwd_tiles", BWD_TILES)):  # fmt: skip
+            impls = {"triton": impl(), **sdpa}
+            for t in grid[:2] if smoke else grid:  # smoke tests the plumbing, not every tile
+                impls[_label(t)] = impl(**{name: Tiles(*t)})
+            rows += _family_rows(family, False, impls, want, (q, k, v), shape, base, budget_s,
+                                 smoke, modes=(mode,))  # fmt: skip
+        del want
     return rows
 
 

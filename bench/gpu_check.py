@@ -5,9 +5,10 @@ interpreter, now on the GPU); (2) times forward and forward+backward of the fuse
 against the eager `posenc` reference, `torch.compile` of it, Liger-Kernel's RoPE when installed,
 and a device-to-device copy of the same bytes, all in one run, with inputs rotated so that every
 call starts with a cold L2; (3) times the relative-bias attention kernel against SDPA with a
-materialized bias, FlexAttention and SDPA without bias (bench/gpu_attention.py); (4) writes
-rope.csv/rope.md and attention.csv/attention.md under results/gpu/<run>/, each CSV rewritten
-after every shape so that an interrupted run keeps what it measured.
+materialized bias, FlexAttention and SDPA without bias (bench/gpu_attention.py); (4) times that
+kernel over candidate tiles (block sizes, warps, stages) at one shape, as tuning data; (5) writes
+rope.csv/md, attention.csv/md and tiles.csv/md under results/gpu/<run>/, each CSV rewritten after
+every shape so that an interrupted run keeps what it measured.
 
 `--smoke` runs a tiny shape on whatever device there is (the CPU under TRITON_INTERPRET=1), to
 test this script itself; its numbers mean nothing.
@@ -276,8 +277,9 @@ def main(argv: list[str] | None = None) -> Path:
         default=240.0,
         help="stop the GPU kernel tests after this many seconds",
     )
-    parser.add_argument("--parts", default="rope,attention",
-                        help="comma-separated: rope, attention (default both)")  # fmt: skip
+    parser.add_argument("--parts", default="rope,attention,tiles",
+                        help="comma-separated: rope, attention, tiles (default all; tiles, the "
+                             "attention kernel's block-size tuning, runs last)")  # fmt: skip
     args = parser.parse_args(argv)
     cuda = torch.cuda.is_available()
     if not cuda and not args.smoke:
@@ -285,8 +287,8 @@ def main(argv: list[str] | None = None) -> Path:
     if not cuda and os.environ.get("TRITON_INTERPRET") != "1":
         parser.error("--smoke on the CPU needs TRITON_INTERPRET=1 set before Python starts")
     parts = set(args.parts.split(","))
-    if not parts <= {"rope", "attention"}:
-        parser.error(f"--parts: expected rope and/or attention, got {args.parts!r}")
+    if not parts <= {"rope", "attention", "tiles"}:
+        parser.error(f"--parts: expected some of rope, attention, tiles, got {args.parts!r}")
     device = torch.device("cuda" if cuda else "cpu")
     name = torch.cuda.get_device_name(device).replace(" ", "_") if cuda else "cpu"
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -307,6 +309,12 @@ def main(argv: list[str] | None = None) -> Path:
         if rows:
             text = f"Kernel tests: {tests}\n\n" + gpu_attention.markdown(rows)
             _write_md(out_dir / "attention.md", text)
+    if "tiles" in parts:
+        shapes = gpu_attention.TILE_SMOKE if args.smoke else gpu_attention.TILE_SHAPES
+        rows = _run(shapes, gpu_attention.tile_rows, gpu_attention.FIELDS, out_dir / "tiles.csv",
+                    device, args, deadline)  # fmt: skip
+        if rows:
+            _write_md(out_dir / "tiles.md", gpu_attention.markdown(rows))
     (out_dir / "tests.txt").write_text(tests + "\n")
     return out_dir
 

@@ -7,10 +7,10 @@ File order: tile helpers -> forward kernel -> backward kernels -> launchers -> a
 -> public `relative_attention`.
 
 Layout: q (B, H, Lq, D), k and v (B, H, Lk, D), any strides; out like q. Scores, softmax
-statistics and accumulators are float32. Dot operands: under Triton's interpreter q, k, v and p
-are upcast to float32 (Triton 3.9's interpreter computes bfloat16 tl.dot wrongly); on a GPU they
-stay in the input dtype (tensor cores) with float32 accumulation, and float32 inputs use IEEE
-dots, not TF32.
+statistics and accumulators are float32. Dot operands stay in the input dtype (tensor cores on a
+GPU) with float32 accumulation, and float32 inputs use IEEE dots, not TF32; only bfloat16 under
+Triton's interpreter is upcast to float32 (Triton 3.9's interpreter computes bfloat16 tl.dot
+wrongly).
 
 Bucketed reductions (Shaw's value term in the forward; the T5 / Shaw table gradients and Shaw's
 key-term gradient in the backward) add up a tile per relative bucket. A tile spans a contiguous
@@ -23,11 +23,13 @@ atomics, so they are deterministic.
 # No `from __future__ import annotations`: Triton reads the constexpr annotations.
 import math
 import os
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+from triton.runtime.errors import OutOfResources
 
 ALIBI, T5, SHAW, SHAW_KV = 0, 1, 2, 3  # SHAW_KV: Shaw's key (and value) terms
 
@@ -103,7 +105,7 @@ def _bucket_sums(acc, x, idx, keep, NB: tl.constexpr):
 
 @triton.jit
 def _load_block(ptr, offs, mask_rows, stride_row, offs_d, mask_d, stride_d, UPCAST: tl.constexpr):
-    """A (rows, BLOCK_D) block of q, k, v or do, upcast to float32 under the interpreter."""
+    """A (rows, BLOCK_D) block of q, k, v or do; UPCAST: to float32 (bfloat16, interpreter)."""
     x = tl.load(ptr + offs[:, None] * stride_row + offs_d[None, :] * stride_d,
                 mask=mask_rows[:, None] & mask_d[None, :], other=0.0)  # fmt: skip
     if UPCAST:
@@ -338,11 +340,63 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def _upcast(q: Tensor) -> bool:
+    """Upcast dot operands to float32? Only bfloat16 under the interpreter (its bfloat16 tl.dot
+    is wrong); float16 stays native there too, so the CPU tests run the GPU's dot path."""
+    return _interpreting() and q.dtype == torch.bfloat16
+
+
+class Tiles(NamedTuple):
+    """Launch settings of one kernel: a (block_m, block_n) tile of (query rows, key columns),
+    num_warps and num_stages (software-pipelining depth of the key/query stream)."""
+
+    block_m: int
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+# Defaults per GPU generation, (bytes per element, padded head dim) -> tiles: FlexAttention's
+# defaults for the same loop (one query block streaming key blocks, bias added in the tile), from
+# torch/_inductor/template_heuristics/triton.py (torch 2.13), not yet tuned for these kernels.
+# Backward tiles are the dk/dv kernel's (query block streamed, key block held); the dq kernel
+# runs the transpose, as FlexAttention's backward pairs BLOCK_N1 = BLOCK_M2.
+_FWD_TILES = {
+    "sm90": {(2, 64): Tiles(128, 128, 4, 3), (2, 128): Tiles(128, 64, 8, 3),
+             (4, 64): Tiles(128, 32, 4, 3), (4, 128): Tiles(32, 64, 4, 3)},
+    "sm80": {(2, 64): Tiles(128, 64, 4, 3), (2, 128): Tiles(128, 64, 8, 3),
+             (4, 64): Tiles(128, 32, 4, 3), (4, 128): Tiles(128, 32, 4, 3)},
+}  # fmt: skip
+_BWD_TILES = {"sm90": {(2, 64): Tiles(64, 128, 8, 3), (2, 128): Tiles(64, 128, 8, 3)},
+              "sm80": {(2, 64): Tiles(64, 64, 4, 2), (2, 128): Tiles(64, 64, 4, 2)}}  # fmt: skip
+_GENERIC = {False: Tiles(64, 64, 4, 3), True: Tiles(64, 64, 4, 2)}
+_FLOAT32_BWD = Tiles(16, 16, 4, 1)  # FlexAttention's float32 backward on every GPU
+_SAFE = Tiles(32, 32, 4, 1)  # when a GPU's shared memory cannot hold the default
+_INTERPRETER = Tiles(16, 16)  # the interpreter runs fastest with small tiles
+
+
+def _check_tiles(name: str, tiles) -> Tiles:
+    """A user's tiles, validated: a clear error naming the argument and the field."""
+    if not isinstance(tiles, tuple) or len(tiles) not in (2, 3, 4):
+        raise TypeError(f"{name} must be kernels.relbias.Tiles(block_m, block_n, num_warps, "
+                        f"num_stages), got {tiles!r}")  # fmt: skip
+    tiles = Tiles(*tiles)
+    for field in ("block_m", "block_n"):
+        value = getattr(tiles, field)
+        if not isinstance(value, int) or value < 16 or value > 256 or value & (value - 1):
+            raise ValueError(f"{name}.{field} must be a power of two in [16, 256], got {value!r}")
+    if not isinstance(tiles.num_warps, int) or tiles.num_warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"{name}.num_warps must be 1, 2, 4, 8 or 16, got {tiles.num_warps!r}")
+    if not isinstance(tiles.num_stages, int) or tiles.num_stages < 1:
+        raise ValueError(f"{name}.num_stages must be an int >= 1, got {tiles.num_stages!r}")
+    return tiles
+
+
 class _Spec:
-    """The compile-time settings of one call (the kernels' constexprs), plus its scale."""
+    """The compile-time settings of one call (the kernels' constexprs), its scale and tiles."""
 
     def __init__(self, bias, causal, scale, n_rel, has_value, t5_bidirectional=True,
-                 t5_buckets=32, t5_max_distance=128):  # fmt: skip
+                 t5_buckets=32, t5_max_distance=128, fwd_tiles=None, bwd_tiles=None):  # fmt: skip
         self.bias, self.causal, self.scale, self.n_rel = bias, causal, scale, n_rel
         self.has_value = has_value
         self.nb = max(16, triton.next_power_of_2(n_rel))
@@ -350,17 +404,40 @@ class _Spec:
             BIAS=bias, CAUSAL=causal, T5_BIDIRECTIONAL=t5_bidirectional, T5_BUCKETS=t5_buckets,
             T5_MAX_DISTANCE=t5_max_distance, SHAW_K=(n_rel - 1) // 2, HAS_VALUE=has_value,
         )  # fmt: skip
+        self.user_tiles = {False: fwd_tiles, True: bwd_tiles}
 
-    def blocks(self, d: int, backward: bool) -> tuple[int, int]:
-        """(BLOCK_M, BLOCK_N). The interpreter runs fastest with small tiles. On a GPU (untuned
-        yet): per-row bucket sums are (BLOCK_M, NB) registers, so a wide Shaw table shrinks
-        BLOCK_M; the backward holds two (BLOCK, D) accumulators, so D > 64 halves the tiles."""
+    def tiles(self, q: Tensor, backward: bool) -> tuple[Tiles, Tiles | None]:
+        """(tiles, fallback): the user's tiles (no fallback), or the default for q's GPU with
+        _SAFE as the fallback. Shaw's per-row bucket sums are (block_m, NB) registers in the
+        forward and dq kernels, so a wide table caps their block_m (_row_tiles)."""
+        if self.user_tiles[backward] is not None:
+            return self.user_tiles[backward], None
         if _interpreting():
-            return 16, 16
-        block = 32 if backward and d > 64 else 64
-        if self.bias == SHAW_KV:
-            return max(16, min(block, 4096 // self.nb)), block
-        return block, block
+            return _INTERPRETER, None
+        major, minor = torch.cuda.get_device_capability(q.device)
+        arch = "sm90" if (major, minor) == (9, 0) else "sm80" if major >= 8 else None
+        key = (q.element_size(), 64 if q.shape[-1] <= 64 else 128)
+        if backward and key[0] == 4:
+            return _FLOAT32_BWD, _SAFE
+        table = (_BWD_TILES if backward else _FWD_TILES).get(arch, {})
+        return table.get(key, _GENERIC[backward]), _SAFE
+
+    def row_tiles(self, tiles: Tiles) -> Tiles:
+        """tiles for a kernel that keeps (block_m, NB) per-row bucket sums: block_m capped."""
+        if self.bias != SHAW_KV or _interpreting():
+            return tiles
+        return tiles._replace(block_m=max(16, min(tiles.block_m, 4096 // self.nb)))
+
+
+def _run(launch, tiles: Tiles, fallback: Tiles | None, name: str):
+    """launch(tiles), or launch(fallback) on a GPU whose shared memory cannot hold the default
+    tiles. A user's tiles that do not fit raise an error naming the argument."""
+    try:
+        return launch(tiles)
+    except OutOfResources as err:
+        if fallback is None:
+            raise ValueError(f"{name}={tiles} does not fit this GPU: {err}") from err
+        return launch(fallback)
 
 
 def _table_strides(spec: _Spec, table: Tensor | None) -> tuple[int, int]:
@@ -390,17 +467,22 @@ def _forward(q, k, v, table, relk, ev, spec: _Spec):
     lse = torch.empty(bsz * heads, lq, device=q.device, dtype=torch.float32)
     pn = torch.empty(bsz * heads, lq, spec.n_rel, device=q.device) if spec.has_value else None
     c = _common(spec, q, table, relk)
-    block_m, block_n = spec.blocks(d, backward=False)
     ev_ = ev if ev is not None else q
-    _relbias_fwd_kernel[(triton.cdiv(lq, block_m), bsz * heads)](
-        q, k, v, out, lse, c["slopes"], c["table"], c["relk"], ev_,
-        pn if pn is not None else q,
-        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        *_table_strides(spec, table), *c["rel_strides"], ev_.stride(0), ev_.stride(-1),
-        heads, lq, k.shape[2], d, spec.n_rel, spec.scale,
-        **spec.constexprs, NB=spec.nb, UPCAST=_interpreting(), IEEE=q.dtype == torch.float32,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, triton.next_power_of_2(d)),
-    )  # fmt: skip
+
+    def launch(tiles: Tiles) -> None:
+        t = spec.row_tiles(tiles)
+        _relbias_fwd_kernel[(triton.cdiv(lq, t.block_m), bsz * heads)](
+            q, k, v, out, lse, c["slopes"], c["table"], c["relk"], ev_,
+            pn if pn is not None else q,
+            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+            *_table_strides(spec, table), *c["rel_strides"], ev_.stride(0), ev_.stride(-1),
+            heads, lq, k.shape[2], d, spec.n_rel, spec.scale,
+            **spec.constexprs, NB=spec.nb, UPCAST=_upcast(q), IEEE=q.dtype == torch.float32,
+            BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_D=max(16, triton.next_power_of_2(d)),
+            num_warps=t.num_warps, num_stages=t.num_stages,
+        )  # fmt: skip
+
+    _run(launch, *spec.tiles(q, backward=False), "fwd_tiles")
     return out, lse, pn
 
 
@@ -416,38 +498,41 @@ def _backward(do, q, k, v, out, lse, table, relk, ev, pn, spec: _Spec):
     dk = torch.empty(bsz, heads, lk, d, device=q.device)
     dv = torch.empty_like(dk)
     c = _common(spec, q, table, relk)
-    block_m, block_n = spec.blocks(d, backward=True)
-    n_mblocks = triton.cdiv(lq, block_m)
     drel = (
         torch.empty(bsz * heads, lq, spec.n_rel, device=q.device) if spec.bias == SHAW_KV else None
     )
-    part = None if spec.bias == SHAW_KV else torch.empty(bsz * heads, n_mblocks, spec.nb,
-                                                          device=q.device)  # fmt: skip
-    shared = dict(
-        **spec.constexprs,
-        UPCAST=_interpreting(),
-        IEEE=q.dtype == torch.float32,
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        BLOCK_D=max(16, triton.next_power_of_2(d)),
-    )
     strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    _relbias_bwd_dkdv_kernel[(triton.cdiv(lk, block_n), bsz * heads)](
-        q, k, v, do, dk, dv, lse, delta, c["slopes"], c["table"], c["relk"],
-        g if g is not None else q,
-        *strides, *dk.stride(), *_table_strides(spec, table), *c["rel_strides"],
-        heads, lq, lk, d, spec.scale, **shared,
-    )  # fmt: skip
-    _relbias_bwd_dq_kernel[(n_mblocks, bsz * heads)](
-        q, k, v, do, dq, lse, delta, c["slopes"], c["table"], c["relk"],
-        g if g is not None else q, drel if drel is not None else q,
-        part if part is not None else q,
-        *strides, *dq.stride(), *_table_strides(spec, table), *c["rel_strides"],
-        heads, lq, lk, d, spec.n_rel, spec.scale, NB=spec.nb, **shared,
-    )  # fmt: skip
+    block_d = max(16, triton.next_power_of_2(d))
+    shared = dict(**spec.constexprs, UPCAST=_upcast(q), IEEE=q.dtype == torch.float32)
+
+    def launch(tiles: Tiles) -> Tensor | None:
+        """Both kernels; -> the dq kernel's per-program table-gradient partials (or None)."""
+        _relbias_bwd_dkdv_kernel[(triton.cdiv(lk, tiles.block_n), bsz * heads)](
+            q, k, v, do, dk, dv, lse, delta, c["slopes"], c["table"], c["relk"],
+            g if g is not None else q,
+            *strides, *dk.stride(), *_table_strides(spec, table), *c["rel_strides"],
+            heads, lq, lk, d, spec.scale, **shared, BLOCK_M=tiles.block_m,
+            BLOCK_N=tiles.block_n, BLOCK_D=block_d, num_warps=tiles.num_warps,
+            num_stages=tiles.num_stages,
+        )  # fmt: skip
+        t = spec.row_tiles(tiles._replace(block_m=tiles.block_n, block_n=tiles.block_m))
+        n_mblocks = triton.cdiv(lq, t.block_m)
+        part = None if spec.bias == SHAW_KV else torch.empty(bsz * heads, n_mblocks, spec.nb,
+                                                              device=q.device)  # fmt: skip
+        _relbias_bwd_dq_kernel[(n_mblocks, bsz * heads)](
+            q, k, v, do, dq, lse, delta, c["slopes"], c["table"], c["relk"],
+            g if g is not None else q, drel if drel is not None else q,
+            part if part is not None else q,
+            *strides, *dq.stride(), *_table_strides(spec, table), *c["rel_strides"],
+            heads, lq, lk, d, spec.n_rel, spec.scale, NB=spec.nb, **shared, BLOCK_M=t.block_m,
+            BLOCK_N=t.block_n, BLOCK_D=block_d, num_warps=t.num_warps, num_stages=t.num_stages,
+        )  # fmt: skip
+        return part
+
+    part = _run(launch, *spec.tiles(q, backward=True), "bwd_tiles")
     dtable = None
     if part is not None:
-        per_head = part.view(bsz, heads, n_mblocks, spec.nb).sum((0, 2))  # (H, NB)
+        per_head = part.view(bsz, heads, -1, spec.nb).sum((0, 2))  # (H, NB)
         dtable = {ALIBI: per_head[:, 0], T5: per_head[:, : spec.n_rel].t(),
                   SHAW: per_head[:, : spec.n_rel]}[spec.bias]  # fmt: skip
     dev = None
@@ -484,7 +569,7 @@ def relative_attention(
     t5_table: Tensor | None = None, t5_num_buckets: int = 32, t5_max_distance: int = 128,
     t5_bidirectional: bool = True, shaw_bias: Tensor | None = None,
     shaw_k: Tensor | None = None, shaw_v: Tensor | None = None, causal: bool = False,
-    scale: float | None = None,
+    scale: float | None = None, fwd_tiles: Tiles | None = None, bwd_tiles: Tiles | None = None,
 ) -> Tensor:  # fmt: skip
     """softmax(scale q k^T + bias(j - i) [causal]) v with exactly one bias family.
 
@@ -495,6 +580,9 @@ def relative_attention(
       logits scale q_i . (k_j + shaw_k[clip(j - i) + K]), output sum_j a_ij (v_j + shaw_v[...]).
     causal masks j > i (Lq == Lk).
     Differentiable in q, k, v and every table (slopes, T5 and Shaw tables, shaw_k, shaw_v).
+    fwd_tiles, bwd_tiles: `Tiles` overriding the per-GPU defaults (for tuning); bwd_tiles are
+      the dk/dv kernel's, the dq kernel runs their transpose (the interpreter ignores warps
+      and stages).
     """
     families = (("alibi_slopes", alibi_slopes), ("t5_table", t5_table),
                 ("shaw_bias", shaw_bias), ("shaw_k", shaw_k))  # fmt: skip
@@ -545,6 +633,8 @@ def relative_attention(
         bias=bias, causal=causal, scale=1.0 / math.sqrt(d) if scale is None else float(scale),
         n_rel=n_rel[bias], has_value=shaw_v is not None, t5_bidirectional=t5_bidirectional,
         t5_buckets=t5_num_buckets, t5_max_distance=t5_max_distance,
+        fwd_tiles=None if fwd_tiles is None else _check_tiles("fwd_tiles", fwd_tiles),
+        bwd_tiles=None if bwd_tiles is None else _check_tiles("bwd_tiles", bwd_tiles),
     )  # fmt: skip
     relk = ev = None
     if spec.bias == SHAW_KV:  # the key term's (B, H, Lq, 2K + 1) table: O(L K), not O(L^2)

@@ -2,7 +2,7 @@
 
 import csv
 
-from bench import gpu_check
+from bench import gpu_attention, gpu_check
 
 
 def test_smoke_run_writes_csv_and_markdown(tmp_path):
@@ -32,6 +32,12 @@ def test_smoke_run_writes_csv_and_markdown(tmp_path):
         "| shaw_attention | True | forward+backward | triton |"
         in (out / "attention.md").read_text()
     )
+    with open(out / "tiles.csv") as f:  # tuning rows (smoke: two candidates per mode)
+        rows = list(csv.DictReader(f))
+    tiles = {(r["case"], r["impl"], r["mode"]): r["status"] for r in rows if "[" in r["impl"]}
+    assert len(tiles) == 2 * 4 and set(tiles.values()) == {"ok"}, tiles
+    label = gpu_attention._label(gpu_attention.BWD_TILES[1])
+    assert tiles[("shaw_attention", label, "forward+backward")] == "ok"
 
 
 def test_unknown_part_is_refused(tmp_path, capsys):

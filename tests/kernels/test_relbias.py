@@ -1,7 +1,7 @@
 """kernels.relbias (forward and backward) against posenc.functional.relative_attention in float64.
 
-bfloat16 runs on the CPU interpreter safely because the kernel upcasts dot operands to float32
-(Triton 3.9's interpreter computes bfloat16 tl.dot wrongly).
+On the CPU interpreter the kernel upcasts bfloat16 dot operands to float32 (Triton 3.9's
+interpreter computes bfloat16 tl.dot wrongly); float16 and float32 run the GPU's dot path.
 """
 
 import copy
@@ -123,6 +123,16 @@ BAD = [
     ("shaw_k shape", _ra(q4, q4, q4, shaw_k=ones(3, 4)), ValueError, "shaw_k must be"),
     ("shaw_v shape", _ra(q4, q4, q4, shaw_k=ones(3, 8), shaw_v=ones(5, 8)), ValueError,
      "shaw_v must be"),
+    ("tiles type", _ra(q4, q4, q4, alibi_slopes=ones(2), fwd_tiles="big"), TypeError,
+     "fwd_tiles must be"),
+    ("block_m", _ra(q4, q4, q4, alibi_slopes=ones(2), fwd_tiles=relbias.Tiles(24, 16)),
+     ValueError, "fwd_tiles.block_m"),
+    ("block_n", _ra(q4, q4, q4, alibi_slopes=ones(2), bwd_tiles=(16, 512)), ValueError,
+     "bwd_tiles.block_n"),
+    ("warps", _ra(q4, q4, q4, alibi_slopes=ones(2), bwd_tiles=relbias.Tiles(16, 16, 3)),
+     ValueError, "bwd_tiles.num_warps"),
+    ("stages", _ra(q4, q4, q4, alibi_slopes=ones(2), fwd_tiles=relbias.Tiles(16, 16, 4, 0)),
+     ValueError, "fwd_tiles.num_stages"),
 ]  # fmt: skip
 
 
@@ -243,3 +253,98 @@ def test_cpu_tensor_outside_the_interpreter_says_how(monkeypatch):
     with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
         q = torch.randn(1, 2, 5, 8)  # on the CPU, whatever the machine
         relbias.relative_attention(q, q, q, alibi_slopes=torch.ones(2))
+
+
+# Tiles other than the interpreter's 16 x 16: rectangular, both orientations, the dq kernel's
+# transpose of bwd_tiles, tiles longer than the sequence; float32 forward and backward.
+TILES = [(relbias.Tiles(32, 16), relbias.Tiles(16, 32)),
+         (relbias.Tiles(16, 64, 8, 3), relbias.Tiles(64, 16, 8, 3))]  # fmt: skip
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("tiles", TILES, ids=["32x16", "16x64"])
+@pytest.mark.parametrize("family", ["alibi", "t5", "shaw", "shaw_kv"])
+def test_other_tiles_match_reference(family, tiles, causal):
+    lq, lk = (37, 37) if causal else (29, 45)
+    q, k, v = (torch.randn(1, 2, n, 32) for n in (lq, lk, lk))
+    if family == "shaw_kv":
+        tables = list(torch.randn(2, 2 * 3 + 1, 32))
+        mask = torch.ones(lq, lk, dtype=torch.bool).tril() if causal else None
+
+        def reference(q, k, v, emb_k, emb_v):
+            return F.shaw_attention(q, k, v, emb_k, emb_v, 3, mask=mask)[0]
+
+        def kernel(q, k, v, emb_k, emb_v):
+            return relbias.relative_attention(q, k, v, shaw_k=emb_k, shaw_v=emb_v, causal=causal,
+                                              fwd_tiles=tiles[0], bwd_tiles=tiles[1])  # fmt: skip
+    else:
+        module, kwargs = _family(family, 2)
+        name = next(n for n in kwargs if n in ("alibi_slopes", "t5_table", "shaw_bias"))
+        tables = [kwargs[name].detach().float() + 0.1 * torch.randn(kwargs[name].shape)]
+        attr = {"alibi": "slopes", "shaw": "table"}.get(family)
+
+        def reference(q, k, v, table):
+            ref = copy.deepcopy(module).double()
+            if family == "t5":
+                ref.relative_attention_bias.weight = table
+            else:
+                setattr(ref, attr, table)
+            return F.relative_attention(q, k, v, bias=ref, causal=causal)
+
+        def kernel(q, k, v, table):
+            kwargs[name] = table
+            return relbias.relative_attention(q, k, v, causal=causal, fwd_tiles=tiles[0],
+                                              bwd_tiles=tiles[1], **kwargs)  # fmt: skip
+
+    # tables as Parameters: the reference module takes them as they are (T5's Embedding.weight)
+    want_leaves = [*(_leaf(t, torch.float64) for t in (q, k, v)),
+                   *(torch.nn.Parameter(t.double()) for t in tables)]  # fmt: skip
+    want_out = reference(*want_leaves)
+    grad_out = torch.randn(want_out.shape, dtype=torch.float64)
+    want = torch.autograd.grad(want_out, want_leaves, grad_out)
+    leaves = [_leaf(t.to(DEVICE)) for t in (q, k, v, *tables)]
+    got_out = kernel(*leaves)
+    assert_close(
+        got_out.cpu().double(), want_out.detach(), atol=TOL[torch.float32], rtol=TOL[torch.float32]
+    )
+    got = torch.autograd.grad(got_out, leaves, grad_out.to(DEVICE, torch.float32))
+    for label, g, w in zip(("dq", "dk", "dv", "dtable", "dshaw_v"), got, want, strict=False):
+        _assert_grad_close(g, w, torch.float32, label)
+
+
+def test_default_tiles_are_valid_on_every_gpu(monkeypatch):
+    """Outside the interpreter the tiles come from tables per GPU generation, dtype and head dim:
+    each is a valid Tiles with _SAFE as its fallback, and Shaw's key+value term caps block_m."""
+    monkeypatch.setattr(relbias, "_interpreting", lambda: False)
+    for capability in ((9, 0), (8, 0), (8, 6), (7, 5), (10, 0)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d, c=capability: c)
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            for d in (32, 64, 80, 128):
+                q = torch.empty(1, 1, 1, d, dtype=dtype)
+                for backward in (False, True):
+                    spec = relbias._Spec(relbias.SHAW_KV, False, 1.0, 2 * 40 + 1, True)
+                    tiles, fallback = spec.tiles(q, backward)
+                    assert (
+                        relbias._check_tiles("tiles", tiles) == tiles and fallback == relbias._SAFE
+                    )
+                    assert spec.row_tiles(tiles).block_m <= 4096 // spec.nb
+    spec = relbias._Spec(relbias.ALIBI, False, 1.0, 1, False, fwd_tiles=relbias.Tiles(32, 16))
+    assert spec.tiles(q, False) == (relbias.Tiles(32, 16), None)  # the user's: no fallback
+
+
+def test_tiles_that_do_not_fit_fall_back_or_name_the_argument():
+    """A default that needs more shared memory than the GPU has is relaunched with _SAFE; a
+    user's tiles that do not fit raise an error naming the argument."""
+    tried = []
+
+    def launch(tiles):
+        tried.append(tiles)
+        if tiles.block_m > 32:
+            raise relbias.OutOfResources(300_000, 232_448, "shared memory")
+        return tiles
+
+    big = relbias.Tiles(128, 64, 8, 3)
+    assert relbias._run(launch, big, relbias._SAFE, "fwd_tiles") == relbias._SAFE
+    assert tried == [big, relbias._SAFE]
+    with pytest.raises(ValueError, match=r"bwd_tiles=Tiles\(block_m=128.*does not fit"):
+        relbias._run(launch, big, None, "bwd_tiles")
