@@ -31,9 +31,13 @@ def load(dirs: list[Path]) -> pd.DataFrame:
     return df.sort_values("timestamp").drop_duplicates(key, keep="last").reset_index(drop=True)
 
 
+def _baseline(case: str) -> str:
+    return CASES[case].baseline if case in CASES else "reference"
+
+
 def _speedups(df: pd.DataFrame) -> pd.DataFrame:
     """Adds `speedup`: the case's baseline impl time over this impl's, same point and device."""
-    base_impl = df["case"].map(lambda c: CASES[c].baseline if c in CASES else "reference")
+    base_impl = df["case"].map(_baseline)
     key = ["case", "mode", "device", "device_name", "dtype", *SHAPE]
     base = df[df["impl"] == base_impl][key + ["p50_ms"]].rename(columns={"p50_ms": "base_ms"})
     out = df.merge(base, on=key, how="left")
@@ -164,26 +168,41 @@ def build(dirs: list[Path], out: Path | None = None) -> Path:
 
 
 def compare(dir_a: Path, dir_b: Path) -> str:
-    """Run-to-run repeatability: each row's median in run B over its median in run A."""
+    """Run-to-run repeatability: each row's median in run B over its median in run A, and the
+    same for its speedup vs the case's baseline (a ratio measured side by side within each run)."""
     key = ["case", "impl", "mode", "device", "dtype", *SHAPE]
-    a, b = load([dir_a]), load([dir_b])
-    both = a[a["status"] == "ok"].merge(b[b["status"] == "ok"], on=key, suffixes=("_a", "_b"))
+    a, b = (_speedups(df[df["status"] == "ok"]) for df in (load([dir_a]), load([dir_b])))
+    both = a.merge(b, on=key, suffixes=("_a", "_b"))
     if both.empty:
         raise ValueError(f"no ok rows in common between {dir_a} and {dir_b}")
     both["ratio"] = both["p50_ms_b"] / both["p50_ms_a"]
+    both["s_ratio"] = both["speedup_b"] / both["speedup_a"]
     dev = (both["ratio"] - 1).abs()
+    others = both[both["speedup_a"].notna() & (both["impl"] != both["case"].map(_baseline))]
+    sdev = (others["s_ratio"] - 1).abs()
     lines = [
         f"# Repeatability: {Path(dir_b).name} vs {Path(dir_a).name}", "",
-        f"{len(both)} rows in common; |B/A - 1| median {100 * dev.median():.1f}%, max "
-        f"{100 * dev.max():.1f}%; within 5%: {int((dev <= 0.05).sum())} of {len(both)}.", "",
-        "| case | impl | mode | shape | p50 A ms | p50 B ms | B / A |",
-        "|---|---|---|---|---|---|---|",
+        f"{len(both)} rows in common; median times: |B/A - 1| median {100 * dev.median():.1f}%, "
+        f"max {100 * dev.max():.1f}%; within 5%: {int((dev <= 0.05).sum())} of {len(both)}.", "",
     ]  # fmt: skip
+    if len(others):
+        lines += [
+            f"Speedups vs the baseline ({len(others)} rows besides the baselines): |B/A - 1| "
+            f"median {100 * sdev.median():.1f}%, max {100 * sdev.max():.1f}%; within 5%: "
+            f"{int((sdev <= 0.05).sum())} of {len(others)}.", "",
+        ]  # fmt: skip
+    lines += [
+        "| case | impl | mode | shape | p50 A ms | p50 B ms | B / A | speedup A | speedup B |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for _, r in both.iterrows():
         shape = f"B={r['batch']} L={r['seq_len']} d={r['d_model']} H={r['num_heads']}"
+        speedups = " | ".join(
+            f"{r[c]:.2f}x" if pd.notna(r[c]) else "" for c in ("speedup_a", "speedup_b")
+        )
         lines.append(
             f"| {r['case']} | {r['impl']} | {r['mode']} | {shape} | {r['p50_ms_a']:.3f} "
-            f"| {r['p50_ms_b']:.3f} | {r['ratio']:.3f} |"
+            f"| {r['p50_ms_b']:.3f} | {r['ratio']:.3f} | {speedups} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -1,5 +1,5 @@
-"""Sweep points -> rows. Per point: build inputs once, compute the float64 truth once, then for
-each implementation and mode: gate, time, measure memory, append one row.
+"""Sweep points -> rows. Per point: build inputs once, compute the float64 truth once, then per
+mode: gate each implementation, time the passing ones side by side, measure memory, append rows.
 
 One failing point (OOM, error, unsupported device or dtype) becomes a row with its status and
 message, and the sweep goes on. Rows are appended as they are measured; with resume, rows whose
@@ -25,7 +25,7 @@ from bench.gate import gate
 from bench.memory import peak_bytes, peak_reserved_bytes
 from bench.registry import Case, Impl, Point, as_tuple
 from bench.results import ResultsWriter, row_key
-from bench.timing import GRAPH_BELOW_MS, l2_flusher, measure
+from bench.timing import GRAPH_BELOW_MS, l2_flusher, measure_side_by_side
 
 BYTES_FACTOR = {"forward": 1, "backward": 1, "forward+backward": 2}
 FLOPS_FACTOR = {"forward": 1, "backward": 2, "forward+backward": 3}
@@ -188,27 +188,9 @@ class Runner:
                 self._emit(dict(base, status=status, message=_message(exc)))
             return
         calib = self._calibration(device, dtype)
-        for impl_name, mode, base in todo:
-            row = dict(base, **calib)
-            try:
-                row.update(
-                    self._measure(
-                        case,
-                        case.impls[impl_name],
-                        mode,
-                        point,
-                        inputs,
-                        truth,
-                        device,
-                        dtype,
-                        rows_checked,
-                    )
-                )
-            except NotImplementedError as exc:  # the implementation does not support this
-                row.update(status="skipped", message=_message(exc))
-            except Exception as exc:
-                row.update(status="oom" if _is_oom(exc) else "error", message=_message(exc))
-            self._emit(row)
+        for mode in self.plan.modes:
+            group = [(impl, dict(base, **calib)) for impl, m, base in todo if m == mode]
+            self._group(case, group, mode, point, inputs, truth, device, dtype, rows_checked)
         del inputs, truth
         gc.collect()  # once per point: tens of ms with torch loaded
         if device.type == "cuda":
@@ -232,28 +214,73 @@ class Runner:
 
     # -- one row -------------------------------------------------------------------------------
 
-    def _measure(
-        self,
-        case: Case,
-        impl: Impl,
-        mode: str,
-        point: Point,
-        inputs,
-        truth,
-        device,
-        dtype,
-        rows_checked,
-    ) -> dict:
+    def _group(self, case, group, mode, point, inputs, truth, device, dtype, rows_checked):
+        """The implementations of one point and mode: each gated, then the passing ones timed
+        side by side (bench.timing.measure_side_by_side), so that a slow phase of the machine
+        lands on all of them and their speedups stay honest; `backward` mode, whose calls each
+        keep a forward graph alive, times one implementation at a time. Then memory, per row."""
+        leaves = [inputs[name] for name in case.grad_inputs]
+        for t in leaves:
+            t.requires_grad_(mode != "forward")
+        ready = []  # (row, fn, err, impl) that passed the gate
+        for impl_name, row in group:
+            impl = case.impls[impl_name]
+            try:
+                gated = self._gate(case, impl, mode, inputs, truth, device, dtype, rows_checked)
+            except NotImplementedError as exc:  # the implementation does not support this
+                gated = {"status": "skipped", "message": _message(exc)}
+            except Exception as exc:
+                gated = {"status": "oom" if _is_oom(exc) else "error", "message": _message(exc)}
+            if isinstance(gated, dict):
+                self._emit(dict(row, **gated))
+            else:
+                ready.append((row, *gated, impl))
+        batches = [ready] if mode != "backward" else [[r] for r in ready]
+        for batch in batches:
+            calls = {}  # made per batch: a backward call holds its forward graph
+            for row, fn, _err, _impl in batch:
+                try:
+                    calls[row["impl"]] = timed_call(fn, mode)
+                except Exception as exc:
+                    calls[row["impl"]] = exc
+            t0 = time.perf_counter()
+            tm = self.timing
+            timings = measure_side_by_side(
+                {name: c for name, c in calls.items() if not isinstance(c, Exception)},
+                device,
+                before_each=self._flush(device),
+                warmup_s=tm.warmup_s,
+                min_reps=tm.min_reps,
+                max_reps=tm.max_reps,
+                budget_s=tm.budget_s,
+                rel_spread=tm.rel_spread,
+                graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None,
+            )
+            self.clock.work_s += time.perf_counter() - t0
+            for row, fn, err, impl in batch:
+                call, t = calls[row["impl"]], timings.get(row["impl"])
+                try:
+                    for failed in (call, t):
+                        if isinstance(failed, Exception):
+                            raise failed
+                    row.update(self._finish(case, impl, mode, point, fn, call, err, t, device,
+                                            dtype))  # fmt: skip
+                except Exception as exc:
+                    row.update(status="oom" if _is_oom(exc) else "error", message=_message(exc))
+                self._emit(row)
+        for t in leaves:
+            t.requires_grad_(False)
+            t.grad = None
+
+    def _gate(self, case: Case, impl: Impl, mode: str, inputs, truth, device, dtype,
+              rows_checked):  # fmt: skip
+        """-> a finished row's fields (skipped, wrong), or (fn, max error)."""
         if device.type not in impl.devices:
             return {"status": "skipped", "message": f"runs on {', '.join(impl.devices)} only"}
         if impl.needs and importlib.util.find_spec(impl.needs) is None:
             return {"status": "skipped", "message": f"{impl.needs} is not installed"}
-        backward = mode != "forward"
-        if backward and (not impl.grad or not case.grad_inputs):
+        if mode != "forward" and (not impl.grad or not case.grad_inputs):
             return {"status": "skipped", "message": "no backward for this implementation"}
-        leaves = {name: inputs[name] for name in case.grad_inputs}
-        for t in leaves.values():
-            t.requires_grad_(backward)
         t0 = time.perf_counter()
         fn = impl.make(inputs)
         with torch.no_grad():
@@ -267,23 +294,14 @@ class Runner:
         passed, err, why = gate(got, want, dtype)
         self.clock.work_s += t1 - t0
         self.clock.truth_s += time.perf_counter() - t1
-        note = impl.note
         if not passed:
-            return {"status": "wrong", "max_abs_err": err, "message": f"{why}; {note}".strip("; ")}
-        call = timed_call(fn, mode)
+            why = f"{why}; {impl.note}".strip("; ")
+            return {"status": "wrong", "max_abs_err": err, "message": why}
+        return fn, err
+
+    def _finish(self, case, impl, mode, point, fn, call, err, t, device, dtype) -> dict:
+        """A timed row's fields: times, GB/s and TFLOP/s (and % of the calibration), memory."""
         t0 = time.perf_counter()
-        tm = self.timing
-        t = measure(
-            call,
-            device,
-            before_each=self._flush(device),
-            warmup_s=tm.warmup_s,
-            min_reps=tm.min_reps,
-            max_reps=tm.max_reps,
-            budget_s=tm.budget_s,
-            rel_spread=tm.rel_spread,
-            graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None,
-        )
         peak = reserved = None  # see Impl.compiled
         if device.type == "cuda" or not impl.compiled:
             try:
@@ -312,13 +330,10 @@ class Runner:
             status="ok",
             message="; ".join(m for m in (
                 "" if impl.reference is None else "own semantics",
-                note,
+                impl.note,
                 "timed via CUDA graph (warm L2)" if t.method == "cuda_graph" else "",
             ) if m),
         )  # fmt: skip
-        for t_ in leaves.values():
-            t_.requires_grad_(False)
-            t_.grad = None
         return row
 
     def _tutorial_ms(self, fn) -> float | None:

@@ -77,24 +77,8 @@ def measure(
     divided by their count (so L2 is warm within a replay; before_each runs once per replay).
     A call that cannot be captured (host syncs, CPU work) keeps its event timing."""
     device = torch.device(device)
-    start = clock()
-    while True:  # at least one call: compiles, allocator, caches
-        fn()
-        _sync(device)
-        if clock() - start >= warmup_s:
-            break
-    method, calls, timed = "host", 1, fn
-    if device.type == "cuda":
-        method = "events"
-    if device.type == "cuda" and graph_below_ms is not None:
-        probe = statistics.median(_time_once(fn, device, clock) for _ in range(5))
-        if probe < graph_below_ms:
-            calls = max(1, min(1000, round(0.5 / max(probe, 1e-4))))  # ~0.5 ms per replay
-            replay = _graphed(fn, device, calls)
-            if replay is not None:
-                method, timed = "cuda_graph", replay
-            else:
-                calls = 1
+    _warm_up(fn, device, warmup_s, clock)
+    method, calls, timed = _prepare(fn, device, graph_below_ms, clock)
     samples: list[float] = []
     deadline = clock() + budget_s
     while len(samples) < max_reps and (len(samples) < min_reps or clock() < deadline):
@@ -106,6 +90,95 @@ def measure(
         if check and Timing(tuple(samples)).spread <= rel_spread:
             break
     return Timing(tuple(samples), method)
+
+
+def measure_side_by_side(
+    fns: dict[str, Callable[[], object]],
+    device: torch.device | str = "cpu",
+    *,
+    warmup_s: float = 0.2,
+    min_reps: int = 10,
+    max_reps: int = 200,
+    budget_s: float = 2.0,
+    rel_spread: float | None = None,
+    before_each: Callable[[], object] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    graph_below_ms: float | None = None,
+    slice_s: float = 0.02,
+) -> dict[str, Timing | Exception]:
+    """Several calls timed side by side, so that a slow phase of a shared machine (seconds long
+    on a cloud VM) lands on all of them rather than on whichever was being measured: after each
+    one's warm-up, rounds give every unfinished call a slice of slice_s (at least one sample),
+    starting each round with the next call. A call is finished at max_reps, or with min_reps once
+    its spread is within rel_spread or the group's budget (budget_s per call) has passed. Same
+    per-sample rules as `measure` (events, graphs, before_each). A call that raises leaves the
+    group and its exception is returned in its place."""
+    device = torch.device(device)
+    prepared: dict[str, tuple[str, int, Callable[[], object]] | Exception] = {}
+    for name, fn in fns.items():
+        try:
+            _warm_up(fn, device, warmup_s, clock)
+            prepared[name] = _prepare(fn, device, graph_below_ms, clock)
+        except Exception as exc:
+            prepared[name] = exc
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    deadline = clock() + budget_s * len(fns)
+
+    def finished(name: str) -> bool:
+        n = len(samples[name])
+        if isinstance(prepared[name], Exception) or n >= max_reps:
+            return True
+        if n < min_reps:
+            return False
+        if clock() >= deadline:
+            return True
+        return rel_spread is not None and Timing(tuple(samples[name])).spread <= rel_spread
+
+    rounds = 0
+    while active := [name for name in fns if not finished(name)]:
+        first = rounds % len(active)
+        rounds += 1
+        for name in active[first:] + active[:first]:
+            _method, calls, timed = prepared[name]
+            end = clock() + slice_s
+            try:
+                while True:
+                    if before_each is not None:
+                        before_each()
+                    samples[name].append(_time_once(timed, device, clock) / calls)
+                    if len(samples[name]) >= max_reps or clock() >= end:
+                        break
+            except Exception as exc:  # one failing call never stops the others
+                prepared[name] = exc
+    return {
+        name: p if isinstance(p, Exception) else Timing(tuple(samples[name]), p[0])
+        for name, p in prepared.items()
+    }
+
+
+def _warm_up(fn: Callable[[], object], device: torch.device, warmup_s: float, clock) -> None:
+    """Calls fn until warmup_s has passed, at least once (compiles, allocator, caches)."""
+    start = clock()
+    while True:
+        fn()
+        _sync(device)
+        if clock() - start >= warmup_s:
+            break
+
+
+def _prepare(fn: Callable[[], object], device: torch.device, graph_below_ms: float | None, clock):
+    """-> (method, calls per sample, the timed callable): a CUDA graph of back-to-back calls for
+    a call whose event-timed median is below graph_below_ms, else fn itself."""
+    if device.type != "cuda":
+        return "host", 1, fn
+    if graph_below_ms is not None:
+        probe = statistics.median(_time_once(fn, device, clock) for _ in range(5))
+        if probe < graph_below_ms:
+            calls = max(1, min(1000, round(0.5 / max(probe, 1e-4))))  # ~0.5 ms per replay
+            replay = _graphed(fn, device, calls)
+            if replay is not None:
+                return "cuda_graph", calls, replay
+    return "events", 1, fn
 
 
 def _graphed(fn: Callable[[], object], device: torch.device, calls: int):

@@ -117,3 +117,69 @@ def test_short_calls_are_timed_through_a_cuda_graph_on_cuda_only():
     big = torch.ones(1 << 26, device="cuda")
     long = measure(lambda: big.mul_(1.0), "cuda", **quick)
     assert long.method == "events"
+
+
+class SlowPhaseMachine:
+    """A fake clock whose calls take twice as long during [slow_from, slow_to): the slow phase
+    of a shared machine."""
+
+    def __init__(self, slow_from, slow_to):
+        self.now, self.slow = 0.0, (slow_from, slow_to)
+
+    def __call__(self):
+        return self.now
+
+    def call(self, units):
+        def fn():
+            self.now += units * (2.0 if self.slow[0] <= self.now < self.slow[1] else 1.0)
+
+        return fn
+
+
+def test_side_by_side_spreads_a_slow_phase_over_every_call():
+    """a takes 3 units and b 1; the first 40% of the window is twice as slow. Measured one after
+    the other, a lands in the slow phase and looks 6x slower than b; side by side, both see the
+    same mix and the median ratio stays 3."""
+    from bench.timing import measure_side_by_side
+
+    kw = dict(warmup_s=0, min_reps=1, max_reps=100_000, budget_s=10.0, rel_spread=None)
+    seq = SlowPhaseMachine(0, 8)
+    a = measure(seq.call(0.003), clock=seq, **kw)
+    b = measure(seq.call(0.001), clock=seq, **kw)
+    assert a.p50 / b.p50 == pytest.approx(6.0)
+    sbs = SlowPhaseMachine(0, 8)
+    t = measure_side_by_side({"a": sbs.call(0.003), "b": sbs.call(0.001)}, clock=sbs,
+                             slice_s=0.05, **kw)  # fmt: skip
+    assert t["a"].p50 / t["b"].p50 == pytest.approx(3.0)
+    assert sbs.now == pytest.approx(20.0, abs=0.1)  # the group's budget: 10 per call
+    assert t["a"].n == pytest.approx(t["b"].n / 3, rel=0.05)  # equal time, not equal counts
+
+
+def test_side_by_side_min_reps_spread_and_a_failing_call():
+    from bench.timing import measure_side_by_side
+
+    clock = SlowPhaseMachine(0, 0)
+    calls = {"n": 0}
+
+    def breaks_on_third():
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("boom")
+        clock.now += 0.001
+
+    noisy_steps = iter([0.001, 0.003] * 1000)
+
+    def noisy():
+        clock.now += next(noisy_steps)
+
+    group = {"steady": clock.call(0.001), "noisy": noisy, "broken": breaks_on_third}
+    t = measure_side_by_side(group, clock=clock, warmup_s=0, min_reps=5, max_reps=40,
+                             budget_s=100, rel_spread=0.1, slice_s=0.002)  # fmt: skip
+    assert isinstance(t["broken"], RuntimeError) and "boom" in str(t["broken"])
+    assert 5 <= t["steady"].n < 40  # converged: left the group early
+    assert t["noisy"].n == 40  # never converges: max_reps
+    group = {"fast": clock.call(0.001), "slow": clock.call(1.0)}
+    t = measure_side_by_side(group, clock=clock, warmup_s=0, min_reps=5, budget_s=0.5,
+                             slice_s=0.002)  # fmt: skip
+    assert t["slow"].n == 5  # min_reps beats the budget
+    assert t["fast"].n >= 5  # past the budget too: it stops once it has min_reps

@@ -109,6 +109,48 @@ def test_a_failing_implementation_becomes_a_row_and_the_sweep_goes_on(tmp_path, 
     assert by["good"]["status"] == "ok"
 
 
+def test_implementations_of_a_point_are_timed_side_by_side(tmp_path, monkeypatch):
+    """Per point and mode one side-by-side group of every implementation that passed the gate
+    (never a wrong one); backward mode, whose calls hold a graph each, one at a time; a call
+    that fails inside the group becomes its own error row."""
+    from bench import runner, timing
+
+    groups = []
+
+    def spy(fns, *args, **kwargs):
+        groups.append(sorted(fns))
+        return timing.measure_side_by_side(fns, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "measure_side_by_side", spy)
+    flaky = {"n": 0}
+
+    def fails_when_timed(inputs):
+        def call():
+            flaky["n"] += 1
+            if flaky["n"] > 1:  # passes the gate, then fails in the group's warm-up
+                raise RuntimeError("late failure")
+            return 2 * inputs["x"]
+
+        return call
+
+    impls = {
+        "good": Impl(lambda i: lambda: 2 * i["x"]),
+        "fast": Impl(lambda i: lambda: i["x"] + i["x"]),
+        "bad": Impl(lambda i: lambda: 3 * i["x"]),
+        "flaky": Impl(fails_when_timed),
+    }
+    modes = ("forward", "forward+backward", "backward")
+    rows = {(r["impl"], r["mode"]): r for r in _run(tmp_path, _toy_case(impls), monkeypatch,
+                                                    modes=modes)}  # fmt: skip
+    assert groups[:2] == [["fast", "flaky", "good"], ["fast", "good"]]  # flaky: gate fails 2nd time
+    assert groups[2:] == [["good"], ["fast"]]  # backward: one at a time
+    assert rows[("flaky", "forward")]["status"] == "error"
+    assert "late failure" in rows[("flaky", "forward")]["message"]
+    for mode in modes:
+        assert rows[("good", mode)]["status"] == rows[("fast", mode)]["status"] == "ok"
+        assert rows[("bad", mode)]["status"] == "wrong"
+
+
 def test_resume_measures_only_what_is_missing(tmp_path, monkeypatch):
     counter = {"n": 0}
 
@@ -153,6 +195,28 @@ def test_report_compare_two_runs_into_a_new_directory(tmp_path, monkeypatch, cap
     out = report.main([*map(str, runs), "--compare", "--out", str(tmp_path / "new" / "cmp")])
     text = (out / "compare.md").read_text()
     assert "1 rows in common" in text and "| toy | good | forward |" in text
+
+
+def test_compare_separates_machine_drift_from_speedup_drift(tmp_path, monkeypatch):
+    """Run B is 20% slower everywhere (a slower phase of the machine): every time moves by 20%,
+    the speedup measured side by side within each run does not move."""
+    import pandas as pd
+
+    monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    shape = dict(batch=1, seq_len=8, d_model=4, num_heads=2)
+    for run, slow in (("a", 1.0), ("b", 1.2)):
+        (tmp_path / run).mkdir()
+        rows = [dict(case="toy", impl=impl, mode="forward", device="cpu", device_name="cpu",
+                     dtype="float32", **shape, p50_ms=ms * slow, status="ok",
+                     timestamp="2026-11-29T00:00:00")
+                for impl, ms in (("good", 1.0), ("fast", 0.5))]  # fmt: skip
+        pd.DataFrame(rows).to_csv(tmp_path / run / "results.csv", index=False)
+    text = report.compare(tmp_path / "a", tmp_path / "b")
+    assert "|B/A - 1| median 20.0%, max 20.0%; within 5%: 0 of 2" in text
+    assert "Speedups vs the baseline (1 rows besides the baselines): |B/A - 1| median 0.0%" in text
+    assert (
+        "| toy | fast | forward | B=1 L=8 d=4 H=2 | 0.500 | 0.600 | 1.200 | 2.00x | 2.00x |" in text
+    )
 
 
 def test_resume_refuses_a_results_file_of_another_schema(tmp_path, monkeypatch):
