@@ -76,20 +76,13 @@ def measure(
     launch, not the kernel. Each sample is then one replay of a graph of back-to-back calls,
     divided by their count (so L2 is warm within a replay; before_each runs once per replay).
     A call that cannot be captured (host syncs, CPU work) keeps its event timing."""
-    device = torch.device(device)
-    _warm_up(fn, device, warmup_s, clock)
-    method, calls, timed = _prepare(fn, device, graph_below_ms, clock)
-    samples: list[float] = []
-    deadline = clock() + budget_s
-    while len(samples) < max_reps and (len(samples) < min_reps or clock() < deadline):
-        if before_each is not None:
-            before_each()
-        samples.append(_time_once(timed, device, clock) / calls)
-        n = len(samples)
-        check = rel_spread is not None and n >= min_reps and n % 5 == 0
-        if check and Timing(tuple(samples)).spread <= rel_spread:
-            break
-    return Timing(tuple(samples), method)
+    kwargs = dict(warmup_s=warmup_s, min_reps=min_reps, max_reps=max_reps, budget_s=budget_s,
+                  rel_spread=rel_spread, before_each=before_each, clock=clock,
+                  graph_below_ms=graph_below_ms)  # fmt: skip
+    timing = measure_side_by_side({"fn": fn}, device, **kwargs)["fn"]
+    if isinstance(timing, Exception):
+        raise timing
+    return timing
 
 
 def measure_side_by_side(
@@ -110,9 +103,9 @@ def measure_side_by_side(
     on a cloud VM) lands on all of them rather than on whichever was being measured: after each
     one's warm-up, rounds give every unfinished call a slice of slice_s (at least one sample),
     starting each round with the next call. A call is finished at max_reps, or with min_reps once
-    its spread is within rel_spread or the group's budget (budget_s per call) has passed. Same
-    per-sample rules as `measure` (events, graphs, before_each). A call that raises leaves the
-    group and its exception is returned in its place."""
+    its spread is within rel_spread (checked every 5 samples) or the group's budget (budget_s per
+    call) has passed. Per sample as in `measure` (events, graphs, before_each), which is this
+    with one call. A call that raises leaves the group; its exception is returned in its place."""
     device = torch.device(device)
     prepared: dict[str, tuple[str, int, Callable[[], object]] | Exception] = {}
     for name, fn in fns.items():
@@ -132,7 +125,8 @@ def measure_side_by_side(
             return False
         if clock() >= deadline:
             return True
-        return rel_spread is not None and Timing(tuple(samples[name])).spread <= rel_spread
+        check = rel_spread is not None and n % 5 == 0  # the spread is checked every 5 samples
+        return check and Timing(tuple(samples[name])).spread <= rel_spread
 
     rounds = 0
     while active := [name for name in fns if not finished(name)]:
@@ -146,7 +140,7 @@ def measure_side_by_side(
                     if before_each is not None:
                         before_each()
                     samples[name].append(_time_once(timed, device, clock) / calls)
-                    if len(samples[name]) >= max_reps or clock() >= end:
+                    if finished(name) or clock() >= end:
                         break
             except Exception as exc:  # one failing call never stops the others
                 prepared[name] = exc
