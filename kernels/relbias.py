@@ -359,6 +359,8 @@ class Tiles(NamedTuple):
 # Defaults per GPU generation, (bytes per element, padded head dim) -> tiles: FlexAttention's
 # defaults for the same loop (one query block streaming key blocks, bias added in the tile), from
 # torch/_inductor/template_heuristics/triton.py (torch 2.13), not yet tuned for these kernels.
+# Keyed by the head dim padded to 64 or 128 (our BLOCK_D), where FlexAttention keys by the exact
+# head dim (and uses its generic 64 x 64 for D = 32, 80, 96).
 # Backward tiles are the dk/dv kernel's (query block streamed, key block held); the dq kernel
 # runs the transpose, as FlexAttention's backward pairs BLOCK_N1 = BLOCK_M2.
 _FWD_TILES = {
@@ -408,8 +410,7 @@ class _Spec:
 
     def tiles(self, q: Tensor, backward: bool) -> tuple[Tiles, Tiles | None]:
         """(tiles, fallback): the user's tiles (no fallback), or the default for q's GPU with
-        _SAFE as the fallback. Shaw's per-row bucket sums are (block_m, NB) registers in the
-        forward and dq kernels, so a wide table caps their block_m (_row_tiles)."""
+        _SAFE as the fallback (block_m capped per kernel by row_tiles)."""
         if self.user_tiles[backward] is not None:
             return self.user_tiles[backward], None
         if _interpreting():
@@ -423,9 +424,9 @@ class _Spec:
         return table.get(key, _GENERIC[backward]), _SAFE
 
     def row_tiles(self, tiles: Tiles) -> Tiles:
-        """tiles for a kernel that keeps (block_m, NB) per-row bucket sums: block_m capped."""
-        if self.bias != SHAW_KV or _interpreting():
-            return tiles
+        """tiles for a kernel that keeps (block_m, NB) float32 per-row bucket sums in registers
+        (the dq kernel always, the forward with Shaw's value term): block_m <= 4096 / NB, so a
+        wide table (Shaw with a large K) shrinks the tile instead of spilling."""
         return tiles._replace(block_m=max(16, min(tiles.block_m, 4096 // self.nb)))
 
 
@@ -470,7 +471,7 @@ def _forward(q, k, v, table, relk, ev, spec: _Spec):
     ev_ = ev if ev is not None else q
 
     def launch(tiles: Tiles) -> None:
-        t = spec.row_tiles(tiles)
+        t = spec.row_tiles(tiles) if spec.has_value else tiles
         _relbias_fwd_kernel[(triton.cdiv(lq, t.block_m), bsz * heads)](
             q, k, v, out, lse, c["slopes"], c["table"], c["relk"], ev_,
             pn if pn is not None else q,
@@ -581,8 +582,9 @@ def relative_attention(
     causal masks j > i (Lq == Lk).
     Differentiable in q, k, v and every table (slopes, T5 and Shaw tables, shaw_k, shaw_v).
     fwd_tiles, bwd_tiles: `Tiles` overriding the per-GPU defaults (for tuning); bwd_tiles are
-      the dk/dv kernel's, the dq kernel runs their transpose (the interpreter ignores warps
-      and stages).
+      the dk/dv kernel's, the dq kernel runs their transpose; block_m of the dq kernel (and of
+      the forward with shaw_v) is capped at 4096 / NB, NB the table's entries rounded up to a
+      power of two (>= 16). The interpreter ignores warps and stages.
     """
     families = (("alibi_slopes", alibi_slopes), ("t5_table", t5_table),
                 ("shaw_bias", shaw_bias), ("shaw_k", shaw_k))  # fmt: skip
