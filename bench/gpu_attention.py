@@ -26,7 +26,7 @@ import torch.nn.functional as nnf
 import kernels
 import posenc
 from bench.memory import peak_bytes
-from bench.timing import measure
+from bench.timing import measure_side_by_side
 from kernels.relbias import Tiles
 from posenc import functional as F
 
@@ -205,11 +205,13 @@ def attention_rows(shape: AttnShape, device, dtype, budget_s: float, smoke: bool
 
 def _family_rows(family, causal, impls, want, qkv, shape, base, budget_s, smoke,
                  modes=("forward", "forward+backward")) -> list[dict]:  # fmt: skip
+    """Per mode: each implementation gated against `want`, the passing ones timed side by side."""
     rows, device = [], qkv[0].device
     quick = {"min_reps": 1, "warmup_s": 0.0} if smoke else {}  # smoke: the script, not numbers
     tol = 4e-2  # bfloat16 outputs of a softmax average: about 8 ulps at 1.0
-    for name, fn in impls.items():
-        for mode in modes:
+    for mode in modes:
+        ready = {}
+        for name, fn in impls.items():
             row = dict(base, case=f"{family}_attention", impl=name, mode=mode, causal=causal)
             if fn is None or (name == "eager" and mode != "forward"):
                 rows.append(dict(row, status="skipped", message="not available at this shape"))
@@ -222,17 +224,41 @@ def _family_rows(family, causal, impls, want, qkv, shape, base, budget_s, smoke,
                 if err > tol:  # never time a wrong result
                     rows.append(dict(row, max_abs_err=err, status="wrong", message=f"tol {tol}"))
                     continue
-                call = _timed(fn, *qkv, mode)
-                t = measure(call, device, budget_s=budget_s, **quick)
-                rows.append(dict(row, p20_ms=t.p20, p50_ms=t.p50, p80_ms=t.p80, n_samples=t.n,
-                                 tflops=_flops(shape, causal, mode) / (t.p50 * 1e-3) / 1e12,
-                                 peak_mem_bytes=peak_bytes(call, device), max_abs_err=err,
-                                 status="ok", message=""))  # fmt: skip
-            except torch.cuda.OutOfMemoryError as exc:
-                rows.append(dict(row, status="oom", message=str(exc).splitlines()[0]))
+                ready[name] = (dict(row, max_abs_err=err, message=""), _timed(fn, *qkv, mode))
             except Exception as exc:  # one failing impl never stops the run
-                rows.append(dict(row, status="error", message=f"{type(exc).__name__}: {exc}"[:200]))
+                rows.append(failed_row(row, exc))
+
+        def finish(name, t, call, timings, mode=mode):
+            return dict(p20_ms=t.p20, p50_ms=t.p50, p80_ms=t.p80, n_samples=t.n,
+                        tflops=_flops(shape, causal, mode) / (t.p50 * 1e-3) / 1e12,
+                        peak_mem_bytes=peak_bytes(call, device))  # fmt: skip
+
+        rows += time_side_by_side(ready, device, finish, budget_s=budget_s, **quick)
     return rows
+
+
+def time_side_by_side(ready: dict, device, finish: Callable, **kwargs) -> list[dict]:
+    """Rows for the calls that passed their gate, ready = {name: (row, call)}, timed side by side
+    (bench.timing.measure_side_by_side: a change in clocks or load lands on all of them);
+    finish(name, timing, call, timings) -> the row's measured fields. A call that fails becomes
+    an oom or error row."""
+    timings = measure_side_by_side({n: call for n, (_, call) in ready.items()}, device, **kwargs)
+    rows = []
+    for name, (row, call) in ready.items():
+        try:
+            t = timings[name]
+            if isinstance(t, Exception):
+                raise t
+            rows.append(dict(row, **finish(name, t, call, timings), status="ok"))
+        except Exception as exc:
+            rows.append(failed_row(row, exc))
+    return rows
+
+
+def failed_row(row: dict, exc: BaseException) -> dict:
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return dict(row, status="oom", message=str(exc).splitlines()[0])
+    return dict(row, status="error", message=f"{type(exc).__name__}: {exc}"[:200])
 
 
 # Tile candidates for `--parts tiles` (kernels.relbias.Tiles: block_m, block_n, warps, stages),

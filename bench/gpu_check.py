@@ -3,12 +3,13 @@
 On any CUDA machine: (1) runs `pytest tests/kernels` (the same tests CI runs under the
 interpreter, now on the GPU); (2) times forward and forward+backward of the fused Triton RoPE
 against the eager `posenc` reference, `torch.compile` of it, Liger-Kernel's RoPE when installed,
-and a device-to-device copy of the same bytes, all in one run, with inputs rotated so that every
-call starts with a cold L2; (3) times the relative-bias attention kernel against SDPA with a
-materialized bias, FlexAttention and SDPA without bias (bench/gpu_attention.py); (4) times that
-kernel over candidate tiles (block sizes, warps, stages) at one shape, as tuning data; (5) writes
-rope.csv/md, attention.csv/md and tiles.csv/md under results/gpu/<run>/, each CSV rewritten after
-every shape so that an interrupted run keeps what it measured.
+and a device-to-device copy of the same bytes, timed side by side in one run, with inputs
+rotated so that every call starts with a cold L2; (3) times the relative-bias attention kernel
+against SDPA with a materialized bias, FlexAttention and SDPA without bias
+(bench/gpu_attention.py); (4) times that kernel over candidate tiles (block sizes, warps,
+stages) at one shape, as tuning data; (5) writes rope.csv/md, attention.csv/md and tiles.csv/md
+under results/gpu/<run>/, each CSV rewritten after every shape so that an interrupted run keeps
+what it measured.
 
 `--smoke` runs a tiny shape on whatever device there is (the CPU under TRITON_INTERPRET=1), to
 test this script itself; its numbers mean nothing.
@@ -35,7 +36,6 @@ import torch
 import kernels
 from bench import gpu_attention
 from bench.memory import peak_bytes
-from bench.timing import measure
 from posenc import functional as F
 
 
@@ -166,10 +166,8 @@ def rope_rows(shape: Shape, device: torch.device, dtype, budget_s: float, smoke:
     rows = []
     for mode in ("forward", "forward+backward"):
         moved = 2 * set_bytes * (1 if mode == "forward" else 2)
-        copy_call = _copy_closure(sets, mode)
-        t_copy = measure(copy_call, device, budget_s=budget_s)
-        rows.append(dict(base, impl="copy", mode=mode, **_stats(t_copy, moved, t_copy.p50),
-                         peak_mem_bytes=0, max_abs_err=0.0, status="ok", message=""))  # fmt: skip
+        copy = dict(base, impl="copy", mode=mode, max_abs_err=0.0, message="")
+        ready = {"copy": (copy, _copy_closure(sets, mode))}  # timed side by side with the rest
         for name, fn in _impls(smoke).items():
             row = dict(base, impl=name, mode=mode)
             if fn is None:
@@ -186,15 +184,15 @@ def rope_rows(shape: Shape, device: torch.device, dtype, budget_s: float, smoke:
                         dict(row, max_abs_err=err, status="wrong", message=f"tol {tol:.2e}")
                     )
                     continue
-                call = _closure(fn, sets, cos, sin, mode)
-                t = measure(call, device, budget_s=budget_s)
-                peak = peak_bytes(call, device)
-                stats = _stats(t, moved, t_copy.p50)
-                rows.append(dict(row, **stats, max_abs_err=err, peak_mem_bytes=peak, status="ok"))
-            except torch.cuda.OutOfMemoryError as exc:
-                rows.append(dict(row, status="oom", message=str(exc).splitlines()[0]))
+                ready[name] = (dict(row, max_abs_err=err), _closure(fn, sets, cos, sin, mode))
             except Exception as exc:  # one failing impl never stops the run
-                rows.append(dict(row, status="error", message=f"{type(exc).__name__}: {exc}"[:200]))
+                rows.append(gpu_attention.failed_row(row, exc))
+
+        def finish(name, t, call, timings, moved=moved):
+            peak = 0 if name == "copy" else peak_bytes(call, device)
+            return dict(**_stats(t, moved, timings["copy"].p50), peak_mem_bytes=peak)
+
+        rows += gpu_attention.time_side_by_side(ready, device, finish, budget_s=budget_s)
     return rows
 
 
