@@ -8,6 +8,7 @@ the first directory).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 
@@ -167,29 +168,33 @@ def build(dirs: list[Path], out: Path | None = None) -> Path:
     return out
 
 
-def compare(dir_a: Path, dir_b: Path) -> str:
-    """Run-to-run repeatability: each row's median in run B over its median in run A, and the
-    same for its speedup vs the case's baseline (a ratio measured side by side within each run)."""
+def _drift(dir_a: Path, dir_b: Path) -> tuple[pd.DataFrame, pd.Series, pd.Series]:
+    """The ok rows of two runs side by side; |B/A - 1| of their medians; the same for the
+    speedups vs the case's baseline (the baselines themselves left out)."""
     key = ["case", "impl", "mode", "device", "dtype", *SHAPE]
     a, b = (_speedups(df[df["status"] == "ok"]) for df in (load([dir_a]), load([dir_b])))
     both = a.merge(b, on=key, suffixes=("_a", "_b"))
     if both.empty:
         raise ValueError(f"no ok rows in common between {dir_a} and {dir_b}")
     both["ratio"] = both["p50_ms_b"] / both["p50_ms_a"]
-    both["s_ratio"] = both["speedup_b"] / both["speedup_a"]
-    dev = (both["ratio"] - 1).abs()
     others = both[both["speedup_a"].notna() & (both["impl"] != both["case"].map(_baseline))]
-    sdev = (others["s_ratio"] - 1).abs()
+    return both, (both["ratio"] - 1).abs(), (others["speedup_b"] / others["speedup_a"] - 1).abs()
+
+
+def compare(dir_a: Path, dir_b: Path) -> str:
+    """Run-to-run repeatability: each row's median in run B over its median in run A, and the
+    same for its speedup vs the case's baseline (a ratio measured side by side within each run)."""
+    both, dev, sdev = _drift(dir_a, dir_b)
     lines = [
         f"# Repeatability: {Path(dir_b).name} vs {Path(dir_a).name}", "",
         f"{len(both)} rows in common; median times: |B/A - 1| median {100 * dev.median():.1f}%, "
         f"max {100 * dev.max():.1f}%; within 5%: {int((dev <= 0.05).sum())} of {len(both)}.", "",
     ]  # fmt: skip
-    if len(others):
+    if len(sdev):
         lines += [
-            f"Speedups vs the baseline ({len(others)} rows besides the baselines): |B/A - 1| "
+            f"Speedups vs the baseline ({len(sdev)} rows besides the baselines): |B/A - 1| "
             f"median {100 * sdev.median():.1f}%, max {100 * sdev.max():.1f}%; within 5%: "
-            f"{int((sdev <= 0.05).sum())} of {len(others)}.", "",
+            f"{int((sdev <= 0.05).sum())} of {len(sdev)}.", "",
         ]  # fmt: skip
     lines += [
         "| case | impl | mode | shape | p50 A ms | p50 B ms | B / A | speedup A | speedup B |",
@@ -207,24 +212,60 @@ def compare(dir_a: Path, dir_b: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compare_all(dirs: list[Path]) -> str:
+    """Repeatability over several runs of one sweep: every pair's drift of the medians and of
+    the speedups (median and max over the rows in common), then the spread over the pairs."""
+    lines = [
+        f"# Repeatability over {len(dirs)} runs: every pair", "",
+        "Runs: " + ", ".join(f"{i + 1} = {Path(d).name}" for i, d in enumerate(dirs)) + ".", "",
+        "| pair | rows | times: median, max of \\|B/A - 1\\| | rows within 5% "
+        "| speedups: median, max | speedups within 5% |",
+        "|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    medians, speed_medians = [], []
+    for i, j in itertools.combinations(range(len(dirs)), 2):
+        both, dev, sdev = _drift(dirs[i], dirs[j])
+        medians.append(dev.median())
+        cells = [f"{i + 1} vs {j + 1}", str(len(both)),
+                 f"{100 * dev.median():.1f}%, {100 * dev.max():.1f}%",
+                 f"{int((dev <= 0.05).sum())} of {len(both)}", "", ""]  # fmt: skip
+        if len(sdev):
+            speed_medians.append(sdev.median())
+            cells[4] = f"{100 * sdev.median():.1f}%, {100 * sdev.max():.1f}%"
+            cells[5] = f"{int((sdev <= 0.05).sum())} of {len(sdev)}"
+        lines.append("| " + " | ".join(cells) + " |")
+    m = pd.Series(medians)
+    lines += ["", f"Over the {len(m)} pairs, the median drift of the medians ranged from "
+              f"{100 * m.min():.1f}% to {100 * m.max():.1f}% (middle pair {100 * m.median():.1f}%;"
+              f" {int((m <= 0.05).sum())} of {len(m)} pairs within 5%)."]  # fmt: skip
+    if speed_medians:
+        sm = pd.Series(speed_medians)
+        lines[-1] += (f" Speedups: {100 * sm.min():.1f}% to {100 * sm.max():.1f}% "
+                      f"({int((sm <= 0.05).sum())} of {len(sm)} pairs within 5%).")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dirs", nargs="+", type=Path, help="run or sweep directories")
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: first)")
     parser.add_argument(
-        "--compare", action="store_true", help="two runs of the same sweep: write compare.md"
+        "--compare",
+        action="store_true",
+        help="runs of the same sweep: compare.md for two, repeatability.md (every pair) for more",
     )
     args = parser.parse_args(argv)
     for d in args.dirs:
         if not d.is_dir():
             parser.error(f"dirs: {d} is not a directory")
     if args.compare:
-        if len(args.dirs) != 2:
-            parser.error("--compare takes exactly two run directories")
-        out = Path(args.out or args.dirs[1])
-        text = compare(*args.dirs)
+        if len(args.dirs) < 2:
+            parser.error("--compare takes two or more run directories")
+        out = Path(args.out or args.dirs[-1])
+        name, text = (("compare.md", compare(*args.dirs)) if len(args.dirs) == 2
+                      else ("repeatability.md", compare_all(args.dirs)))  # fmt: skip
         out.mkdir(parents=True, exist_ok=True)
-        (out / "compare.md").write_text(text)
+        (out / name).write_text(text)
         print(text)
         return out
     out = build(args.dirs, args.out)

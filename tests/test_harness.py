@@ -197,26 +197,44 @@ def test_report_compare_two_runs_into_a_new_directory(tmp_path, monkeypatch, cap
     assert "1 rows in common" in text and "| toy | good | forward |" in text
 
 
+def _write_run(path, slow, fast_ms=0.5):
+    import pandas as pd
+
+    path.mkdir()
+    shape = dict(batch=1, seq_len=8, d_model=4, num_heads=2)
+    rows = [dict(case="toy", impl=impl, mode="forward", device="cpu", device_name="cpu",
+                 dtype="float32", **shape, p50_ms=ms * slow, status="ok",
+                 timestamp="2026-11-29T00:00:00")
+            for impl, ms in (("good", 1.0), ("fast", fast_ms))]  # fmt: skip
+    pd.DataFrame(rows).to_csv(path / "results.csv", index=False)
+
+
 def test_compare_separates_machine_drift_from_speedup_drift(tmp_path, monkeypatch):
     """Run B is 20% slower everywhere (a slower phase of the machine): every time moves by 20%,
     the speedup measured side by side within each run does not move."""
-    import pandas as pd
-
     monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
-    shape = dict(batch=1, seq_len=8, d_model=4, num_heads=2)
-    for run, slow in (("a", 1.0), ("b", 1.2)):
-        (tmp_path / run).mkdir()
-        rows = [dict(case="toy", impl=impl, mode="forward", device="cpu", device_name="cpu",
-                     dtype="float32", **shape, p50_ms=ms * slow, status="ok",
-                     timestamp="2026-11-29T00:00:00")
-                for impl, ms in (("good", 1.0), ("fast", 0.5))]  # fmt: skip
-        pd.DataFrame(rows).to_csv(tmp_path / run / "results.csv", index=False)
+    _write_run(tmp_path / "a", 1.0)
+    _write_run(tmp_path / "b", 1.2)
     text = report.compare(tmp_path / "a", tmp_path / "b")
     assert "|B/A - 1| median 20.0%, max 20.0%; within 5%: 0 of 2" in text
     assert "Speedups vs the baseline (1 rows besides the baselines): |B/A - 1| median 0.0%" in text
     assert (
         "| toy | fast | forward | B=1 L=8 d=4 H=2 | 0.500 | 0.600 | 1.200 | 2.00x | 2.00x |" in text
     )
+
+
+def test_compare_many_runs_tables_every_pair(tmp_path, monkeypatch):
+    monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    # r2: the whole machine 2% slower; r3: only `fast` got faster (0.5 -> 0.4 ms)
+    for name, slow, fast in (("r1", 1.0, 0.5), ("r2", 1.02, 0.5), ("r3", 1.0, 0.4)):
+        _write_run(tmp_path / name, slow, fast)
+    out = report.main([*(str(tmp_path / n) for n in ("r1", "r2", "r3")), "--compare"])
+    text = (out / "repeatability.md").read_text()
+    assert out == tmp_path / "r3"
+    assert "| 1 vs 2 | 2 | 2.0%, 2.0% | 2 of 2 | 0.0%, 0.0% | 1 of 1 |" in text
+    assert "| 1 vs 3 | 2 | 10.0%, 20.0% | 1 of 2 | 25.0%, 25.0% | 0 of 1 |" in text
+    assert "ranged from 2.0% to 11.8% (middle pair 10.0%; 1 of 3 pairs within 5%)" in text
+    assert "Speedups: 0.0% to 25.0% (1 of 3 pairs within 5%)" in text
 
 
 def test_resume_refuses_a_results_file_of_another_schema(tmp_path, monkeypatch):
