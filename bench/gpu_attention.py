@@ -313,6 +313,22 @@ def tile_rows(shape: AttnShape, device, dtype, budget_s: float, smoke: bool) -> 
     return rows
 
 
+def tiles_summary(rows: list[dict]) -> str:
+    """Per case and mode of the tiles part: the fastest candidate against the default tiles."""
+    lines = ["", "| case | mode | default p50 ms | fastest | its p50 ms | default / fastest |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    ok = [r for r in rows if r["status"] == "ok" and r["impl"].startswith("triton")]
+    for case, mode in dict.fromkeys((r["case"], r["mode"]) for r in ok):
+        group = [r for r in ok if (r["case"], r["mode"]) == (case, mode)]
+        default = next((r for r in group if r["impl"] == "triton"), None)
+        best = min(group, key=lambda r: r["p50_ms"])
+        if default is not None:
+            ratio = default["p50_ms"] / best["p50_ms"]
+            lines.append(f"| {case} | {mode} | {default['p50_ms']:.3f} | {best['impl']} "
+                         f"| {best['p50_ms']:.3f} | {ratio:.2f} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def markdown(rows: list[dict]) -> str:
     """One line per row; "x sdpa" is p50 over SDPA-without-bias's p50 at the same shape, case,
     causality and mode (the issue's target for triton: <= 1.4)."""

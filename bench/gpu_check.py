@@ -312,7 +312,8 @@ def main(argv: list[str] | None = None) -> Path:
         rows = _run(shapes, gpu_attention.tile_rows, gpu_attention.FIELDS, out_dir / "tiles.csv",
                     device, args, deadline)  # fmt: skip
         if rows:
-            _write_md(out_dir / "tiles.md", gpu_attention.markdown(rows))
+            text = gpu_attention.markdown(rows) + gpu_attention.tiles_summary(rows)
+            _write_md(out_dir / "tiles.md", text)
     (out_dir / "tests.txt").write_text(tests + "\n")
     return out_dir
 

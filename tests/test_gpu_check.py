@@ -38,6 +38,8 @@ def test_smoke_run_writes_csv_and_markdown(tmp_path):
     assert len(tiles) == 2 * 4 and set(tiles.values()) == {"ok"}, tiles
     label = gpu_attention._label(gpu_attention.BWD_TILES[1])
     assert tiles[("shaw_attention", label, "forward+backward")] == "ok"
+    summary = (out / "tiles.md").read_text().split("| default / fastest |")[1]
+    assert summary.count("| alibi_attention |") == summary.count("| shaw_attention |") == 2
 
 
 def test_unknown_part_is_refused(tmp_path, capsys):
