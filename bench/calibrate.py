@@ -7,6 +7,8 @@ write. Matmul: an n x n product in the row's dtype, n = 1024 (CPU) or 8192 (CUDA
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from bench.timing import measure
@@ -26,3 +28,20 @@ def calibrate(device: torch.device, dtype: torch.dtype, budget_s: float = 0.5) -
         "calib_copy_gbps": 2 * src.numel() * src.element_size() / (t_copy.p50 * 1e-3) / 1e9,
         "calib_matmul_tflops": 2 * n**3 / (t_mm.p50 * 1e-3) / 1e12,
     }
+
+
+def copy_call(n_bytes: int, device: torch.device) -> Callable[[], object] | None:
+    """dst.copy_(src) that moves n_bytes in all (half read, half written): the copy the runner
+    times side by side with the implementations of each point and mode, so that a row's
+    `pct_copy_bw` compares it with a same-size copy measured under the same machine phase (a
+    calibration made once per run drifts with a shared machine's speed). None when there is
+    nothing to copy or the buffers do not fit."""
+    n = n_bytes // 8  # float32 elements per buffer
+    if n < 1:
+        return None
+    try:
+        src = torch.ones(n, device=device)
+        dst = torch.empty_like(src)
+    except Exception:  # out of memory: the row keeps its other columns
+        return None
+    return lambda: dst.copy_(src)

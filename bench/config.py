@@ -29,6 +29,7 @@ class TimingConfig:
     budget_s: float = 0.5  # per (impl, point, mode), after warm-up
     rel_spread: float | None = 0.05  # stop early once (p80 - p20) / p50 <= this
     threads: int | None = None  # torch.set_num_threads on the CPU (None: torch's default)
+    copy_ref: bool = True  # time a copy of each row's modelled bytes in the same group
 
 
 @dataclass

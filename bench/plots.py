@@ -4,6 +4,7 @@
   impl @ device with its p20-p80 band, at the most common (B, d_model, H).
 - speedup_<mode>_<dtype>.png: speedup vs the case's baseline at each case's largest L.
 - pct_peak_bw_<mode>_<dtype>.png: achieved GB/s as % of the run's measured copy bandwidth.
+- pct_copy_bw_<mode>_<dtype>.png: the same against the same-size copy timed side by side.
 - cpu_vs_cuda_<mode>_<dtype>.png: CPU time / CUDA time per impl, when both devices ran.
 """
 
@@ -96,6 +97,7 @@ def write_all(df: pd.DataFrame, out: Path) -> list[Path]:
         for column, name, xlabel in (
             ("speedup", "speedup", "speedup vs the case's baseline (same device)"),
             ("pct_peak_bw", "pct_peak_bw", "% of the measured copy bandwidth"),
+            ("pct_copy_bw", "pct_copy_bw", "% of a same-size copy timed alongside"),
         ):
             values = top[top[column].notna()] if column in top else top.iloc[:0]
             path = out / f"{name}_{tag}.png"

@@ -18,16 +18,17 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from bench.calibrate import calibrate
+from bench.calibrate import calibrate, copy_call
 from bench.cases import CASES
 from bench.config import DTYPES, Plan
 from bench.gate import gate
 from bench.memory import peak_bytes, peak_reserved_bytes
 from bench.registry import Case, Impl, Point, as_tuple
 from bench.results import ResultsWriter, row_key
-from bench.timing import GRAPH_BELOW_MS, l2_flusher, measure_side_by_side
+from bench.timing import GRAPH_BELOW_MS, Timing, l2_flusher, measure_side_by_side
 
 BYTES_FACTOR = {"forward": 1, "backward": 1, "forward+backward": 2}
+COPY = "(copy)"  # the same-size copy in each side-by-side group; no impl name has parentheses
 FLOPS_FACTOR = {"forward": 1, "backward": 2, "forward+backward": 3}
 
 
@@ -218,7 +219,9 @@ class Runner:
         """The implementations of one point and mode: each gated, then the passing ones timed
         side by side (bench.timing.measure_side_by_side), so that a slow phase of the machine
         lands on all of them and their speedups stay honest; `backward` mode, whose calls each
-        keep a forward graph alive, times one implementation at a time. Then memory, per row."""
+        keep a forward graph alive, times one implementation at a time. With timing.copy_ref, a
+        copy of the row's modelled bytes joins each group: `copy_ms` and `pct_copy_bw`, a
+        bandwidth ratio that a slow phase of the machine moves on both sides. Then memory."""
         leaves = [inputs[name] for name in case.grad_inputs]
         for t in leaves:
             t.requires_grad_(mode != "forward")
@@ -243,10 +246,14 @@ class Runner:
                     calls[row["impl"]] = timed_call(fn, mode)
                 except Exception as exc:
                     calls[row["impl"]] = exc
-            t0 = time.perf_counter()
+            fns = {name: c for name, c in calls.items() if not isinstance(c, Exception)}
             tm = self.timing
+            if tm.copy_ref and fns:
+                copy = copy_call(case.bytes_moved(point, dtype) * BYTES_FACTOR[mode], device)
+                fns.update({COPY: copy} if copy is not None else {})
+            t0 = time.perf_counter()
             timings = measure_side_by_side(
-                {name: c for name, c in calls.items() if not isinstance(c, Exception)},
+                fns,
                 device,
                 before_each=self._flush(device),
                 warmup_s=tm.warmup_s,
@@ -257,6 +264,10 @@ class Runner:
                 graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None,
             )
             self.clock.work_s += time.perf_counter() - t0
+            copy_t = timings.pop(COPY, None)
+            fns = copy = None  # the copy's buffers go before memory is probed
+            if device.type == "cuda" and copy_t is not None:
+                torch.cuda.empty_cache()  # nor stay in the reserved pool that the probe reads
             for row, fn, err, impl in batch:
                 call, t = calls[row["impl"]], timings.get(row["impl"])
                 try:
@@ -265,6 +276,8 @@ class Runner:
                             raise failed
                     row.update(self._finish(case, impl, mode, point, fn, call, err, t, device,
                                             dtype))  # fmt: skip
+                    if isinstance(copy_t, Timing):
+                        row.update(copy_ms=copy_t.p50, pct_copy_bw=100 * copy_t.p50 / t.p50)
                 except Exception as exc:
                     row.update(status="oom" if _is_oom(exc) else "error", message=_message(exc))
                 self._emit(row)

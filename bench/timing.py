@@ -97,15 +97,22 @@ def measure_side_by_side(
     before_each: Callable[[], object] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     graph_below_ms: float | None = None,
-    slice_s: float = 0.02,
+    rounds: int = 20,
 ) -> dict[str, Timing | Exception]:
     """Several calls timed side by side, so that a slow phase of a shared machine (seconds long
     on a cloud VM) lands on all of them rather than on whichever was being measured: after each
-    one's warm-up, rounds give every unfinished call a slice of slice_s (at least one sample),
-    starting each round with the next call. A call is finished at max_reps, or with min_reps once
-    its spread is within rel_spread (checked every 5 samples) or the group's budget (budget_s per
-    call) has passed. Per sample as in `measure` (events, graphs, before_each), which is this
-    with one call. A call that raises leaves the group; its exception is returned in its place."""
+    one's warm-up, rounds give every unfinished call a slice (at least one sample), starting each
+    round with the next call. A slice ends after budget_s / rounds seconds or max_reps / rounds
+    samples, so that each call's samples spread over about `rounds` rounds, the whole window of
+    the group, whether its budget or its max_reps ends it (a 2 ms copy beside a 70 ms call must
+    not take its 200 samples in the first second). A call is finished at max_reps, or with
+    min_reps once its spread is within rel_spread (checked every 5 samples) or the group's
+    budget (budget_s per call) has passed. Per sample as in `measure` (events, graphs,
+    before_each), which is this with one call. A call that raises leaves the group; its
+    exception is returned in its place."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    slice_s, slice_reps = budget_s / rounds, -(-max_reps // rounds)
     device = torch.device(device)
     prepared: dict[str, tuple[str, int, Callable[[], object]] | Exception] = {}
     for name, fn in fns.items():
@@ -134,13 +141,14 @@ def measure_side_by_side(
         rounds += 1
         for name in active[first:] + active[:first]:
             _method, calls, timed = prepared[name]
-            end = clock() + slice_s
+            end, taken = clock() + slice_s, 0
             try:
                 while True:
                     if before_each is not None:
                         before_each()
                     samples[name].append(_time_once(timed, device, clock) / calls)
-                    if finished(name) or clock() >= end:
+                    taken += 1
+                    if finished(name) or clock() >= end or taken >= slice_reps:
                         break
             except Exception as exc:  # one failing call never stops the others
                 prepared[name] = exc

@@ -148,8 +148,9 @@ def test_side_by_side_spreads_a_slow_phase_over_every_call():
     b = measure(seq.call(0.001), clock=seq, **kw)
     assert a.p50 / b.p50 == pytest.approx(6.0)
     sbs = SlowPhaseMachine(0, 8)
-    t = measure_side_by_side({"a": sbs.call(0.003), "b": sbs.call(0.001)}, clock=sbs,
-                             slice_s=0.05, **kw)  # fmt: skip
+    t = measure_side_by_side(
+        {"a": sbs.call(0.003), "b": sbs.call(0.001)}, clock=sbs, rounds=200, **kw
+    )  # fmt: skip  (slices of 50 ms)
     assert t["a"].p50 / t["b"].p50 == pytest.approx(3.0)
     assert sbs.now == pytest.approx(20.0, abs=0.1)  # the group's budget: 10 per call
     assert t["a"].n == pytest.approx(t["b"].n / 3, rel=0.05)  # equal time, not equal counts
@@ -174,12 +175,31 @@ def test_side_by_side_min_reps_spread_and_a_failing_call():
 
     group = {"steady": clock.call(0.001), "noisy": noisy, "broken": breaks_on_third}
     t = measure_side_by_side(group, clock=clock, warmup_s=0, min_reps=5, max_reps=40,
-                             budget_s=100, rel_spread=0.1, slice_s=0.002)  # fmt: skip
+                             budget_s=100, rel_spread=0.1, rounds=50_000)  # fmt: skip
     assert isinstance(t["broken"], RuntimeError) and "boom" in str(t["broken"])
     assert 5 <= t["steady"].n < 40  # converged: left the group early
     assert t["noisy"].n == 40  # never converges: max_reps
     group = {"fast": clock.call(0.001), "slow": clock.call(1.0)}
     t = measure_side_by_side(group, clock=clock, warmup_s=0, min_reps=5, budget_s=0.5,
-                             slice_s=0.002)  # fmt: skip
+                             rounds=250)  # fmt: skip
     assert t["slow"].n == 5  # min_reps beats the budget
     assert t["fast"].n >= 5  # past the budget too: it stops once it has min_reps
+
+
+def test_side_by_side_spreads_every_call_over_the_whole_window():
+    """A 1 ms call and a 30 ms one, 40 samples each; the machine turns twice as slow halfway
+    through. Each slice takes at most 40 / 20 = 2 samples, so the fast call is sampled in every
+    round, in the slow half as much as the slow call is (with 20 ms slices it used to take its
+    40 samples in the first two rounds and never see the slow phase)."""
+    from bench.timing import measure_side_by_side
+
+    clock = SlowPhaseMachine(0.6, float("inf"))  # 20 rounds of 2 x (1 + 30) ms: 1.24 s
+    group = {"fast": clock.call(0.001), "slow": clock.call(0.030)}
+    t = measure_side_by_side(group, clock=clock, warmup_s=0, min_reps=5, max_reps=40,
+                             budget_s=100, rounds=20)  # fmt: skip
+    assert t["fast"].n == t["slow"].n == 40
+    slowed = {name: sum(s > base * 1.5e3 for s in t[name].samples_ms)
+              for name, base in (("fast", 0.001), ("slow", 0.030))}  # fmt: skip
+    assert slowed["fast"] >= 18 and abs(slowed["fast"] - slowed["slow"]) <= 2  # about half
+    with pytest.raises(ValueError, match="rounds"):
+        measure_side_by_side(group, clock=clock, rounds=0)

@@ -1,6 +1,7 @@
 """The harness in-process: config validation, the gate, failing points, resume, the report."""
 
 import csv
+import dataclasses
 
 import pytest
 import torch
@@ -65,7 +66,7 @@ def _toy_case(impls):
 ONE_POINT = (Point(3, 8, 4, 2),)
 
 
-def _run(tmp_path, case, monkeypatch, *, resume=False, points=ONE_POINT, modes=None):
+def _run(tmp_path, case, monkeypatch, *, resume=False, points=ONE_POINT, modes=None, timing=FAST):
     from bench import config, runner
 
     monkeypatch.setitem(runner.CASES, "toy", case)
@@ -73,7 +74,7 @@ def _run(tmp_path, case, monkeypatch, *, resume=False, points=ONE_POINT, modes=N
         cases=("toy",), impls=None, points=points, dtypes=("float32",), devices=("cpu",),
         modes=modes or ("forward", "forward+backward"),
     )  # fmt: skip
-    r = Runner(plan, FAST, tmp_path, run_id="t", resume=resume, do_calibrate=False)
+    r = Runner(plan, timing, tmp_path, run_id="t", resume=resume, do_calibrate=False)
     r.run()
     with open(tmp_path / "results.csv") as f:
         return list(csv.DictReader(f))
@@ -142,13 +143,49 @@ def test_implementations_of_a_point_are_timed_side_by_side(tmp_path, monkeypatch
     modes = ("forward", "forward+backward", "backward")
     rows = {(r["impl"], r["mode"]): r for r in _run(tmp_path, _toy_case(impls), monkeypatch,
                                                     modes=modes)}  # fmt: skip
-    assert groups[:2] == [["fast", "flaky", "good"], ["fast", "good"]]  # flaky: gate fails 2nd time
-    assert groups[2:] == [["good"], ["fast"]]  # backward: one at a time
+    # flaky fails the gate the 2nd time; the same-size copy joins every group
+    assert groups[:2] == [["(copy)", "fast", "flaky", "good"], ["(copy)", "fast", "good"]]
+    assert groups[2:] == [["(copy)", "good"], ["(copy)", "fast"]]  # backward: one at a time
     assert rows[("flaky", "forward")]["status"] == "error"
     assert "late failure" in rows[("flaky", "forward")]["message"]
     for mode in modes:
         assert rows[("good", mode)]["status"] == rows[("fast", mode)]["status"] == "ok"
         assert rows[("bad", mode)]["status"] == "wrong"
+
+
+def test_each_row_carries_the_copy_timed_in_its_group(tmp_path, monkeypatch):
+    """copy_ms is the median of a copy of the row's modelled bytes timed side by side with it;
+    pct_copy_bw = 100 * copy_ms / p50_ms. With timing.copy_ref off both columns stay empty."""
+    from bench import calibrate, runner
+
+    sizes = []
+
+    def spy(n_bytes, device):
+        sizes.append(n_bytes)
+        return calibrate.copy_call(n_bytes, device)
+
+    monkeypatch.setattr(runner, "copy_call", spy)
+    case = _toy_case({"good": Impl(lambda i: lambda: 2 * i["x"])})
+    rows = _run(tmp_path, case, monkeypatch)
+    assert sizes == [8 * 3 * 8, 2 * 8 * 3 * 8]  # forward, forward+backward (twice the bytes)
+    for r in rows:
+        copy_ms, p50 = float(r["copy_ms"]), float(r["p50_ms"])
+        assert copy_ms > 0
+        assert float(r["pct_copy_bw"]) == pytest.approx(100 * copy_ms / p50)
+    (tmp_path / "off").mkdir()
+    no_copy = dataclasses.replace(FAST, copy_ref=False)
+    for r in _run(tmp_path / "off", case, monkeypatch, timing=no_copy):
+        assert r["status"] == "ok" and r["copy_ms"] == r["pct_copy_bw"] == ""
+    assert len(sizes) == 2
+
+
+def test_copy_call_moves_the_bytes_asked_for():
+    from bench.calibrate import copy_call
+
+    assert copy_call(7, torch.device("cpu")) is None  # less than one float32 each way
+    call = copy_call(64, torch.device("cpu"))
+    out = call()
+    assert out.numel() * out.element_size() * 2 == 64 and torch.equal(out, torch.ones(8))
 
 
 def test_resume_measures_only_what_is_missing(tmp_path, monkeypatch):
@@ -182,7 +219,8 @@ def test_report_from_a_saved_run_and_a_merge(tmp_path, monkeypatch):
     assert "## toy / forward / float32" in text and "good @ cpu" in text
     with open(out / "merged.csv") as f:
         assert len(list(csv.DictReader(f))) == 2 * 2 * 2 + 2 * 2  # both runs, every row
-    assert (out / "time_vs_seq_len_forward_float32.png").exists()
+    for plot in ("time_vs_seq_len", "speedup", "pct_copy_bw"):
+        assert (out / f"{plot}_forward_float32.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_report_compare_two_runs_into_a_new_directory(tmp_path, monkeypatch, capsys):
@@ -204,6 +242,7 @@ def _write_run(path, slow, fast_ms=0.5):
     shape = dict(batch=1, seq_len=8, d_model=4, num_heads=2)
     rows = [dict(case="toy", impl=impl, mode="forward", device="cpu", device_name="cpu",
                  dtype="float32", **shape, p50_ms=ms * slow, status="ok",
+                 pct_copy_bw=100 * 0.25 * slow / (ms * slow),  # its group's copy: 0.25 ms
                  timestamp="2026-11-29T00:00:00")
             for impl, ms in (("good", 1.0), ("fast", fast_ms))]  # fmt: skip
     pd.DataFrame(rows).to_csv(path / "results.csv", index=False)
@@ -218,9 +257,9 @@ def test_compare_separates_machine_drift_from_speedup_drift(tmp_path, monkeypatc
     text = report.compare(tmp_path / "a", tmp_path / "b")
     assert "|B/A - 1| median 20.0%, max 20.0%; within 5%: 0 of 2" in text
     assert "Speedups vs the baseline (1 rows besides the baselines): |B/A - 1| median 0.0%" in text
-    assert (
-        "| toy | fast | forward | B=1 L=8 d=4 H=2 | 0.500 | 0.600 | 1.200 | 2.00x | 2.00x |" in text
-    )
+    assert "copy timed alongside, pct_copy_bw (2 rows): |B/A - 1| median 0.0%, max 0.0%" in text
+    row = "| toy | fast | forward | B=1 L=8 d=4 H=2 | 0.500 | 0.600 | 1.200 | 2.00x | 2.00x |"
+    assert row + " 50.0 | 50.0 |" in text
 
 
 def test_compare_many_runs_tables_every_pair(tmp_path, monkeypatch):
@@ -231,10 +270,16 @@ def test_compare_many_runs_tables_every_pair(tmp_path, monkeypatch):
     out = report.main([*(str(tmp_path / n) for n in ("r1", "r2", "r3")), "--compare"])
     text = (out / "repeatability.md").read_text()
     assert out == tmp_path / "r3"
-    assert "| 1 vs 2 | 2 | 2.0%, 2.0% | 2 of 2 | 0.0%, 0.0% | 1 of 1 |" in text
-    assert "| 1 vs 3 | 2 | 10.0%, 20.0% | 1 of 2 | 25.0%, 25.0% | 0 of 1 |" in text
+    assert (
+        "| 1 vs 2 | 2 | 2.0%, 2.0% | 2 of 2 | 0.0%, 0.0% | 1 of 1 | 0.0%, 0.0% | 2 of 2 |" in text
+    )
+    assert (
+        "| 1 vs 3 | 2 | 10.0%, 20.0% | 1 of 2 | 25.0%, 25.0% | 0 of 1 | 12.5%, 25.0% | 1 of 2 |"
+        in text
+    )
     assert "ranged from 2.0% to 11.8% (middle pair 10.0%; 1 of 3 pairs within 5%)" in text
-    assert "Speedups: 0.0% to 25.0% (1 of 3 pairs within 5%)" in text
+    assert "Speedups: 0.0% to 25.0% (middle pair 25.0%; 1 of 3 pairs within 5%)" in text
+    assert "Time vs the copy: 0.0% to 12.5% (middle pair 12.5%; 1 of 3 pairs within 5%)" in text
 
 
 def test_resume_refuses_a_results_file_of_another_schema(tmp_path, monkeypatch):
