@@ -13,13 +13,14 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv test compat bench tutorial gpu-check regress regress-update lint format clean
+.PHONY: help venv test compat bench tutorial gpu-check gpu-wheels regress regress-update lint format clean
 
 help:
 	@echo "make test    create/reuse $(VENV), install, run the whole test suite"
 	@echo "make bench   same set-up, then python -m bench (the default sweep; results/runs/)"
 	@echo "make tutorial  the standalone tutorial 5.2 study (bench.tutorial_5_2)"
 	@echo "make gpu-check  on a CUDA machine: kernel tests on the GPU, then kernel timings (results/gpu/)"
+	@echo "make gpu-wheels  wheels of hydra-core, omegaconf, antlr4 (Python 3.12) into .whl/ for an offline GPU box"
 	@echo "make regress  the CPU timing suite vs results/baselines/cpu.json (exit 1 on regression)"
 	@echo "make regress-update  re-measure the baseline (review the diff before committing it)"
 	@echo "make compat  the kernel tests under Triton $(COMPAT_TRITON) (the GPU box's version), interpreted"
@@ -56,6 +57,19 @@ compat:
 
 gpu-check: $(STAMP)
 	$(PY) -m bench.gpu_check
+
+# What an offline GPU box with torch, pandas and matplotlib (e.g. the lent H200: Python 3.12)
+# lacks for `python -m bench`, as pure-Python wheels in .whl/ (ignored by git); there:
+#   pip install --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+# antlr4-python3-runtime 4.9.3 (omegaconf's pin) is published as a source archive only: built here.
+GPU_WHEELS ?= hydra-core==1.3.8 omegaconf==2.3.1
+GPU_PYTHON ?= 3.12
+
+gpu-wheels:
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) \
+		--implementation cp --platform manylinux2014_x86_64 -d .whl $(GPU_WHEELS)
+	$(PYTHON) -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3
+	@ls .whl
 
 tutorial: $(STAMP)
 	$(PY) -m bench.tutorial_5_2
