@@ -220,8 +220,9 @@ class Runner:
         side by side (bench.timing.measure_side_by_side), so that a slow phase of the machine
         lands on all of them and their speedups stay honest; `backward` mode, whose calls each
         keep a forward graph alive, times one implementation at a time. With timing.copy_ref, a
-        copy of the row's modelled bytes joins each group: `copy_ms` and `pct_copy_bw`, a
-        bandwidth ratio that a slow phase of the machine moves on both sides. Then memory."""
+        copy of the row's modelled bytes joins each group: `copy_ms` and `pct_copy_bw`, the
+        row's bandwidth against a copy timed in the same window (and, on CUDA, the same cold
+        L2). Then memory."""
         leaves = [inputs[name] for name in case.grad_inputs]
         for t in leaves:
             t.requires_grad_(mode != "forward")

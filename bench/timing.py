@@ -135,10 +135,10 @@ def measure_side_by_side(
         check = rel_spread is not None and n % 5 == 0  # the spread is checked every 5 samples
         return check and Timing(tuple(samples[name])).spread <= rel_spread
 
-    rounds = 0
+    turn = 0  # rounds done so far
     while active := [name for name in fns if not finished(name)]:
-        first = rounds % len(active)
-        rounds += 1
+        first = turn % len(active)
+        turn += 1
         for name in active[first:] + active[:first]:
             _method, calls, timed = prepared[name]
             end, taken = clock() + slice_s, 0
