@@ -262,6 +262,23 @@ def test_compare_separates_machine_drift_from_speedup_drift(tmp_path, monkeypatc
     assert row + " 50.0 | 50.0 |" in text
 
 
+def test_compare_runs_made_before_the_copy_column(tmp_path, monkeypatch):
+    """Results written before pct_copy_bw existed still compare; the copy lines are left out."""
+    import pandas as pd
+
+    monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    for name, slow in (("a", 1.0), ("b", 1.1)):
+        _write_run(tmp_path / name, slow)
+        df = pd.read_csv(tmp_path / name / "results.csv")
+        df.drop(columns="pct_copy_bw").to_csv(tmp_path / name / "results.csv", index=False)
+    text = report.compare(tmp_path / "a", tmp_path / "b")
+    assert "|B/A - 1| median 10.0%" in text and "copy timed alongside" not in text
+    assert "| 0.500 | 0.550 | 1.100 | 2.00x | 2.00x |  |  |" in text
+    many = report.compare_all([tmp_path / "a", tmp_path / "b", tmp_path / "a"])
+    assert "| 1 vs 2 | 2 | 10.0%, 10.0% | 0 of 2 | 0.0%, 0.0% | 1 of 1 |  |  |" in many
+    assert "Time vs the copy" not in many
+
+
 def test_compare_many_runs_tables_every_pair(tmp_path, monkeypatch):
     monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
     # r2: the whole machine 2% slower; r3: only `fast` got faster (0.5 -> 0.4 ms)
