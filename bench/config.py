@@ -30,6 +30,9 @@ class TimingConfig:
     rel_spread: float | None = 0.05  # stop early once (p80 - p20) / p50 <= this
     threads: int | None = None  # torch.set_num_threads on the CPU (None: torch's default)
     copy_ref: bool = True  # time a copy of each row's modelled bytes in the same group
+    # >1: sweep the plan this many times, each pass with 1/passes of the budget and max_reps,
+    # pooling each row's samples, so that every median spans the whole run (bench/runner.py)
+    passes: int = 1
 
 
 @dataclass
@@ -114,6 +117,8 @@ def make_plan(cfg) -> Plan:
     t = cfg["timing"]
     if t["min_reps"] < 1 or t["max_reps"] < t["min_reps"] or t["budget_s"] < 0:
         raise ValueError("timing: need 1 <= min_reps <= max_reps and budget_s >= 0")
+    if isinstance(t["passes"], bool) or not isinstance(t["passes"], int) or t["passes"] < 1:
+        raise ValueError(f"timing.passes: must be a positive integer, got {t['passes']!r}")
     points = tuple(Point(*p) for p in itertools.product(batch, seq_len, d_model, heads))
     return Plan(
         cases=tuple(cases), impls=impls, points=points,

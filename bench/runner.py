@@ -4,6 +4,13 @@ mode: gate each implementation, time the passing ones side by side, measure memo
 One failing point (OOM, error, unsupported device or dtype) becomes a row with its status and
 message, and the sweep goes on. Rows are appended as they are measured; with resume, rows whose
 key is already in results.csv are not measured again.
+
+With timing.passes = P > 1 the runner sweeps the whole plan P times and pools each row's samples,
+so that every row's median spans the whole run rather than the seconds one group takes: what
+makes a CPU median repeat between runs on a VM whose speed drifts over minutes. Each pass gives a
+group 1/P of the budget and max_reps; warm-up, the gate and input building are redone per pass
+(inputs come from the same seed); memory and the tutorial's timing are measured in the last pass,
+when an ok row is written. A row that fails in any pass is written then and not measured again.
 """
 
 from __future__ import annotations
@@ -88,6 +95,11 @@ class Runner:
         self.calibration: dict[tuple[str, str], dict] = {}
         self._flusher = None  # made on the first CUDA row
         self.done = 0
+        self.passes = int(getattr(timing, "passes", 1))
+        if self.passes < 1:
+            raise ValueError(f"timing.passes must be >= 1, got {self.passes}")
+        self._pass = 0  # the pass being run (0-based)
+        self._pooled: dict[tuple, dict[str, list[float]]] = {}  # row key -> samples so far
 
     # -- tasks ---------------------------------------------------------------------------------
 
@@ -104,22 +116,29 @@ class Runner:
     def run(self) -> dict:
         if self.timing.threads:
             torch.set_num_threads(self.timing.threads)
-        bar = tqdm(total=self.total(), disable=None, unit="row", dynamic_ncols=True)
+        # the bar counts (row, pass) steps: a row is written in its last pass
+        bar = tqdm(total=self.total() * self.passes, disable=None, unit="row",
+                   dynamic_ncols=True)  # fmt: skip
         self._bar = bar
         try:
-            for device in self.plan.devices:
-                if device == "cuda" and not torch.cuda.is_available():
-                    print("device=cuda: CUDA is not available on this machine; skipping it")
-                    bar.update(self.total() // len(self.plan.devices))
-                    continue
-                for case_name in self.plan.cases:
-                    for dtype in self.plan.dtypes:
-                        for point in self.plan.points:
-                            self._point(CASES[case_name], point, torch.device(device), dtype)
+            for k in range(self.passes):
+                self._pass = k
+                if self.passes > 1 and bar.disable:  # plain lines: rows come in the last pass
+                    print(f"pass {self._pass + 1} of {self.passes}", flush=True)
+                for device in self.plan.devices:
+                    if device == "cuda" and not torch.cuda.is_available():
+                        if self._pass == 0:
+                            print("device=cuda: CUDA is not available on this machine; skipping it")
+                        bar.update(self.total() // len(self.plan.devices))
+                        continue
+                    for case_name in self.plan.cases:
+                        for dtype in self.plan.dtypes:
+                            for point in self.plan.points:
+                                self._point(CASES[case_name], point, torch.device(device), dtype)
         finally:
             bar.close()
             self.writer.close()
-        summary = self.clock.summary()
+        summary = dict(self.clock.summary(), passes=self.passes)
         (self.out_dir / "timing_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
 
@@ -248,7 +267,7 @@ class Runner:
                 except Exception as exc:
                     calls[row["impl"]] = exc
             fns = {name: c for name, c in calls.items() if not isinstance(c, Exception)}
-            tm = self.timing
+            tm, passes = self.timing, self.passes
             if tm.copy_ref and fns:
                 copy = copy_call(case.bytes_moved(point, dtype) * BYTES_FACTOR[mode], device)
                 fns.update({COPY: copy} if copy is not None else {})
@@ -258,9 +277,9 @@ class Runner:
                 device,
                 before_each=self._flush(device),
                 warmup_s=tm.warmup_s,
-                min_reps=tm.min_reps,
-                max_reps=tm.max_reps,
-                budget_s=tm.budget_s,
+                min_reps=-(-tm.min_reps // passes),  # this pass's share, rounded up
+                max_reps=-(-tm.max_reps // passes),
+                budget_s=tm.budget_s / passes,
                 rel_spread=tm.rel_spread,
                 graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None,
             )
@@ -269,22 +288,41 @@ class Runner:
             fns = copy = None  # the copy's buffers go before memory is probed
             if device.type == "cuda" and copy_t is not None:
                 torch.cuda.empty_cache()  # nor stay in the reserved pool that the probe reads
+            last = self._pass == passes - 1
             for row, fn, err, impl in batch:
                 call, t = calls[row["impl"]], timings.get(row["impl"])
                 try:
                     for failed in (call, t):
                         if isinstance(failed, Exception):
                             raise failed
+                    t, copy_t_row = self._pool(row, t, copy_t)
+                    if not last:  # an ok row is written in the last pass, with all its samples
+                        self._bar.update(1)
+                        continue
                     row.update(self._finish(case, impl, mode, point, fn, call, err, t, device,
                                             dtype))  # fmt: skip
-                    if isinstance(copy_t, Timing):
-                        row.update(copy_ms=copy_t.p50, pct_copy_bw=100 * copy_t.p50 / t.p50)
+                    if isinstance(copy_t_row, Timing):
+                        row.update(copy_ms=copy_t_row.p50, pct_copy_bw=100 * copy_t_row.p50 / t.p50)
                 except Exception as exc:
                     row.update(status="oom" if _is_oom(exc) else "error", message=_message(exc))
+                self._pooled.pop(row_key(row), None)
                 self._emit(row)
         for t in leaves:
             t.requires_grad_(False)
             t.grad = None
+
+    def _pool(self, row: dict, t: Timing, copy_t) -> tuple[Timing, Timing | None]:
+        """This pass's samples of the row (and of its group's copy) added to its earlier passes'
+        -> the pooled Timings. With one pass, t and copy_t as they are."""
+        if self.passes == 1:
+            return t, copy_t if isinstance(copy_t, Timing) else None
+        pooled = self._pooled.setdefault(row_key(row), {"row": [], "copy": []})
+        pooled["row"].extend(t.samples_ms)
+        if isinstance(copy_t, Timing):
+            pooled["copy"].extend(copy_t.samples_ms)
+        method = getattr(copy_t, "method", t.method)
+        copy = Timing(tuple(pooled["copy"]), method) if pooled["copy"] else None
+        return Timing(tuple(pooled["row"]), t.method), copy
 
     def _gate(self, case: Case, impl: Impl, mode: str, inputs, truth, device, dtype,
               rows_checked):  # fmt: skip

@@ -2,6 +2,7 @@
 
 import csv
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -34,6 +35,7 @@ def _cfg(**overrides):
         ({"device": "tpu"}, "device"),
         ({"mode": ["sideways"]}, "mode"),
         ({"timing.min_reps": 0}, "timing"),
+        ({"timing.passes": 0}, "timing.passes"),
     ],
 )
 def test_invalid_config_names_the_key(overrides, key):
@@ -177,6 +179,46 @@ def test_each_row_carries_the_copy_timed_in_its_group(tmp_path, monkeypatch):
     for r in _run(tmp_path / "off", case, monkeypatch, timing=no_copy):
         assert r["status"] == "ok" and r["copy_ms"] == r["pct_copy_bw"] == ""
     assert len(sizes) == 2
+
+
+def test_passes_pool_each_rows_samples_over_the_whole_run(tmp_path, monkeypatch):
+    """timing.passes=3: the plan is swept three times, each group with a third of the budget
+    and max_reps; each ok row is written once, in the last pass, from the samples of all three
+    (so its median spans the run); a wrong row is written in the first pass and never again."""
+    from bench import runner
+
+    seen = []
+
+    def fake(fns, device, **kwargs):  # pass k (1, 2, 3) times every call at 10 * k ms
+        seen.append((sorted(fns), round(kwargs["budget_s"], 9), kwargs["max_reps"],
+                     kwargs["min_reps"]))  # fmt: skip
+        k = (len(seen) + 1) // 2  # two groups (modes) per pass
+        return {name: runner.Timing((10.0 * k,) * 2) for name in fns}
+
+    monkeypatch.setattr(runner, "measure_side_by_side", fake)
+    made = {"bad": 0}
+
+    def bad(inputs):
+        made["bad"] += 1
+        return lambda: 3 * inputs["x"]
+
+    case = _toy_case({"good": Impl(lambda i: lambda: 2 * i["x"]), "bad": Impl(bad)})
+    timing = dataclasses.replace(FAST, budget_s=0.9, max_reps=10, min_reps=4, passes=3)
+    rows = _run(tmp_path, case, monkeypatch, timing=timing)
+    assert [s[0] for s in seen] == [["(copy)", "good"]] * 6  # 2 modes x 3 passes
+    assert {s[1:] for s in seen} == {(0.3, 4, 2)}  # a third, rounded up
+    assert sorted((r["impl"], r["mode"]) for r in rows) == sorted(
+        (i, m) for i in ("good", "bad") for m in ("forward", "forward+backward"))  # fmt: skip
+    for r in rows:
+        if r["impl"] == "bad":
+            assert r["status"] == "wrong"
+            continue
+        assert r["status"] == "ok" and int(r["n_samples"]) == 6
+        assert float(r["p20_ms"]) < float(r["p50_ms"]) == 20.0 < float(r["p80_ms"])
+        assert float(r["copy_ms"]) == 20.0 and float(r["pct_copy_bw"]) == 100.0
+    assert made["bad"] == 2  # gated once per mode, in the first pass only
+    summary = json.loads((tmp_path / "timing_summary.json").read_text())
+    assert summary["passes"] == 3
 
 
 def test_copy_call_moves_the_bytes_asked_for():
