@@ -11,6 +11,8 @@ makes a CPU median repeat between runs on a VM whose speed drifts over minutes. 
 group 1/P of the budget and max_reps; warm-up, the gate and input building are redone per pass
 (inputs come from the same seed); memory and the tutorial's timing are measured in the last pass,
 when an ok row is written. A row that fails in any pass is written then and not measured again.
+After each pass but the last, the pooled samples are saved (pooled.json), and resume=true goes on
+from the next pass.
 """
 
 from __future__ import annotations
@@ -89,8 +91,10 @@ class Runner:
             seed,
         )
         self.writer = ResultsWriter(self.out_dir / "results.csv")
-        if not resume and self.writer.existing:
-            raise FileExistsError(f"{self.out_dir}/results.csv has rows: pass resume=true")
+        self._pooled_path = self.out_dir / "pooled.json"  # passes done so far (timing.passes)
+        if not resume and (self.writer.existing or self._pooled_path.exists()):
+            done = "results.csv has rows" if self.writer.existing else "pooled.json has samples"
+            raise FileExistsError(f"{self.out_dir}/{done}: pass resume=true")
         self.clock = Clock()
         self.calibration: dict[tuple[str, str], dict] = {}
         self._flusher = None  # made on the first CUDA row
@@ -100,6 +104,7 @@ class Runner:
             raise ValueError(f"timing.passes must be >= 1, got {self.passes}")
         self._pass = 0  # the pass being run (0-based)
         self._pooled: dict[tuple, dict[str, list[float]]] = {}  # row key -> samples so far
+        self._first_pass = self._load_pooled() if resume else 0
 
     # -- tasks ---------------------------------------------------------------------------------
 
@@ -121,7 +126,8 @@ class Runner:
                    dynamic_ncols=True)  # fmt: skip
         self._bar = bar
         try:
-            for k in range(self.passes):
+            bar.update(self.total() * self._first_pass)
+            for k in range(self._first_pass, self.passes):
                 self._pass = k
                 if self.passes > 1 and bar.disable:  # plain lines: rows come in the last pass
                     print(f"pass {self._pass + 1} of {self.passes}", flush=True)
@@ -135,12 +141,38 @@ class Runner:
                         for dtype in self.plan.dtypes:
                             for point in self.plan.points:
                                 self._point(CASES[case_name], point, torch.device(device), dtype)
+                if k < self.passes - 1:
+                    self._save_pooled(passes_done=k + 1)
+            self._pooled_path.unlink(missing_ok=True)  # every row is in results.csv now
         finally:
             bar.close()
             self.writer.close()
         summary = dict(self.clock.summary(), passes=self.passes)
         (self.out_dir / "timing_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
+
+    def _save_pooled(self, passes_done: int) -> None:
+        """The samples of rows not yet written, after a whole pass: an interrupted multi-pass run
+        resumes (resume=true) at the next pass instead of losing them. Written to a temporary
+        file, then renamed, so an interruption never leaves half a file."""
+        rows = [[list(key), p["row"], p["copy"]] for key, p in self._pooled.items()]
+        state = {"passes": self.passes, "passes_done": passes_done, "rows": rows}
+        tmp = self._pooled_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self._pooled_path)
+
+    def _load_pooled(self) -> int:
+        """-> the first pass to run, with the saved samples back in self._pooled (0: none)."""
+        if not self._pooled_path.exists():
+            return 0
+        state = json.loads(self._pooled_path.read_text())
+        if state["passes"] != self.passes:
+            saved = state["passes"]
+            raise ValueError(f"timing.passes={self.passes}, but {self._pooled_path} was saved "
+                             f"by a run with timing.passes={saved}: resume with that")  # fmt: skip
+        for key, row, copy in state["rows"]:
+            self._pooled[tuple(key)] = {"row": row, "copy": copy}
+        return state["passes_done"]
 
     def _base(self, case: Case, impl: str, mode: str, point: Point, device, dtype: str) -> dict:
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -165,6 +197,7 @@ class Runner:
 
     def _emit(self, row: dict) -> None:
         self.writer.append(row)
+        self._pooled.pop(row_key(row), None)  # written: its samples are no longer pending
         self.done += 1
         self._bar.update(1)
         if self._bar.disable:  # CI and pipes: one plain line per row
@@ -305,7 +338,6 @@ class Runner:
                         row.update(copy_ms=copy_t_row.p50, pct_copy_bw=100 * copy_t_row.p50 / t.p50)
                 except Exception as exc:
                     row.update(status="oom" if _is_oom(exc) else "error", message=_message(exc))
-                self._pooled.pop(row_key(row), None)
                 self._emit(row)
         for t in leaves:
             t.requires_grad_(False)

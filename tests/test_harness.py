@@ -221,6 +221,44 @@ def test_passes_pool_each_rows_samples_over_the_whole_run(tmp_path, monkeypatch)
     assert summary["passes"] == 3
 
 
+def test_an_interrupted_multi_pass_run_resumes_at_its_next_pass(tmp_path, monkeypatch):
+    """Ctrl-C in pass 2 of 3: pass 1's samples are in pooled.json; resume=true runs passes 2
+    and 3 only and writes rows with all three passes' samples; another timing.passes, or a run
+    without resume, is refused rather than losing them."""
+    from bench import runner
+
+    calls = {"n": 0, "stop_at": 3}
+
+    def fake(fns, device, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == calls["stop_at"]:  # pass 2's first group
+            raise KeyboardInterrupt
+        return {name: runner.Timing((float(calls["n"]),)) for name in fns}
+
+    monkeypatch.setattr(runner, "measure_side_by_side", fake)
+    case = _toy_case({"good": Impl(lambda i: lambda: 2 * i["x"])})
+    timing = dataclasses.replace(FAST, passes=3)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, case, monkeypatch, timing=timing)
+    state = json.loads((tmp_path / "pooled.json").read_text())
+    assert state["passes_done"] == 1 and len(state["rows"]) == 2
+    assert (tmp_path / "results.csv").read_text().count("\n") == 1  # the header only
+    with pytest.raises(FileExistsError, match="resume"):
+        _run(tmp_path, case, monkeypatch, timing=timing)
+    with pytest.raises(ValueError, match="timing.passes=3"):
+        _run(tmp_path, case, monkeypatch, timing=dataclasses.replace(timing, passes=2),
+             resume=True)  # fmt: skip
+    calls.update(n=10, stop_at=0)
+    rows = _run(tmp_path, case, monkeypatch, timing=timing, resume=True)
+    assert calls["n"] == 14  # passes 2 and 3: two groups each
+    by_mode = {r["mode"]: r for r in rows}
+    # forward: pass 1 at 1 ms, passes 2-3 at 11 and 13 ms; forward+backward: 2, 12, 14
+    assert float(by_mode["forward"]["p50_ms"]) == 11.0
+    assert float(by_mode["forward+backward"]["p50_ms"]) == 12.0
+    assert {int(r["n_samples"]) for r in rows} == {3}
+    assert not (tmp_path / "pooled.json").exists()
+
+
 def test_copy_call_moves_the_bytes_asked_for():
     from bench.calibrate import copy_call
 
