@@ -27,7 +27,10 @@ class TimingConfig:
     min_reps: int = 5
     max_reps: int = 100
     budget_s: float = 0.5  # per (impl, point, mode), after warm-up
-    rel_spread: float | None = 0.05  # stop early once (p80 - p20) / p50 <= this
+    # stop early once the 95% interval of the median is within +-rel_ci of it (the median is
+    # known well enough), or once the samples' (p80 - p20) / p50 <= rel_spread; null: never
+    rel_ci: float | None = 0.02
+    rel_spread: float | None = None
     threads: int | None = None  # torch.set_num_threads on the CPU (None: torch's default)
     copy_ref: bool = True  # time a copy of each row's modelled bytes in the same group
     # >1: sweep the plan this many times, each pass with 1/passes of the budget and max_reps,

@@ -22,7 +22,7 @@ COLUMNS = (
     "p20_ms", "p50_ms", "p80_ms", "n_samples", "gbps", "tflops", "pct_peak_bw", "pct_peak_flops",
     "peak_mem_bytes", "max_abs_err", "status", "message", "timestamp",
     "tutorial_ms_per_100", "calib_copy_gbps", "calib_matmul_tflops", "threads",
-    "peak_reserved_bytes", "copy_ms", "pct_copy_bw",
+    "peak_reserved_bytes", "copy_ms", "pct_copy_bw", "p50_ci_lo_ms", "p50_ci_hi_ms",
 )  # fmt: skip
 KEY = ("case", "impl", "mode", "device", "dtype", "batch", "seq_len", "d_model", "num_heads")
 STATUSES = ("ok", "wrong", "oom", "skipped", "error")

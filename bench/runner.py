@@ -314,6 +314,7 @@ class Runner:
                 max_reps=-(-tm.max_reps // passes),
                 budget_s=tm.budget_s / passes,
                 rel_spread=tm.rel_spread,
+                rel_ci=tm.rel_ci,
                 graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None,
             )
             self.clock.work_s += time.perf_counter() - t0
@@ -403,6 +404,8 @@ class Runner:
             p20_ms=t.p20,
             p50_ms=t.p50,
             p80_ms=t.p80,
+            p50_ci_lo_ms=(ci := t.median_ci())[0],
+            p50_ci_hi_ms=ci[1],
             n_samples=t.n,
             gbps=gbps,
             tflops=tflops,

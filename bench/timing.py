@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -28,6 +29,29 @@ class Timing:
         if self.n == 1:
             return self.samples_ms[0]
         return statistics.quantiles(self.samples_ms, n=100, method="inclusive")[round(q * 100) - 1]
+
+    def median_ci(self, level: float = 0.95) -> tuple[float, float]:
+        """A distribution-free confidence interval of the median: the order statistics
+        (x_(k), x_(n+1-k)) with the largest k such that P(Binomial(n, 1/2) <= k - 1) <= (1 -
+        level) / 2, so it covers the true median with probability >= level if the samples are
+        independent (with n = 10: x_(2), x_(9)). Below 6 samples no k qualifies and it is
+        (min, max). Samples of a machine whose speed drifts are not independent: run-to-run
+        differences can exceed this interval (README, "Repeatability")."""
+        xs, n = sorted(self.samples_ms), self.n
+        tail, cum, k = (1 - level) / 2, 0.0, 0
+        while k < n // 2:
+            log_pmf = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+            cum += math.exp(log_pmf - n * math.log(2))  # P(Binomial(n, 1/2) = k)
+            if cum > tail:
+                break
+            k += 1
+        return (xs[0], xs[-1]) if k == 0 else (xs[k - 1], xs[n - k])
+
+    @property
+    def rel_ci(self) -> float:
+        """The 95% interval of the median's larger half-width over the median."""
+        lo, hi = self.median_ci()
+        return max(self.p50 - lo, hi - self.p50) / self.p50 if self.p50 > 0 else 0.0
 
     @property
     def spread(self) -> float:
@@ -61,12 +85,15 @@ def measure(
     max_reps: int = 200,
     budget_s: float = 2.0,
     rel_spread: float | None = None,
+    rel_ci: float | None = None,
     before_each: Callable[[], object] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     graph_below_ms: float | None = None,
 ) -> Timing:
     """Per-call times in ms after warm-up; stops at max_reps, when budget_s has passed, or (with
-    rel_spread) once the samples' (p80 - p20) / p50 is at most rel_spread; never before min_reps.
+    rel_spread) once the samples' (p80 - p20) / p50 is at most rel_spread, or (with rel_ci) once
+    the 95% interval of the median (Timing.median_ci) is within +-rel_ci of it; never before
+    min_reps.
     On CUDA each call is bracketed by events on the stream. before_each (untimed) runs before
     every sample, e.g. an L2 flush (`l2_flusher`).
 
@@ -77,7 +104,7 @@ def measure(
     divided by their count (so L2 is warm within a replay; before_each runs once per replay).
     A call that cannot be captured (host syncs, CPU work) keeps its event timing."""
     kwargs = dict(warmup_s=warmup_s, min_reps=min_reps, max_reps=max_reps, budget_s=budget_s,
-                  rel_spread=rel_spread, before_each=before_each, clock=clock,
+                  rel_spread=rel_spread, rel_ci=rel_ci, before_each=before_each, clock=clock,
                   graph_below_ms=graph_below_ms)  # fmt: skip
     timing = measure_side_by_side({"fn": fn}, device, **kwargs)["fn"]
     if isinstance(timing, Exception):
@@ -94,6 +121,7 @@ def measure_side_by_side(
     max_reps: int = 200,
     budget_s: float = 2.0,
     rel_spread: float | None = None,
+    rel_ci: float | None = None,
     before_each: Callable[[], object] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     graph_below_ms: float | None = None,
@@ -106,7 +134,8 @@ def measure_side_by_side(
     samples, so that each call's samples spread over about `rounds` rounds, the whole window of
     the group, whether its budget or its max_reps ends it (a 2 ms copy beside a 70 ms call must
     not take its 200 samples in the first second). A call is finished at max_reps, or with
-    min_reps once its spread is within rel_spread (checked every 5 samples) or the group's
+    min_reps once its spread is within rel_spread or its median's 95% interval within +-rel_ci
+    (both checked every 5 samples) or the group's
     budget (budget_s per call) has passed. Per sample as in `measure` (events, graphs,
     before_each), which is this with one call. A call that raises leaves the group; its
     exception is returned in its place."""
@@ -132,8 +161,12 @@ def measure_side_by_side(
             return False
         if clock() >= deadline:
             return True
-        check = rel_spread is not None and n % 5 == 0  # the spread is checked every 5 samples
-        return check and Timing(tuple(samples[name])).spread <= rel_spread
+        if n % 5 or (rel_spread is None and rel_ci is None):  # checked every 5 samples
+            return False
+        t = Timing(tuple(samples[name]))
+        return (rel_spread is not None and t.spread <= rel_spread) or (
+            rel_ci is not None and t.rel_ci <= rel_ci
+        )
 
     turn = 0  # rounds done so far
     while active := [name for name in fns if not finished(name)]:

@@ -1,5 +1,7 @@
 """bench.timing with a fake clock: warm-up by time, repeat limits, quantiles."""
 
+import math
+
 import pytest
 import torch
 
@@ -71,6 +73,37 @@ def test_rel_spread_stops_early_once_samples_agree():
         noisy.fn, warmup_s=0, min_reps=5, max_reps=40, budget_s=100, rel_spread=0.1, clock=noisy
     )
     assert t.n == 40  # never converges: runs to max_reps
+
+
+def test_rel_ci_stops_once_the_median_is_known_well_enough():
+    steady = FakeClock([0.001, 0.00101] * 500)  # 1% apart: the median's interval is that narrow
+    t = measure(steady.fn, warmup_s=0, min_reps=5, budget_s=100, rel_ci=0.02, clock=steady)
+    assert t.n == 5 and t.rel_ci <= 0.02
+    noisy = FakeClock([0.001, 0.003] * 500)  # two values: the interval always spans both
+    t = measure(noisy.fn, warmup_s=0, min_reps=5, max_reps=40, budget_s=100, rel_ci=0.02,
+                clock=noisy)  # fmt: skip
+    assert t.n == 40
+
+
+@pytest.mark.parametrize(("n", "ranks"), [(5, (1, 5)), (6, (1, 6)), (10, (2, 9)), (100, (40, 61))])
+def test_median_ci_is_the_binomial_order_statistics(n, ranks):
+    """The standard distribution-free 95% interval: (x_(k), x_(n+1-k)) with P(Bin(n, 1/2) <= k-1)
+    <= 2.5% (tables give x_(2), x_(9) for n = 10 and x_(40), x_(61) for n = 100); (min, max) when
+    even that has less than 95% coverage (n < 6; for n = 6, P(Bin <= 0) = 1/64 qualifies)."""
+    samples = tuple(float(i) for i in range(n, 0, -1))  # x_(i) = i, given in reverse
+    assert Timing(samples).median_ci() == (float(ranks[0]), float(ranks[1]))
+
+
+def test_median_ci_covers_the_true_median_at_least_95_percent():
+    """Over 4000 sets of 25 independent draws from an exponential (median ln 2), the interval
+    holds the true median in >= 95% of them (its exact coverage for n = 25 is 95.7%)."""
+    gen = torch.Generator().manual_seed(0)
+    draws = torch.empty(4000, 25, dtype=torch.float64).exponential_(generator=gen)
+    covered = 0
+    for row in draws.tolist():
+        lo, hi = Timing(tuple(row)).median_ci()
+        covered += lo <= math.log(2) <= hi
+    assert 0.945 <= covered / 4000 <= 0.97
 
 
 def test_single_sample_quantiles():

@@ -94,8 +94,9 @@ def test_gate_catches_a_wrong_implementation_and_never_times_it(tmp_path, monkey
 
     case = _toy_case({"good": Impl(lambda i: lambda: 2 * i["x"]), "bad": Impl(wrong)})
     rows = {(r["impl"], r["mode"]): r for r in _run(tmp_path, case, monkeypatch)}
-    assert rows[("good", "forward")]["status"] == "ok"
-    assert float(rows[("good", "forward")]["p50_ms"]) > 0
+    good = rows[("good", "forward")]
+    assert good["status"] == "ok" and float(good["p50_ms"]) > 0
+    assert float(good["p50_ci_lo_ms"]) <= float(good["p50_ms"]) <= float(good["p50_ci_hi_ms"])
     bad = rows[("bad", "forward")]
     assert bad["status"] == "wrong" and bad["p50_ms"] == "" and float(bad["max_abs_err"]) > 0
     assert calls["wrong"] == 2  # the gate's one call per mode, no timing
