@@ -55,6 +55,24 @@ def _cell(row) -> str:
     return text
 
 
+def precision(df: pd.DataFrame) -> list[str]:
+    """One line on how well the ok rows' medians are known: the larger half of each one's 95%
+    interval (p50_ci_lo_ms, p50_ci_hi_ms) relative to it. [] for runs without the columns."""
+    ok = df[df["status"] == "ok"]
+    if "p50_ci_lo_ms" not in ok or ok["p50_ci_lo_ms"].isna().all():
+        return []
+    ok = ok[ok["p50_ci_lo_ms"].notna()]
+    half = pd.concat([ok["p50_ms"] - ok["p50_ci_lo_ms"], ok["p50_ci_hi_ms"] - ok["p50_ms"]],
+                     axis=1).max(axis=1) / ok["p50_ms"]  # fmt: skip
+    return [
+        f"Precision: the median's 95% interval is within +-2% of it for {(half <= 0.02).sum()} "
+        f"of {len(half)} ok rows and within +-5% for {(half <= 0.05).sum()}; its larger "
+        f"half-width is {100 * half.median():.1f}% at the median row (assuming independent "
+        "samples; run-to-run differences can be larger).",
+        "",
+    ]
+
+
 def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
     """df: rows with `speedup` and `cell` (see build)."""
     df = df.assign(column=df["impl"] + " @ " + df["device"])
@@ -71,6 +89,7 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
         "the same device); non-ok cells show the status (see results.csv for the message).",
         "",
     ]
+    lines += precision(df)
     lines += tutorial_table(df)
     order = {name: i for i, name in enumerate(CASES)}
     groups = df.groupby(["case", "mode", "dtype"], sort=False)

@@ -298,6 +298,7 @@ def test_report_from_a_saved_run_and_a_merge(tmp_path, monkeypatch):
     out = report.build([run_a, run_b], tmp_path / "merged")
     text = (out / "report.md").read_text()
     assert "## toy / forward / float32" in text and "good @ cpu" in text
+    assert "Precision: the median's 95% interval" in text and "of 12 ok rows" in text
     with open(out / "merged.csv") as f:
         assert len(list(csv.DictReader(f))) == 2 * 2 * 2 + 2 * 2  # both runs, every row
     for plot in ("time_vs_seq_len", "speedup", "pct_copy_bw"):
@@ -327,6 +328,20 @@ def _write_run(path, slow, fast_ms=0.5):
                  timestamp="2026-11-29T00:00:00")
             for impl, ms in (("good", 1.0), ("fast", fast_ms))]  # fmt: skip
     pd.DataFrame(rows).to_csv(path / "results.csv", index=False)
+
+
+def test_report_states_how_well_the_medians_are_known(tmp_path):
+    """report.md's precision line: half-widths 1%, 4% and 10% (the larger side counts) -> 1 of
+    3 within 2%, 2 within 5%, 4.0% at the median row; rows of runs without the columns: none."""
+    import pandas as pd
+
+    rows = [dict(p50_ms=10.0, p50_ci_lo_ms=lo, p50_ci_hi_ms=hi, status="ok")
+            for lo, hi in [(9.9, 10.05), (9.8, 10.4), (9.9, 11.0)]]  # fmt: skip
+    rows.append(dict(p50_ms=None, p50_ci_lo_ms=None, p50_ci_hi_ms=None, status="wrong"))
+    (line,) = [x for x in report.precision(pd.DataFrame(rows)) if x]
+    assert ("within +-2% of it for 1 of 3 ok rows and within +-5% for 2; its larger "
+            "half-width is 4.0% at the median row") in line  # fmt: skip
+    assert report.precision(pd.DataFrame([dict(p50_ms=1.0, status="ok")])) == []
 
 
 def test_compare_separates_machine_drift_from_speedup_drift(tmp_path, monkeypatch):
