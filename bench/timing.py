@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -38,13 +39,7 @@ class Timing:
         (min, max). Samples of a machine whose speed drifts are not independent: run-to-run
         differences can exceed this interval (README, "Repeatability")."""
         xs, n = sorted(self.samples_ms), self.n
-        tail, cum, k = (1 - level) / 2, 0.0, 0
-        while k < n // 2:
-            log_pmf = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-            cum += math.exp(log_pmf - n * math.log(2))  # P(Binomial(n, 1/2) = k)
-            if cum > tail:
-                break
-            k += 1
+        k = _median_ci_rank(n, level)
         return (xs[0], xs[-1]) if k == 0 else (xs[k - 1], xs[n - k])
 
     @property
@@ -69,6 +64,20 @@ class Timing:
     @property
     def p80(self) -> float:
         return self.quantile(0.8)
+
+
+@functools.lru_cache(maxsize=4096)
+def _median_ci_rank(n: int, level: float) -> int:
+    """The largest k with P(Binomial(n, 1/2) <= k - 1) <= (1 - level) / 2 (0: none). Cached:
+    the stop rule asks again every 5 samples."""
+    tail, cum, k = (1 - level) / 2, 0.0, 0
+    while k < n // 2:
+        log_pmf = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+        cum += math.exp(log_pmf - n * math.log(2))  # P(Binomial(n, 1/2) = k)
+        if cum > tail:
+            break
+        k += 1
+    return k
 
 
 def _sync(device: torch.device) -> None:
