@@ -122,6 +122,10 @@ def make_plan(cfg) -> Plan:
         raise ValueError("timing: need 1 <= min_reps <= max_reps and budget_s >= 0")
     if isinstance(t["passes"], bool) or not isinstance(t["passes"], int) or t["passes"] < 1:
         raise ValueError(f"timing.passes: must be a positive integer, got {t['passes']!r}")
+    for key in ("rel_ci", "rel_spread"):
+        if t[key] is not None and not t[key] > 0:
+            raise ValueError(f"timing.{key}: must be positive or null (no early stop), "
+                             f"got {t[key]!r}")  # fmt: skip
     points = tuple(Point(*p) for p in itertools.product(batch, seq_len, d_model, heads))
     return Plan(
         cases=tuple(cases), impls=impls, points=points,

@@ -36,6 +36,8 @@ def _cfg(**overrides):
         ({"mode": ["sideways"]}, "mode"),
         ({"timing.min_reps": 0}, "timing"),
         ({"timing.passes": 0}, "timing.passes"),
+        ({"timing.rel_ci": 0.0}, "timing.rel_ci"),
+        ({"timing.rel_spread": -0.1}, "timing.rel_spread"),
     ],
 )
 def test_invalid_config_names_the_key(overrides, key):
