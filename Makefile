@@ -13,14 +13,15 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv test compat bench tutorial gpu-check gpu-wheels regress regress-update lint format clean
+.PHONY: help venv test compat bench gpu-check gpu-run gpu-prep gpu-wheels regress regress-update lint format clean
 
 help:
 	@echo "make test    create/reuse $(VENV), install, run the whole test suite"
 	@echo "make bench   same set-up, then python -m bench (the default sweep; results/runs/)"
-	@echo "make tutorial  the standalone tutorial 5.2 study (bench.tutorial_5_2)"
-	@echo "make gpu-check  on a CUDA machine: kernel tests on the GPU, then kernel timings (results/gpu/)"
-	@echo "make gpu-wheels  wheels of hydra-core, omegaconf, antlr4 (Python 3.12) into .whl/ for an offline GPU box"
+	@echo "make gpu-check  on a CUDA machine: the kernel tests on the GPU, then python -m bench sweep=gpu"
+	@echo "make gpu-run   the whole GPU visit in one call: tools/gpu_run.sh (docs/gpu.md)"
+	@echo "make gpu-prep  what that call carries: .whl/ (make gpu-wheels) and .audit/audit.py"
+	@echo "make gpu-wheels  wheels of hydra-core, omegaconf, antlr4, liger-kernel (Python 3.12) into .whl/"
 	@echo "make regress  the CPU timing suite vs results/baselines/cpu.json (exit 1 on regression)"
 	@echo "make regress-update  re-measure the baseline (review the diff before committing it)"
 	@echo "make compat  the kernel tests under Triton $(COMPAT_TRITON) (the GPU box's version), interpreted"
@@ -55,14 +56,28 @@ compat:
 	$(COMPAT_VENV)/bin/python -m pip install -q $(TORCH_PIN) triton==$(COMPAT_TRITON) 'numpy<2.3' pytest
 	TRITON_INTERPRET=1 $(COMPAT_VENV)/bin/python -m pytest -q -p no:cacheprovider -p no:warnings tests/kernels
 
+# On a CUDA machine: the kernel tests (the same CI runs under the interpreter, plus the long
+# half-precision cases that only a GPU runs), then the GPU sweep (configs/sweep/gpu.yaml).
 gpu-check: $(STAMP)
-	$(PY) -m bench.gpu_check
+	$(PY) -m pytest -q tests/kernels
+	$(PY) -m bench sweep=gpu
+
+gpu-run:
+	PY=$(PYTHON) tools/gpu_run.sh
+
+# What a device call carries besides the working tree (docs/gpu.md): the wheels, and a copy of
+# the shared independent audit (../shared does not travel).
+AUDIT_SRC ?= ../shared/gpu/audit.py
+gpu-prep: gpu-wheels
+	@mkdir -p .audit
+	@if [ -f $(AUDIT_SRC) ]; then cp $(AUDIT_SRC) .audit/ && echo "copied $(AUDIT_SRC) to .audit/"; \
+	else echo "no $(AUDIT_SRC): the GPU visit will skip the audit"; fi
 
 # What an offline GPU box with torch, pandas and matplotlib (e.g. the lent H200: Python 3.12)
 # lacks for `python -m bench`, as pure-Python wheels in .whl/ (ignored by git); there:
 #   pip install --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 # antlr4-python3-runtime 4.9.3 (omegaconf's pin) is published as a source archive only: built here.
-GPU_WHEELS ?= hydra-core==1.3.8 omegaconf==2.3.1
+GPU_WHEELS ?= hydra-core==1.3.8 omegaconf==2.3.1 liger-kernel==0.8.5
 GPU_PYTHON ?= 3.12
 
 gpu-wheels:
@@ -70,9 +85,6 @@ gpu-wheels:
 		--implementation cp --platform manylinux2014_x86_64 -d .whl $(GPU_WHEELS)
 	$(PYTHON) -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3
 	@ls .whl
-
-tutorial: $(STAMP)
-	$(PY) -m bench.tutorial_5_2
 
 bench: $(STAMP)
 	$(PY) -m bench

@@ -27,12 +27,13 @@ bench_config.register()
 
 @hydra.main(config_path="../configs", config_name="bench", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    hydra_cfg = HydraConfig.get()
+    pinned = frozenset(o.split("=", 1)[0].lstrip("+~") for o in hydra_cfg.overrides.task)
     try:
-        plan = bench_config.make_plan(cfg)
+        plan = bench_config.make_plan(cfg, pinned)
     except ValueError as exc:  # before anything runs
         print(f"invalid configuration: {exc}", file=sys.stderr)
         sys.exit(2)
-    hydra_cfg = HydraConfig.get()
     out_dir = Path(hydra_cfg.runtime.output_dir)
     if cfg.profile:
         profile.run(plan, cfg, out_dir)

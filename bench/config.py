@@ -1,13 +1,20 @@
 """Structured config (Hydra ConfigStore schema) and its validation into a Plan.
 
-Sweep axes (batch, seq_len, d_model, num_heads, dtype, device, mode, cases, impls) accept a
-scalar or a list: a Hydra multirun (`-m batch=1,8`) gives each job a scalar, a single run takes
-lists (`batch=[1,8]`). Everything is checked before anything runs; errors name the key.
+Sweep axes (batch, seq_len, d_model, num_heads, the knobs num_kv_heads, layout, causal,
+fwd_tiles, bwd_tiles, and dtype, device, mode, cases, impls) accept a scalar or a list: a Hydra
+multirun (`-m batch=1,8`) gives each job a scalar, a single run takes lists (`batch=[1,8]`).
+A sweep whose cases need different shapes lists `grids`: each grid overrides some axes, and the
+plan is the union of the grids' products. An axis set on the command line (`pinned`) wins over
+every grid's (`sweep=gpu seq_len=2048`), except `cases` and `impls`, which filter what the grids
+list (`sweep=gpu cases=[rope]`). `smoke=true` shrinks every point to a tiny one (B=1,
+L=16, 24, ..., D=16, the heads kept) to test a sweep's plumbing, e.g. on the CPU interpreter.
+Everything is checked before anything runs; errors name the key (`grids[1].seq_len: ...`).
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,10 +22,14 @@ import torch
 from hydra.core.config_store import ConfigStore
 
 from bench.cases import CASES
-from bench.registry import Point
+from bench.registry import KNOBS, Point
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 MODES = ("forward", "backward", "forward+backward")
+LAYOUTS = ("bhsd", "bshd")
+AXES = ("batch", "seq_len", "d_model", "num_heads", *KNOBS, "dtype", "device", "mode", "cases",
+        "impls")  # fmt: skip
+TILES = re.compile(r"^(default|\d+x\d+x\d+x\d+)$")  # block_m x block_n x warps x stages
 
 
 @dataclass
@@ -34,7 +45,7 @@ class TimingConfig:
     threads: int | None = None  # torch.set_num_threads on the CPU (None: torch's default)
     copy_ref: bool = True  # time a copy of each row's modelled bytes in the same group
     # >1: sweep the plan this many times, each pass with 1/passes of the budget and max_reps,
-    # pooling each row's samples, so that every median spans the whole run (bench/runner.py)
+    # pooling each row's samples, so that every median spans the whole run (bench/passes.py)
     passes: int = 1
 
 
@@ -45,11 +56,18 @@ class BenchConfig:
     seq_len: Any = field(default_factory=lambda: [128, 512])
     d_model: Any = 256
     num_heads: Any = 4
+    num_kv_heads: Any = None  # null: as many as num_heads (cases with GQA: rope)
+    layout: Any = "bhsd"  # bhsd or bshd memory order of (B, H, L, D) tensors (rope)
+    causal: Any = False  # the attention cases with a relative bias
+    fwd_tiles: Any = "default"  # the Triton attention kernel's tiles: MxNxWARPSxSTAGES
+    bwd_tiles: Any = "default"
     dtype: Any = "float32"
     device: Any = "auto"  # "auto": cuda if available, else cpu
     mode: Any = field(default_factory=lambda: ["forward", "forward+backward"])
     cases: Any = "all"
     impls: Any = "all"
+    grids: Any = field(default_factory=list)  # [{axis: value, ...}, ...]: see the docstring
+    smoke: bool = False  # tiny points (B=1, L=16, D=16): a sweep's plumbing, not its numbers
     timing: TimingConfig = field(default_factory=TimingConfig)
     tutorial_timing: bool = False  # also time each encoder the tutorial's way (5.2)
     calibrate: bool = True
@@ -63,61 +81,104 @@ def register() -> None:
 
 
 @dataclass(frozen=True)
-class Plan:
-    cases: tuple[str, ...]
-    impls: tuple[str, ...] | None  # None: every impl of each case
+class Entry:
+    """One case over its points, dtypes, devices and modes, with the impls it runs."""
+
+    case: str
+    impls: tuple[str, ...]
     points: tuple[Point, ...]
     dtypes: tuple[str, ...]
     devices: tuple[str, ...]
     modes: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Plan:
+    entries: tuple[Entry, ...]
+
+    @property
+    def cases(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(e.case for e in self.entries))
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(d for e in self.entries for d in e.devices))
+
+    def rows(self, devices: tuple[str, ...] | None = None) -> int:
+        """Distinct rows (grids may overlap), on `devices` only if given."""
+        keys = {
+            (e.case, i, m, d, t, p)
+            for e in self.entries
+            for i, m, t, p in itertools.product(e.impls, e.modes, e.dtypes, e.points)
+            for d in e.devices
+            if devices is None or d in devices
+        }
+        return len(keys)
+
+
 def _as_list(value) -> list:
     if isinstance(value, (list, tuple)):
         return list(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return [value]
     try:  # omegaconf ListConfig
-        return list(value) if not isinstance(value, (str, int, float)) else [value]
+        return list(value)
     except TypeError:
         return [value]
 
 
-def _positive_ints(cfg, key: str) -> list[int]:
-    values = _as_list(cfg[key])
+def _positive_ints(value, key: str, allow_none: bool = False) -> list:
+    values = _as_list(value)
     if not values:
         raise ValueError(f"{key}: at least one value is needed")
     for v in values:
+        if v is None and allow_none:
+            continue
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"{key}: every value must be a positive integer, got {v!r}")
     return values
 
 
-def _choices(cfg, key: str, allowed) -> list[str]:
-    values = [str(v) for v in _as_list(cfg[key])]
+def _choices(value, key: str, allowed) -> list[str]:
+    values = [str(v) for v in _as_list(value)]
     if values == ["all"]:
         return list(allowed)
+    if not values:
+        raise ValueError(f"{key}: at least one value is needed")
     for v in values:
         if v not in allowed:
             raise ValueError(f"{key}: unknown value {v!r}; choose from {', '.join(allowed)}")
     return values
 
 
-def make_plan(cfg) -> Plan:
-    """Validates the whole config; raises ValueError naming the offending key."""
-    batch, seq_len = _positive_ints(cfg, "batch"), _positive_ints(cfg, "seq_len")
-    d_model, heads = _positive_ints(cfg, "d_model"), _positive_ints(cfg, "num_heads")
-    for d, h in itertools.product(d_model, heads):
-        if d % h:
-            raise ValueError(f"d_model={d} is not divisible by num_heads={h}")
-    cases = _choices(cfg, "cases", list(CASES))
-    all_impls = sorted({name for c in cases for name in CASES[c].impls})
-    impls = None if _as_list(cfg["impls"]) == ["all"] else tuple(_choices(cfg, "impls", all_impls))
-    devices = [str(v) for v in _as_list(cfg["device"])]
+def _bools(value, key: str) -> list[bool]:
+    values = _as_list(value)
+    for v in values:
+        if not isinstance(v, bool):
+            raise ValueError(f"{key}: every value must be true or false, got {v!r}")
+    return values
+
+
+def _tiles(value, key: str) -> list[str]:
+    values = [str(v) for v in _as_list(value)]
+    for v in values:
+        if not TILES.match(v):
+            raise ValueError(f"{key}: expected 'default' or MxNxWARPSxSTAGES (e.g. 128x64x8x3), "
+                             f"got {v!r}")  # fmt: skip
+    return values
+
+
+def _devices(value, key: str) -> list[str]:
+    devices = [str(v) for v in _as_list(value)]
     if devices == ["auto"]:
-        devices = ["cuda" if torch.cuda.is_available() else "cpu"]
+        return ["cuda" if torch.cuda.is_available() else "cpu"]
     for v in devices:
         if v not in ("cpu", "cuda"):
-            raise ValueError(f"device: unknown value {v!r}; choose from cpu, cuda, auto")
-    t = cfg["timing"]
+            raise ValueError(f"{key}: unknown value {v!r}; choose from cpu, cuda, auto")
+    return devices
+
+
+def _check_timing(t) -> None:
     if t["min_reps"] < 1 or t["max_reps"] < t["min_reps"] or t["budget_s"] < 0:
         raise ValueError("timing: need 1 <= min_reps <= max_reps and budget_s >= 0")
     if isinstance(t["passes"], bool) or not isinstance(t["passes"], int) or t["passes"] < 1:
@@ -126,9 +187,95 @@ def make_plan(cfg) -> Plan:
         if t[key] is not None and not t[key] > 0:
             raise ValueError(f"timing.{key}: must be positive or null (no early stop), "
                              f"got {t[key]!r}")  # fmt: skip
-    points = tuple(Point(*p) for p in itertools.product(batch, seq_len, d_model, heads))
-    return Plan(
-        cases=tuple(cases), impls=impls, points=points,
-        dtypes=tuple(_choices(cfg, "dtype", list(DTYPES))), devices=tuple(devices),
-        modes=tuple(_choices(cfg, "mode", list(MODES))),
-    )  # fmt: skip
+
+
+def _knob_values(axes: dict, prefix: str) -> dict[str, list]:
+    return {
+        "num_kv_heads": _positive_ints(axes["num_kv_heads"], prefix + "num_kv_heads", True),
+        "layout": _choices(axes["layout"], prefix + "layout", LAYOUTS),
+        "causal": _bools(axes["causal"], prefix + "causal"),
+        "fwd_tiles": _tiles(axes["fwd_tiles"], prefix + "fwd_tiles"),
+        "bwd_tiles": _tiles(axes["bwd_tiles"], prefix + "bwd_tiles"),
+    }
+
+
+def _smoke(axes: dict) -> dict:
+    """Tiny points with the same heads (GQA ratios kept): B=1, D=16, and the lengths, in their
+    order, 16, 24, 32, ... (distinct lengths stay distinct)."""
+    heads = min(_positive_ints(axes["num_heads"], "num_heads"))
+    lengths = sorted(set(_positive_ints(axes["seq_len"], "seq_len")))
+    return dict(axes, batch=1, seq_len=[16 + 8 * i for i in range(len(lengths))],
+                num_heads=heads, d_model=16 * heads)  # fmt: skip
+
+
+def _entries(axes: dict, prefix: str, filters: dict) -> list[Entry]:
+    """The entries of one grid (or of the whole config when it has no grids)."""
+    batch = _positive_ints(axes["batch"], prefix + "batch")
+    seq_len = _positive_ints(axes["seq_len"], prefix + "seq_len")
+    d_model = _positive_ints(axes["d_model"], prefix + "d_model")
+    heads = _positive_ints(axes["num_heads"], prefix + "num_heads")
+    for d, h in itertools.product(d_model, heads):
+        if d % h:
+            raise ValueError(f"{prefix}d_model={d} is not divisible by num_heads={h}")
+    knobs = _knob_values(axes, prefix)
+    for kv, h in itertools.product(knobs["num_kv_heads"], heads):
+        if kv is not None and h % kv:
+            raise ValueError(f"{prefix}num_kv_heads={kv} does not divide num_heads={h}")
+    cases = _choices(axes["cases"], prefix + "cases", list(CASES))
+    cases = [c for c in cases if filters["cases"] is None or c in filters["cases"]]
+    wanted = _impls(axes["impls"], prefix + "impls")
+    if filters["impls"] is not None:
+        wanted = [i for i in wanted or filters["impls"] if i in filters["impls"]]
+    dtypes = tuple(_choices(axes["dtype"], prefix + "dtype", list(DTYPES)))
+    devices = tuple(_devices(axes["device"], prefix + "device"))
+    modes = tuple(_choices(axes["mode"], prefix + "mode", list(MODES)))
+    base = list(itertools.product(batch, seq_len, d_model, heads))
+    entries = []
+    for name in cases:
+        case = CASES[name]
+        impls = tuple(i for i in case.impls if wanted is None or i in wanted)
+        if not impls:  # the chosen impls are other cases': this case has nothing to run
+            continue
+        own = [knobs[k] for k in case.knobs]
+        points = tuple(
+            Point(*p, **dict(zip(case.knobs, values, strict=True)))
+            for p in base
+            for values in itertools.product(*own)
+        )
+        entries.append(Entry(name, impls, points, dtypes, devices, modes))
+    return entries
+
+
+def _impls(value, key: str) -> list[str] | None:
+    """None for "all"; else the names, each one some case's (a name no case has is a typo)."""
+    if _as_list(value) == ["all"]:
+        return None
+    known = sorted({name for c in CASES.values() for name in c.impls})
+    return _choices(value, key, known)
+
+
+def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
+    """Validates the whole config; raises ValueError naming the offending key. pinned: the
+    axes the command line set (they win over the grids')."""
+    _check_timing(cfg["timing"])
+    base = {axis: cfg[axis] for axis in AXES}
+    grids = _as_list(cfg["grids"]) if cfg["grids"] else []
+    filters = {"cases": None, "impls": None}
+    if grids:  # the top level filters what the grids list
+        top = _choices(cfg["cases"], "cases", list(CASES))
+        filters = {"cases": None if top == list(CASES) else top,
+                   "impls": _impls(cfg["impls"], "impls")}  # fmt: skip
+    entries = []
+    for i, grid in enumerate(grids or [{}]):
+        prefix = f"grids[{i}]." if grids else ""
+        if not hasattr(grid, "keys"):
+            raise ValueError(f"grids[{i}]: expected a mapping of axes, got {grid!r}")
+        unknown = [k for k in grid if k not in AXES]
+        if unknown:
+            raise ValueError(f"{prefix}{unknown[0]}: not an axis; choose from {', '.join(AXES)}")
+        axes = {**base, **{k: v for k, v in dict(grid).items()
+                           if k not in pinned or k in ("cases", "impls")}}  # fmt: skip
+        entries += _entries(_smoke(axes) if cfg["smoke"] else axes, prefix, filters)
+    if not entries:
+        raise ValueError("impls: none of the chosen implementations belongs to a chosen case")
+    return Plan(tuple(entries))

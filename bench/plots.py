@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-OTHER = ["batch", "d_model", "num_heads"]
+OTHER = ["batch", "d_model", "num_heads", "params"]
 
 
 def _common(g: pd.DataFrame) -> tuple:

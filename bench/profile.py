@@ -1,6 +1,7 @@
 """`python -m bench profile=true cases=<case> impls=<impl> ...`: profile one point.
 
-Takes the first point, dtype, device and mode of the plan and the first selected case and impl;
+Takes the first case of the plan, its first point, dtype, device and mode, and its first
+implementation when `impls` is given (else the case's baseline);
 writes a Chrome/Perfetto trace (trace.json), a top-operators table (top_ops.md), and on CUDA
 kernels.md: every GPU kernel launch in the trace with its grid, block, registers per thread and
 shared memory (as the profiler recorded them), then the registers, spills and warps of each
@@ -14,25 +15,27 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from bench import check
 from bench.cases import CASES
 from bench.config import DTYPES, Plan
-from bench.runner import timed_call
+from bench.registry import as_call
+from bench.tasks import leaves_of, timed_call
 
 
 def run(plan: Plan, cfg, out_dir: Path) -> None:
-    case = CASES[plan.cases[0]]
-    impl_name = plan.impls[0] if plan.impls else case.baseline
-    if impl_name not in case.impls:
-        raise SystemExit(f"impls: {impl_name!r} is not an implementation of {case.name}")
-    device = torch.device(plan.devices[0])
+    entry = plan.entries[0]
+    case = CASES[entry.case]
+    impl_name = entry.impls[0] if str(cfg.impls) != "all" else case.baseline
+    device = torch.device(entry.devices[0])
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("device=cuda: CUDA is not available on this machine")
-    point, dtype, mode = plan.points[0], DTYPES[plan.dtypes[0]], plan.modes[0]
+    point, dtype, mode = entry.points[0], DTYPES[entry.dtypes[0]], entry.modes[0]
     torch.manual_seed(cfg.seed)
     inputs = case.build(point, device, dtype)
-    for name in case.grad_inputs:
-        inputs[name].requires_grad_(mode != "forward")
-    call = timed_call(case.impls[impl_name].make(inputs), mode)
+    for t in check.leaves(inputs, case.grad_inputs).values():
+        t.requires_grad_(mode != "forward")
+    made = as_call(case.impls[impl_name].make(inputs))
+    call = timed_call(made, leaves_of(made, inputs, case), mode)
     for _ in range(3):  # warm-up: compilation and allocator outside the trace
         call()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -43,7 +46,7 @@ def run(plan: Plan, cfg, out_dir: Path) -> None:
             torch.cuda.synchronize()
     prof.export_chrome_trace(str(out_dir / "trace.json"))
     sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    title = f"{case.name} / {impl_name} / {mode} / {plan.dtypes[0]} / {device.type} / {point}"
+    title = f"{case.name} / {impl_name} / {mode} / {entry.dtypes[0]} / {device.type} / {point}"
     table = prof.key_averages().table(sort_by=sort, row_limit=25)
     (out_dir / "top_ops.md").write_text(f"# {title}\n\n```\n{table}\n```\n")
     if device.type == "cuda":

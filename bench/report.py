@@ -18,15 +18,24 @@ from bench import plots
 from bench.cases import CASES
 from bench.config import MODES
 
-SHAPE = ["batch", "seq_len", "d_model", "num_heads"]
+SHAPE = ["batch", "seq_len", "d_model", "num_heads", "params"]
+
+
+def knobs(params: str) -> str:
+    """The params column's JSON as "layout=bshd causal=True" (empty for none)."""
+    try:
+        return " ".join(f"{k}={v}" for k, v in json.loads(params).items())
+    except (TypeError, ValueError):
+        return ""
 
 
 def load(dirs: list[Path]) -> pd.DataFrame:
     files = sorted({f for d in dirs for f in Path(d).rglob("results.csv")})
     if not files:
         raise FileNotFoundError(f"no results.csv under {', '.join(map(str, dirs))}")
-    frames = [pd.read_csv(f) for f in files]
+    frames = [pd.read_csv(f, dtype={"params": str}) for f in files]
     df = pd.concat([f for f in frames if not f.empty], ignore_index=True)
+    df["params"] = df["params"].fillna("{}") if "params" in df else "{}"
     # The same row measured twice (a resumed or re-run point) keeps its latest measurement.
     key = ["case", "impl", "mode", "device", "device_name", "dtype", *SHAPE]
     return df.sort_values("timestamp").drop_duplicates(key, keep="last").reset_index(drop=True)
@@ -160,11 +169,12 @@ def tutorial_table(df: pd.DataFrame) -> list[str]:
 
 def _to_markdown(table: pd.DataFrame) -> str:
     cols = list(table.columns)
-    head = "| B | L | d_model | H | " + " | ".join(cols) + " |"
-    rule = "|" + "---|" * (4 + len(cols))
+    head = "| B | L | d_model | H | knobs | " + " | ".join(cols) + " |"
+    rule = "|" + "---|" * (5 + len(cols))
     body = [
         "| "
-        + " | ".join(str(v) for v in idx)
+        + " | ".join(str(v) for v in idx[:-1])
+        + f" | {knobs(idx[-1])}"
         + " | "
         + " | ".join("" if pd.isna(row[c]) else str(row[c]) for c in cols)
         + " |"

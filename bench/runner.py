@@ -1,18 +1,13 @@
-"""Sweep points -> rows. Per point: build inputs once, compute the float64 truth once, then per
-mode: gate each implementation, time the passing ones side by side, measure memory, append rows.
+"""Plan -> rows. Per point: build the inputs once; per mode: compute the float64 truth (outputs,
+and in the backward modes the gradients), check every implementation against it (the case's
+reference first: its error in the row's dtype is the others' bound, bench/check.py), time the
+passing ones side by side with a same-size copy, measure memory, append the rows.
 
-One failing point (OOM, error, unsupported device or dtype) becomes a row with its status and
-message, and the sweep goes on. Rows are appended as they are measured; with resume, rows whose
-key is already in results.csv are not measured again.
-
-With timing.passes = P > 1 the runner sweeps the whole plan P times and pools each row's samples,
-so that every row's median spans the whole run rather than the seconds one group takes: what
-makes a CPU median repeat between runs on a VM whose speed drifts over minutes. Each pass gives a
-group 1/P of the budget and max_reps; warm-up, the gate and input building are redone per pass
-(inputs come from the same seed); memory and the tutorial's timing are measured in the last pass,
-when an ok row is written. A row that fails in any pass is written then and not measured again.
-After each pass but the last, the pooled samples are saved (pooled.json), and resume=true goes on
-from the next pass.
+One failing point (OOM, error, unsupported device or dtype) becomes rows with their status and
+a message that says which part failed (building the inputs, the truth, the check, the timing),
+and the sweep goes on. Rows are appended as they are measured; with resume, rows whose key is
+already in results.csv are not measured again. With timing.passes = P > 1 the plan is swept P
+times and each row's samples pooled (bench/passes.py); an ok row is written in the last pass.
 """
 
 from __future__ import annotations
@@ -27,227 +22,360 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from bench import check
 from bench.calibrate import calibrate, copy_call
 from bench.cases import CASES
-from bench.config import DTYPES, Plan
-from bench.gate import gate
+from bench.config import DTYPES, Entry, Plan
 from bench.memory import peak_bytes, peak_reserved_bytes
-from bench.registry import Case, Impl, Point, as_tuple
+from bench.metrics import row_metrics
+from bench.passes import Pool
+from bench.registry import Case, Point
 from bench.results import ResultsWriter, row_key
+from bench.tasks import Task, leaves_of, make_call, run_for_check, timed_call
 from bench.timing import GRAPH_BELOW_MS, Timing, l2_flusher, measure_side_by_side
 
-BYTES_FACTOR = {"forward": 1, "backward": 1, "forward+backward": 2}
 COPY = "(copy)"  # the same-size copy in each side-by-side group; no impl name has parentheses
-FLOPS_FACTOR = {"forward": 1, "backward": 2, "forward+backward": 3}
 
 
 @dataclass
 class Clock:
-    """Wall time spent running implementations (gate, warm-up, samples, memory) vs the rest."""
+    """Wall time spent running implementations (check, warm-up, samples, memory) vs the rest."""
 
     start: float = field(default_factory=time.perf_counter)
-    work_s: float = 0.0  # implementations running: gate call, warm-up, samples, memory probe
-    truth_s: float = 0.0  # float64 references for the gate (part of the overhead)
+    work_s: float = 0.0  # implementations running: check call, warm-up, samples, memory probe
+    truth_s: float = 0.0  # float64 truths for the check (part of the overhead)
     calib_s: float = 0.0  # copy and matmul calibration (part of the overhead)
 
     def summary(self) -> dict:
         wall = time.perf_counter() - self.start
-        return {
-            "wall_s": wall,
-            "work_s": self.work_s,
-            "truth_s": self.truth_s,
-            "calib_s": self.calib_s,
-            "overhead_pct": 100 * (1 - self.work_s / wall),
-        }
+        return {"wall_s": wall, "work_s": self.work_s, "truth_s": self.truth_s,
+                "calib_s": self.calib_s,
+                "overhead_pct": 100 * (1 - self.work_s / wall)}  # fmt: skip
 
 
 def _is_oom(exc: BaseException) -> bool:
     text = str(exc).lower()
-    return (
-        isinstance(exc, torch.OutOfMemoryError)
-        or "out of memory" in text
-        or ("can't allocate memory" in text)
-    )
+    return (isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text
+            or "can't allocate memory" in text)  # fmt: skip
+
+
+def _status(exc: BaseException) -> str:
+    return "oom" if _is_oom(exc) else "error"
+
+
+def _message(exc: BaseException, part: str = "") -> str:
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{part}{': ' if part else ''}{type(exc).__name__}: {first}"[:300]
+
+
+@dataclass
+class PointState:
+    """What the groups of one point share: inputs, checked rows, truths, the bound's errors."""
+
+    case: Case
+    inputs: dict
+    rows: torch.Tensor | None
+    truths: dict = field(default_factory=dict)  # (impl reference or None, grad) -> Truth | exc
+    ref_errors: dict = field(default_factory=dict)  # mode -> check.Errors | None
 
 
 class Runner:
-    def __init__(
-        self,
-        plan: Plan,
-        timing,
-        out_dir: Path,
-        *,
-        run_id: str,
-        resume: bool = False,
-        tutorial_timing: bool = False,
-        do_calibrate: bool = True,
-        seed: int = 0,
-    ):
+    def __init__(self, plan: Plan, timing, out_dir: Path, *, run_id: str,
+                 resume: bool = False, tutorial_timing: bool = False,
+                 do_calibrate: bool = True, seed: int = 0):  # fmt: skip
         self.plan, self.timing, self.out_dir = plan, timing, Path(out_dir)
-        self.run_id, self.tutorial_timing, self.do_calibrate, self.seed = (
-            run_id,
-            tutorial_timing,
-            do_calibrate,
-            seed,
-        )
+        self.run_id, self.tutorial_timing = run_id, tutorial_timing
+        self.do_calibrate, self.seed = do_calibrate, seed
+        self.passes = int(getattr(timing, "passes", 1))
+        if self.passes < 1:
+            raise ValueError(f"timing.passes must be >= 1, got {self.passes}")
         self.writer = ResultsWriter(self.out_dir / "results.csv")
-        self._pooled_path = self.out_dir / "pooled.json"  # passes done so far (timing.passes)
-        if not resume and (self.writer.existing or self._pooled_path.exists()):
+        self.pool = Pool(self.out_dir / "pooled.json", self.passes)
+        if not resume and (self.writer.existing or self.pool.exists()):
             done = "results.csv has rows" if self.writer.existing else "pooled.json has samples"
             raise FileExistsError(f"{self.out_dir}/{done}: pass resume=true")
         self.clock = Clock()
         self.calibration: dict[tuple[str, str], dict] = {}
         self._flusher = None  # made on the first CUDA row
-        self.done = 0
-        self.passes = int(getattr(timing, "passes", 1))
-        if self.passes < 1:
-            raise ValueError(f"timing.passes must be >= 1, got {self.passes}")
-        self._pass = 0  # the pass being run (0-based)
-        self._pooled: dict[tuple, dict[str, list[float]]] = {}  # row key -> samples so far
-        self._first_pass = self._load_pooled() if resume else 0
+        self._pass = 0
+        self._first_pass = self.pool.load() if resume else 0
+        self.devices = [d for d in plan.devices if d != "cuda" or torch.cuda.is_available()]
+        self.done = 0  # rows written by this run
+        self._total = plan.rows(tuple(self.devices))
 
-    # -- tasks ---------------------------------------------------------------------------------
-
-    def _impls(self, case: Case) -> list[str]:
-        names = list(case.impls)
-        return [n for n in names if self.plan.impls is None or n in self.plan.impls]
+    def _devices(self, entry: Entry) -> list[str]:
+        return [d for d in entry.devices if d in self.devices]
 
     def total(self) -> int:
-        n = 0
-        for name in self.plan.cases:
-            n += len(self._impls(CASES[name])) * len(self.plan.modes)
-        return n * len(self.plan.points) * len(self.plan.dtypes) * len(self.plan.devices)
+        """Rows this plan makes on this machine (a device it lacks is left out)."""
+        return self._total
+
+    # -- the plan ------------------------------------------------------------------------------
 
     def run(self) -> dict:
         if self.timing.threads:
             torch.set_num_threads(self.timing.threads)
-        # the bar counts (row, pass) steps: a row is written in its last pass
-        bar = tqdm(total=self.total() * self.passes, disable=None, unit="row",
-                   dynamic_ncols=True)  # fmt: skip
-        self._bar = bar
+        if "cuda" in self.plan.devices and "cuda" not in self.devices:
+            print("device=cuda: CUDA is not available on this machine; skipping it", flush=True)
+        already = sum(1 for _ in self.writer.existing)
+        self._bar = tqdm(total=self.total() * self.passes, disable=None, unit="row",
+                         dynamic_ncols=True)  # fmt: skip
         try:
-            bar.update(self.total() * self._first_pass)
+            self._bar.update(self.total() * self._first_pass)
             for k in range(self._first_pass, self.passes):
                 self._pass = k
-                if self.passes > 1 and bar.disable:  # plain lines: rows come in the last pass
-                    print(f"pass {self._pass + 1} of {self.passes}", flush=True)
-                for device in self.plan.devices:
-                    if device == "cuda" and not torch.cuda.is_available():
-                        if self._pass == 0:
-                            print("device=cuda: CUDA is not available on this machine; skipping it")
-                        bar.update(self.total() // len(self.plan.devices))
-                        continue
-                    for case_name in self.plan.cases:
-                        for dtype in self.plan.dtypes:
-                            for point in self.plan.points:
-                                self._point(CASES[case_name], point, torch.device(device), dtype)
+                if self.passes > 1 and self._bar.disable:  # plain lines: rows come at the end
+                    print(f"pass {k + 1} of {self.passes}", flush=True)
+                self._sweep()
                 if k < self.passes - 1:
-                    self._save_pooled(passes_done=k + 1)
-            self._pooled_path.unlink(missing_ok=True)  # every row is in results.csv now
+                    self.pool.save(passes_done=k + 1)
+            self.pool.finish()
         finally:
-            bar.close()
+            self._bar.close()
             self.writer.close()
-        summary = dict(self.clock.summary(), passes=self.passes)
+        summary = dict(self.clock.summary(), passes=self.passes, rows_before=already)
         (self.out_dir / "timing_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
 
-    def _save_pooled(self, passes_done: int) -> None:
-        """The samples of rows not yet written, after a whole pass: an interrupted multi-pass run
-        resumes (resume=true) at the next pass instead of losing them. Written to a temporary
-        file, then renamed, so an interruption never leaves half a file."""
-        rows = [[list(key), p["row"], p["copy"]] for key, p in self._pooled.items()]
-        state = {"passes": self.passes, "passes_done": passes_done, "rows": rows}
-        tmp = self._pooled_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
-        tmp.replace(self._pooled_path)
+    def _sweep(self) -> None:
+        for entry in self.plan.entries:
+            case = CASES[entry.case]
+            for device in self._devices(entry):
+                for dtype in entry.dtypes:
+                    for point in entry.points:
+                        tasks = [Task(case, impl, mode, point, torch.device(device), DTYPES[dtype])
+                                 for mode in entry.modes for impl in entry.impls]  # fmt: skip
+                        self._point(tasks)
 
-    def _load_pooled(self) -> int:
-        """-> the first pass to run, with the saved samples back in self._pooled (0: none)."""
-        if not self._pooled_path.exists():
-            return 0
-        state = json.loads(self._pooled_path.read_text())
-        if state["passes"] != self.passes:
-            saved = state["passes"]
-            raise ValueError(f"timing.passes={self.passes}, but {self._pooled_path} was saved "
-                             f"by a run with timing.passes={saved}: resume with that")  # fmt: skip
-        for key, row, copy in state["rows"]:
-            self._pooled[tuple(key)] = {"row": row, "copy": copy}
-        return state["passes_done"]
-
-    def _base(self, case: Case, impl: str, mode: str, point: Point, device, dtype: str) -> dict:
-        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-        return dict(
-            run_id=self.run_id,
-            case=case.name,
-            level=case.level,
-            impl=impl,
-            mode=mode,
-            device=device.type,
-            device_name=name,
-            dtype=dtype,
-            batch=point.batch,
-            seq_len=point.seq_len,
-            d_model=point.d_model,
-            num_heads=point.num_heads,
-            head_dim=point.head_dim,
-            params=json.dumps({}),
-            threads=torch.get_num_threads(),
-            timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"),
-        )
-
-    def _emit(self, row: dict) -> None:
+    def _emit(self, task: Task, row: dict) -> None:
         self.writer.append(row)
-        self._pooled.pop(row_key(row), None)  # written: its samples are no longer pending
+        self.pool.written(row_key(row))
         self.done += 1
         self._bar.update(1)
         if self._bar.disable:  # CI and pipes: one plain line per row
             ms = f"{row['p50_ms']:.3f} ms" if row.get("p50_ms") is not None else ""
-            print(
-                f"[{self.done}/{self.total()}] {row['case']} {row['impl']} {row['mode']} "
-                f"{row['device']} {row['dtype']} B={row['batch']} L={row['seq_len']} "
-                f"d={row['d_model']} H={row['num_heads']}: {row['status']} {ms} "
-                f"{row.get('message', '')}".rstrip(),
-                flush=True,
-            )
+            count = len(self.writer.existing)
+            print(f"[{count}/{self.total()}] {row['case']} {row['impl']} {row['mode']} "
+                  f"{row['device']} {row['dtype']} {task.point.label(task.case.knobs)}: "
+                  f"{row['status']} {ms} {row.get('message', '')}".rstrip(),
+                  flush=True)  # fmt: skip
 
-    def _point(self, case: Case, point: Point, device: torch.device, dtype_name: str) -> None:
-        impls = self._impls(case)
-        keys = [
-            (impl, mode, self._base(case, impl, mode, point, device, dtype_name))
-            for impl in impls
-            for mode in self.plan.modes
-        ]
-        todo = [(i, m, b) for i, m, b in keys if row_key(b) not in self.writer.existing]
-        self._bar.update(len(keys) - len(todo))
+    # -- one point -----------------------------------------------------------------------------
+
+    def _point(self, tasks: list[Task]) -> None:
+        rows = {t: t.row(self.run_id) for t in tasks}
+        todo = [t for t in tasks if row_key(rows[t]) not in self.writer.existing]
+        self._bar.update(len(tasks) - len(todo))
         if not todo:
             return
+        first = todo[0]
+        case, point, device, dtype = first.case, first.point, first.device, first.dtype
         reason = case.check(point)
         if reason:
-            for _, _, base in todo:
-                self._emit(dict(base, status="skipped", message=reason))
+            for t in todo:
+                self._emit(t, dict(rows[t], status="skipped", message=reason))
             return
-        dtype = DTYPES[dtype_name]
         torch.manual_seed(self.seed)
         try:
-            inputs = case.build(point, device, dtype)
-            rows_checked = _rows_checked(case, point, device)
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                truth = case.reference(_select(inputs, case, rows_checked))
-            self.clock.truth_s += time.perf_counter() - t0
+            state = PointState(
+                case, case.build(point, device, dtype), _rows_checked(case, point, device)
+            )
         except Exception as exc:  # the point itself does not fit: every row says so
-            status = "oom" if _is_oom(exc) else "error"
-            for _, _, base in todo:
-                self._emit(dict(base, status=status, message=_message(exc)))
+            for t in todo:
+                self._emit(t, dict(rows[t], status=_status(exc),
+                                   message=_message(exc, "building the inputs")))  # fmt: skip
             return
         calib = self._calibration(device, dtype)
-        for mode in self.plan.modes:
-            group = [(impl, dict(base, **calib)) for impl, m, base in todo if m == mode]
-            self._group(case, group, mode, point, inputs, truth, device, dtype, rows_checked)
-        del inputs, truth
+        for mode in dict.fromkeys(t.mode for t in todo):
+            group = [(t, dict(rows[t], **calib)) for t in todo if t.mode == mode]
+            self._group(state, group)
+        del state
         gc.collect()  # once per point: tens of ms with torch loaded
         if device.type == "cuda":
             torch.cuda.empty_cache()
+
+    def _truth(self, state: PointState, task: Task, own: bool):
+        """The float64 truth for the task's mode (the impl's own semantics if `own`), computed
+        once per point; an exception when it could not be (the truth's OOM, not the impl's)."""
+        ref = task.spec.reference if own else None
+        key = (ref, task.grad)
+        if key not in state.truths:
+            t0 = time.perf_counter()
+            try:
+                state.truths[key] = check.truth(
+                    ref or state.case.reference, state.inputs, state.case, state.rows,
+                    task.point.batch, task.dtype, task.grad, self.seed,
+                )  # fmt: skip
+            except Exception as exc:
+                state.truths[key] = exc
+            self.clock.truth_s += time.perf_counter() - t0
+        return state.truths[key]
+
+    def _check(self, state: PointState, task: Task, key: tuple = ()):
+        """-> (Call, leaves, check fields) of a task that may be timed, or a finished row's
+        fields (skipped, wrong, error, oom). The case's baseline is checked first in each mode:
+        its errors bound the others' (bench/check.py). A row an earlier pass checked is not
+        checked again (bench/passes.py)."""
+        spec, dev = task.spec, task.device.type
+        if dev not in spec.devices:
+            return {"status": "skipped", "message": f"runs on {', '.join(spec.devices)} only"}
+        if spec.needs and importlib.util.find_spec(spec.needs) is None:
+            return {"status": "skipped", "message": f"{spec.needs} is not installed"}
+        if task.grad and (not spec.grad or not state.case.grad_inputs):
+            return {"status": "skipped", "message": "no backward for this implementation"}
+        why = spec.supports(task.point)
+        if task.mode == "backward" and spec.compiled:
+            why = ("torch.compile donates the forward's buffers to its backward, which therefore "
+                   "cannot be repeated alone: see forward+backward")  # fmt: skip
+        if why:
+            return {"status": "skipped", "message": why}
+        earlier = self.pool.checked(key) if key else None
+        if earlier is not None:
+            call = make_call(task, state.inputs)
+            return call, leaves_of(call, state.inputs, state.case), earlier
+        truth = self._truth(state, task, own=spec.reference is not None)
+        t0 = time.perf_counter()
+        try:
+            call = make_call(task, state.inputs)
+            leaves = leaves_of(call, state.inputs, state.case)
+            up = None if isinstance(truth, Exception) else truth.upstream
+            if task.grad and up is None:  # no truth: any upstream of the right shape will do
+                up = tuple(torch.ones_like(o) for o in _outputs(call))
+            out, grads = run_for_check(call, leaves, task.grad, up)
+        except NotImplementedError as exc:  # the implementation does not support this
+            return {"status": "skipped", "message": _message(exc)}
+        except Exception as exc:
+            return {"status": _status(exc), "message": _message(exc, "the check's call")}
+        finally:
+            self.clock.work_s += time.perf_counter() - t0
+        if isinstance(truth, Exception):  # timed, and said to be unchecked
+            msg = _message(truth, "not checked: the float64 truth failed")
+            return call, leaves, {"message": msg}
+        errs = check.measure_errors(out, truth, grads, state.rows, state.case.batched)
+        if isinstance(errs, str):
+            return {"status": "wrong", "max_abs_err": float("inf"), "message": errs}
+        ref = None if task.impl == state.case.baseline else self._ref_errors(state, task)
+        passed, ratio, why = check.verdict(errs, ref, task.dtype)
+        fields = {"max_abs_err": errs.worst, "err_ratio": ratio}
+        if not passed:
+            return {"status": "wrong", **fields, "message": f"{why}; {spec.note}".strip("; ")}
+        if task.impl == state.case.baseline:
+            state.ref_errors[task.mode] = errs
+        return call, leaves, fields
+
+    def _ref_errors(self, state: PointState, task: Task) -> check.Errors | None:
+        """The baseline's errors in this mode (checked now if it is not in the group)."""
+        if task.mode not in state.ref_errors:
+            base = Task(task.case, task.case.baseline, task.mode, task.point, task.device,
+                        task.dtype)  # fmt: skip
+            got = self._check(state, base)
+            state.ref_errors.setdefault(task.mode, None)  # did not run: the fixed tolerance
+            del got
+        return state.ref_errors[task.mode]
+
+    def _group(self, state: PointState, group: list[tuple[Task, dict]]) -> None:
+        """The implementations of one point and mode: each checked (the baseline first), then
+        the passing ones timed side by side (bench.timing.measure_side_by_side), so that a slow
+        phase of the machine lands on all of them and their speedups stay honest; `backward`
+        mode, whose calls each keep a forward graph alive, times one implementation at a time.
+        With timing.copy_ref, a copy of the row's modelled bytes joins each group."""
+        case, mode = state.case, group[0][0].mode
+        for name in case.grad_inputs:  # the leaves users would train
+            for t in check.leaves(state.inputs, (name,)).values():
+                t.requires_grad_(mode != "forward")
+        group.sort(key=lambda tr: tr[0].impl != case.baseline)
+        ready = []
+        for task, row in group:
+            try:
+                checked = self._check(state, task, row_key(row))
+            except Exception as exc:  # building the call (a pass after the check)
+                checked = {"status": _status(exc), "message": _message(exc, "the call")}
+            if isinstance(checked, dict):
+                self._emit(task, dict(row, **checked))
+            else:
+                call, leaves, fields = checked
+                self.pool.note_check(row_key(row), fields)
+                ready.append((task, dict(row, **fields), call, leaves))
+        batches = [ready] if mode != "backward" else [[r] for r in ready]
+        for batch in filter(None, batches):
+            self._time(batch)
+        for t in check.leaves(state.inputs, case.grad_inputs).values():
+            t.requires_grad_(False)
+
+    def _time(self, batch: list) -> None:
+        """One side-by-side group: timed calls made (a backward call holds its forward graph),
+        timed with the copy, then each row finished (metrics, memory) or failed."""
+        task0 = batch[0][0]
+        device, mode = task0.device, task0.mode
+        calls = {}
+        for task, _row, call, leaves in batch:
+            try:
+                calls[task.impl] = timed_call(call, leaves, mode, self.seed)
+            except Exception as exc:
+                calls[task.impl] = exc
+        fns = {n: c for n, c in calls.items() if not isinstance(c, Exception)}
+        cost = task0.case.cost(task0.point, task0.dtype, mode)
+        tm, passes = self.timing, self.passes
+        if tm.copy_ref and fns:
+            copy = copy_call(cost.bytes, device)
+            fns.update({COPY: copy} if copy is not None else {})
+        t0 = time.perf_counter()
+        timings = measure_side_by_side(
+            fns, device, before_each=self._flush(device), warmup_s=tm.warmup_s,
+            min_reps=-(-tm.min_reps // passes), max_reps=-(-tm.max_reps // passes),
+            budget_s=tm.budget_s / passes, rel_spread=tm.rel_spread, rel_ci=tm.rel_ci,
+            graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None,
+        )  # fmt: skip
+        self.clock.work_s += time.perf_counter() - t0
+        copy_t = timings.pop(COPY, None)
+        copy_t = copy_t if isinstance(copy_t, Timing) else None
+        fns = None  # the copy's buffers go before memory is probed
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # nor stay in the reserved pool that the probe reads
+        last = self._pass == passes - 1
+        for task, row, call, _leaves in batch:
+            timed, t = calls[task.impl], timings.get(task.impl)
+            try:
+                for failed in (timed, t):
+                    if isinstance(failed, Exception):
+                        raise failed
+                t, copy_row = self.pool.add(row_key(row), t, copy_t)
+                if not last:  # an ok row is written in the last pass, with all its samples
+                    self._bar.update(1)
+                    continue
+                row.update(self._finish(task, call, timed, t, copy_row, row.get("message", "")))
+            except Exception as exc:
+                row.update(status=_status(exc), message=_message(exc, "timing"))
+            self._emit(task, row)
+
+    def _finish(self, task: Task, call, timed, t: Timing, copy_t: Timing | None,
+                note: str = "") -> dict:  # fmt: skip
+        """A timed row's fields: times, derived rates, memory, status and notes (`note`: the
+        check's, e.g. that the truth did not fit)."""
+        t0 = time.perf_counter()
+        peak = reserved = None  # see Impl.compiled
+        if task.device.type == "cuda" or not task.spec.compiled:
+            try:
+                peak = peak_bytes(timed, task.device)
+                reserved = peak_reserved_bytes(task.device)
+            except Exception:  # a probe that cannot follow an op leaves the column empty
+                peak = None
+        encoder = task.mode == "forward" and task.case.level == "encoder"  # section 5.2's scope
+        tutorial = self._tutorial_ms(call.fn) if encoder else None
+        self.clock.work_s += time.perf_counter() - t0
+        cost = task.case.cost(task.point, task.dtype, task.mode)
+        row = row_metrics(cost, t, self._calibration(task.device, task.dtype), copy_t)
+        notes = [
+            note,
+            task.spec.note,
+            "own semantics" if task.spec.reference else "",
+            "timed via CUDA graph (warm L2)" if t.method == "cuda_graph" else "",
+        ]
+        return dict(row, peak_mem_bytes=peak, peak_reserved_bytes=reserved, status="ok",
+                    tutorial_ms_per_100=tutorial,
+                    message="; ".join(m for m in notes if m))  # fmt: skip
+
+    # -- helpers -------------------------------------------------------------------------------
 
     def _flush(self, device):
         """A cold-L2 flush before each CUDA sample (bench.timing.l2_flusher), made once."""
@@ -265,164 +393,6 @@ class Runner:
             self.clock.calib_s += time.perf_counter() - t0
         return self.calibration.get(key, {})
 
-    # -- one row -------------------------------------------------------------------------------
-
-    def _group(self, case, group, mode, point, inputs, truth, device, dtype, rows_checked):
-        """The implementations of one point and mode: each gated, then the passing ones timed
-        side by side (bench.timing.measure_side_by_side), so that a slow phase of the machine
-        lands on all of them and their speedups stay honest; `backward` mode, whose calls each
-        keep a forward graph alive, times one implementation at a time. With timing.copy_ref, a
-        copy of the row's modelled bytes joins each group: `copy_ms` and `pct_copy_bw`, the
-        row's bandwidth against a copy timed in the same window (and, on CUDA, the same cold
-        L2). Then memory."""
-        leaves = [inputs[name] for name in case.grad_inputs]
-        for t in leaves:
-            t.requires_grad_(mode != "forward")
-        ready = []  # (row, fn, err, impl) that passed the gate
-        for impl_name, row in group:
-            impl = case.impls[impl_name]
-            try:
-                gated = self._gate(case, impl, mode, inputs, truth, device, dtype, rows_checked)
-            except NotImplementedError as exc:  # the implementation does not support this
-                gated = {"status": "skipped", "message": _message(exc)}
-            except Exception as exc:
-                gated = {"status": "oom" if _is_oom(exc) else "error", "message": _message(exc)}
-            if isinstance(gated, dict):
-                self._emit(dict(row, **gated))
-            else:
-                ready.append((row, *gated, impl))
-        batches = [ready] if mode != "backward" else [[r] for r in ready]
-        for batch in batches:
-            calls = {}  # made per batch: a backward call holds its forward graph
-            for row, fn, _err, _impl in batch:
-                try:
-                    calls[row["impl"]] = timed_call(fn, mode)
-                except Exception as exc:
-                    calls[row["impl"]] = exc
-            fns = {name: c for name, c in calls.items() if not isinstance(c, Exception)}
-            tm, passes = self.timing, self.passes
-            if tm.copy_ref and fns:
-                copy = copy_call(case.bytes_moved(point, dtype) * BYTES_FACTOR[mode], device)
-                fns.update({COPY: copy} if copy is not None else {})
-            t0 = time.perf_counter()
-            timings = measure_side_by_side(
-                fns,
-                device,
-                before_each=self._flush(device),
-                warmup_s=tm.warmup_s,
-                min_reps=-(-tm.min_reps // passes),  # this pass's share, rounded up
-                max_reps=-(-tm.max_reps // passes),
-                budget_s=tm.budget_s / passes,
-                rel_spread=tm.rel_spread,
-                rel_ci=tm.rel_ci,
-                graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None,
-            )
-            self.clock.work_s += time.perf_counter() - t0
-            copy_t = timings.pop(COPY, None)
-            fns = copy = None  # the copy's buffers go before memory is probed
-            if device.type == "cuda" and copy_t is not None:
-                torch.cuda.empty_cache()  # nor stay in the reserved pool that the probe reads
-            last = self._pass == passes - 1
-            for row, fn, err, impl in batch:
-                call, t = calls[row["impl"]], timings.get(row["impl"])
-                try:
-                    for failed in (call, t):
-                        if isinstance(failed, Exception):
-                            raise failed
-                    t, copy_t_row = self._pool(row, t, copy_t)
-                    if not last:  # an ok row is written in the last pass, with all its samples
-                        self._bar.update(1)
-                        continue
-                    row.update(self._finish(case, impl, mode, point, fn, call, err, t, device,
-                                            dtype))  # fmt: skip
-                    if isinstance(copy_t_row, Timing):
-                        row.update(copy_ms=copy_t_row.p50, pct_copy_bw=100 * copy_t_row.p50 / t.p50)
-                except Exception as exc:
-                    row.update(status="oom" if _is_oom(exc) else "error", message=_message(exc))
-                self._emit(row)
-        for t in leaves:
-            t.requires_grad_(False)
-            t.grad = None
-
-    def _pool(self, row: dict, t: Timing, copy_t) -> tuple[Timing, Timing | None]:
-        """This pass's samples of the row (and of its group's copy) added to its earlier passes'
-        -> the pooled Timings. With one pass, t and copy_t as they are."""
-        if self.passes == 1:
-            return t, copy_t if isinstance(copy_t, Timing) else None
-        pooled = self._pooled.setdefault(row_key(row), {"row": [], "copy": []})
-        pooled["row"].extend(t.samples_ms)
-        if isinstance(copy_t, Timing):
-            pooled["copy"].extend(copy_t.samples_ms)
-        method = getattr(copy_t, "method", t.method)
-        copy = Timing(tuple(pooled["copy"]), method) if pooled["copy"] else None
-        return Timing(tuple(pooled["row"]), t.method), copy
-
-    def _gate(self, case: Case, impl: Impl, mode: str, inputs, truth, device, dtype,
-              rows_checked):  # fmt: skip
-        """-> a finished row's fields (skipped, wrong), or (fn, max error)."""
-        if device.type not in impl.devices:
-            return {"status": "skipped", "message": f"runs on {', '.join(impl.devices)} only"}
-        if impl.needs and importlib.util.find_spec(impl.needs) is None:
-            return {"status": "skipped", "message": f"{impl.needs} is not installed"}
-        if mode != "forward" and (not impl.grad or not case.grad_inputs):
-            return {"status": "skipped", "message": "no backward for this implementation"}
-        t0 = time.perf_counter()
-        fn = impl.make(inputs)
-        with torch.no_grad():
-            got = fn()
-        t1 = time.perf_counter()
-        with torch.no_grad():
-            sliced = _select(inputs, case, rows_checked)
-            want = truth if impl.reference is None else impl.reference(sliced)
-        if rows_checked is not None:
-            got = tuple(o.index_select(0, rows_checked) for o in as_tuple(got))
-        passed, err, why = gate(got, want, dtype)
-        self.clock.work_s += t1 - t0
-        self.clock.truth_s += time.perf_counter() - t1
-        if not passed:
-            why = f"{why}; {impl.note}".strip("; ")
-            return {"status": "wrong", "max_abs_err": err, "message": why}
-        return fn, err
-
-    def _finish(self, case, impl, mode, point, fn, call, err, t, device, dtype) -> dict:
-        """A timed row's fields: times, GB/s and TFLOP/s (and % of the calibration), memory."""
-        t0 = time.perf_counter()
-        peak = reserved = None  # see Impl.compiled
-        if device.type == "cuda" or not impl.compiled:
-            try:
-                peak = peak_bytes(call, device)
-                reserved = peak_reserved_bytes(device)
-            except Exception:  # a probe that cannot follow an op leaves the column empty
-                peak = None
-        row = {"tutorial_ms_per_100": self._tutorial_ms(fn) if mode == "forward" else None}
-        self.clock.work_s += time.perf_counter() - t0
-        moved = case.bytes_moved(point, dtype) * BYTES_FACTOR[mode]
-        flops = case.flops(point) * FLOPS_FACTOR[mode]
-        gbps, tflops = moved / (t.p50 * 1e-3) / 1e9, flops / (t.p50 * 1e-3) / 1e12
-        calib = self._calibration(device, dtype)
-        row.update(
-            p20_ms=t.p20,
-            p50_ms=t.p50,
-            p80_ms=t.p80,
-            p50_ci_lo_ms=(ci := t.median_ci())[0],
-            p50_ci_hi_ms=ci[1],
-            n_samples=t.n,
-            gbps=gbps,
-            tflops=tflops,
-            pct_peak_bw=100 * gbps / calib["calib_copy_gbps"] if calib else None,
-            pct_peak_flops=100 * tflops / calib["calib_matmul_tflops"] if calib and flops else None,
-            peak_mem_bytes=peak,
-            peak_reserved_bytes=reserved,
-            max_abs_err=err,
-            status="ok",
-            message="; ".join(m for m in (
-                "" if impl.reference is None else "own semantics",
-                impl.note,
-                "timed via CUDA graph (warm L2)" if t.method == "cuda_graph" else "",
-            ) if m),
-        )  # fmt: skip
-        return row
-
     def _tutorial_ms(self, fn) -> float | None:
         """Section 5.2's way: wall clock around 100 calls, no warm-up, no device sync."""
         if not self.tutorial_timing:
@@ -434,42 +404,15 @@ class Runner:
         return (time.time() - start) * 1000
 
 
-def timed_call(fn, mode: str):
-    """The zero-argument call that `mode` times: forward under no_grad; backward on a graph
-    built once here (outside the timed region); or forward then backward."""
-    if mode == "forward":
+def _outputs(call) -> tuple:
+    from bench.registry import as_tuple
 
-        def forward():
-            with torch.no_grad():
-                return fn()
-
-        return forward
-    outs = [o for o in as_tuple(fn()) if o.requires_grad]
-    if not outs:
-        raise RuntimeError("no output requires grad: cannot time backward")
-    grads = [torch.randn_like(o) for o in outs]
-    if mode == "backward":  # the forward graph is built once, outside the timed region
-        return lambda: torch.autograd.backward(outs, grads, retain_graph=True)
-
-    def forward_backward():
-        torch.autograd.backward([o for o in as_tuple(fn()) if o.requires_grad], grads)
-
-    return forward_backward
+    with torch.no_grad():
+        return as_tuple(call.fn())
 
 
 def _rows_checked(case: Case, point: Point, device) -> torch.Tensor | None:
-    """The sequences the gate checks: first and last (None: all of them)."""
+    """The sequences the check compares: first and last (None: all of them)."""
     if not case.batched or point.batch <= 2:
         return None
     return torch.tensor([0, point.batch - 1], device=device)
-
-
-def _select(inputs: dict, case: Case, rows: torch.Tensor | None) -> dict:
-    if rows is None:
-        return inputs
-    return {k: v.index_select(0, rows) if k in case.batched else v for k, v in inputs.items()}
-
-
-def _message(exc: BaseException) -> str:
-    first = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first}"[:300]

@@ -21,6 +21,10 @@ GRAPH_BELOW_MS = 0.01  # CUDA calls shorter than 10 us are timed through a CUDA 
 class Timing:
     samples_ms: tuple[float, ...]
     method: str = "host"  # "host" (perf_counter), "events" (CUDA events), "cuda_graph"
+    # the process's CPU time over the wall time of the samples (host timing only): about the
+    # number of busy threads when the machine is free; well under 1 means another process took
+    # the CPU while this row was timed (bench.report marks such rows)
+    cpu_util: float | None = None
 
     @property
     def n(self) -> int:
@@ -152,14 +156,9 @@ def measure_side_by_side(
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     slice_s, slice_reps = budget_s / rounds, -(-max_reps // rounds)
     device = torch.device(device)
-    prepared: dict[str, tuple[str, int, Callable[[], object]] | Exception] = {}
-    for name, fn in fns.items():
-        try:
-            _warm_up(fn, device, warmup_s, clock)
-            prepared[name] = _prepare(fn, device, graph_below_ms, clock)
-        except Exception as exc:
-            prepared[name] = exc
+    prepared = _prepare_group(fns, device, warmup_s, graph_below_ms, clock)
     samples: dict[str, list[float]] = {name: [] for name in fns}
+    cpu = {name: [0.0, 0.0] for name in fns}  # process CPU s, wall s over the samples
     deadline = clock() + budget_s * len(fns)
 
     def finished(name: str) -> bool:
@@ -188,16 +187,53 @@ def measure_side_by_side(
                 while True:
                     if before_each is not None:
                         before_each()
-                    samples[name].append(_time_once(timed, device, clock) / calls)
+                    c0 = time.process_time()
+                    ms = _time_once(timed, device, clock)
+                    cpu[name][0] += time.process_time() - c0
+                    cpu[name][1] += ms / 1e3
+                    samples[name].append(ms / calls)
                     taken += 1
                     if finished(name) or clock() >= end or taken >= slice_reps:
                         break
             except Exception as exc:  # one failing call never stops the others
                 prepared[name] = exc
     return {
-        name: p if isinstance(p, Exception) else Timing(tuple(samples[name]), p[0])
+        name: p if isinstance(p, Exception) else Timing(
+            tuple(samples[name]), p[0],
+            cpu[name][0] / cpu[name][1] if p[0] == "host" and cpu[name][1] > 0 else None)
         for name, p in prepared.items()
-    }
+    }  # fmt: skip
+
+
+def _prepare_group(fns, device, warmup_s, graph_below_ms, clock) -> dict:
+    """Each call warmed up, then one timing method for the whole group, so that its ratios
+    compare like with like: on CUDA, a CUDA graph of back-to-back calls for every call when the
+    fastest one's event-timed median is below graph_below_ms and every call can be captured
+    (L2 then stays warm within a replay), else CUDA events for every call (each sample after
+    before_each, e.g. a cold-L2 flush); on the CPU, the host clock. A call that raises is
+    returned as its exception."""
+    prepared: dict[str, tuple[str, int, Callable[[], object]] | Exception] = {}
+    for name, fn in fns.items():
+        try:
+            _warm_up(fn, device, warmup_s, clock)
+            prepared[name] = ("host" if device.type != "cuda" else "events", 1, fn)
+        except Exception as exc:
+            prepared[name] = exc
+    live = {n: p for n, p in prepared.items() if not isinstance(p, Exception)}
+    if device.type != "cuda" or graph_below_ms is None or not live:
+        return prepared
+    probes = {n: statistics.median(_time_once(p[2], device, clock) for _ in range(5))
+              for n, p in live.items()}  # fmt: skip
+    if min(probes.values()) >= graph_below_ms:
+        return prepared
+    graphed = {}
+    for name, (_, _, fn) in live.items():
+        calls = max(1, min(1000, round(0.5 / max(probes[name], 1e-4))))  # ~0.5 ms per replay
+        replay = _graphed(fn, device, calls)
+        if replay is None:  # one call cannot be captured: the whole group keeps events
+            return prepared
+        graphed[name] = ("cuda_graph", calls, replay)
+    return {**prepared, **graphed}
 
 
 def _warm_up(fn: Callable[[], object], device: torch.device, warmup_s: float, clock) -> None:
@@ -208,21 +244,6 @@ def _warm_up(fn: Callable[[], object], device: torch.device, warmup_s: float, cl
         _sync(device)
         if clock() - start >= warmup_s:
             break
-
-
-def _prepare(fn: Callable[[], object], device: torch.device, graph_below_ms: float | None, clock):
-    """-> (method, calls per sample, the timed callable): a CUDA graph of back-to-back calls for
-    a call whose event-timed median is below graph_below_ms, else fn itself."""
-    if device.type != "cuda":
-        return "host", 1, fn
-    if graph_below_ms is not None:
-        probe = statistics.median(_time_once(fn, device, clock) for _ in range(5))
-        if probe < graph_below_ms:
-            calls = max(1, min(1000, round(0.5 / max(probe, 1e-4))))  # ~0.5 ms per replay
-            replay = _graphed(fn, device, calls)
-            if replay is not None:
-                return "cuda_graph", calls, replay
-    return "events", 1, fn
 
 
 def _graphed(fn: Callable[[], object], device: torch.device, calls: int):
@@ -266,32 +287,3 @@ def l2_flusher(device: torch.device) -> Callable[[], object] | None:
     l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or (64 << 20)
     buf = torch.empty(2 * l2 // 4, dtype=torch.float32, device=device)
     return buf.zero_
-
-
-def measure_ratio(
-    fn_a: Callable[[], object],
-    fn_b: Callable[[], object],
-    device: torch.device | str = "cpu",
-    *,
-    rounds: int = 31,
-    warmup_s: float = 0.2,
-    clock: Callable[[], float] = time.perf_counter,
-) -> Timing:
-    """Per-round time ratios a / b, measured side by side: each round times a and b back to back
-    (in alternating order, so a drift in machine speed cancels), so a slow moment of a shared
-    machine slows both sides of the same ratio. Returns the ratios as a Timing."""
-    device = torch.device(device)
-    start = clock()
-    while True:  # warm both up, at least one call each
-        fn_a(), fn_b()
-        _sync(device)
-        if clock() - start >= warmup_s:
-            break
-    ratios = []
-    for r in range(rounds):
-        if r % 2 == 0:
-            a, b = _time_once(fn_a, device, clock), _time_once(fn_b, device, clock)
-        else:
-            b, a = _time_once(fn_b, device, clock), _time_once(fn_a, device, clock)
-        ratios.append(a / b)
-    return Timing(tuple(ratios))

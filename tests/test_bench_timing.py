@@ -46,24 +46,6 @@ def test_quantiles():
     assert t.p80 == pytest.approx(81)
 
 
-def test_ratio_is_per_round_and_side_by_side():
-    """a takes 3 units, b takes 1; the machine slows down 10x halfway: the ratio stays 3."""
-    clock = FakeClock([])
-    calls = {"n": 0}
-
-    def step(units):
-        calls["n"] += 1
-        clock.now += units * (10.0 if calls["n"] > 30 else 1.0)
-
-    from bench.timing import measure_ratio
-
-    t = measure_ratio(lambda: step(3), lambda: step(1), rounds=20, warmup_s=0, clock=clock)
-    assert t.n == 20
-    off = [r for r in t.samples_ms if r != pytest.approx(3.0)]
-    assert len(off) <= 1  # only the round in which the slowdown began
-    assert t.p50 == pytest.approx(3.0)
-
-
 def test_rel_spread_stops_early_once_samples_agree():
     steady = FakeClock([0.001] * 1000)
     t = measure(steady.fn, warmup_s=0, min_reps=5, budget_s=100, rel_spread=0.1, clock=steady)
@@ -236,3 +218,36 @@ def test_side_by_side_spreads_every_call_over_the_whole_window():
     assert slowed["fast"] >= 18 and abs(slowed["fast"] - slowed["slow"]) <= 2  # about half
     with pytest.raises(ValueError, match="rounds"):
         measure_side_by_side(group, clock=clock, rounds=0)
+
+
+def test_one_timing_method_per_side_by_side_group(monkeypatch):
+    """On CUDA a group is timed one way: CUDA graphs for every call when the fastest is under
+    graph_below_ms and all can be captured, else events for every call (never a mix of warm-L2
+    graph samples and cold-L2 event samples in one group's ratios)."""
+    from bench import timing
+
+    monkeypatch.setattr(timing, "_sync", lambda device: None)
+    monkeypatch.setattr(timing, "_time_once", lambda fn, device, clock: fn())  # fn -> its ms
+    capturable = {"fast", "slow"}
+
+    def graphed(fn, device, calls):
+        return fn if fn.__name__ in capturable else None
+
+    monkeypatch.setattr(timing, "_graphed", graphed)
+
+    def fast():
+        return 0.002
+
+    def slow():
+        return 1.0
+
+    cuda = torch.device("cuda")
+    group = timing._prepare_group({"fast": fast, "slow": slow}, cuda, 0.0, GRAPH_BELOW_MS,
+                                  FakeClock([]))  # fmt: skip
+    assert {name: p[0] for name, p in group.items()} == {"fast": "cuda_graph", "slow": "cuda_graph"}
+    capturable.discard("slow")  # one call cannot be captured: the whole group keeps events
+    group = timing._prepare_group({"fast": fast, "slow": slow}, cuda, 0.0, GRAPH_BELOW_MS,
+                                  FakeClock([]))  # fmt: skip
+    assert {name: p[0] for name, p in group.items()} == {"fast": "events", "slow": "events"}
+    group = timing._prepare_group({"slow": slow}, cuda, 0.0, GRAPH_BELOW_MS, FakeClock([]))
+    assert group["slow"][0] == "events"  # nothing under the threshold

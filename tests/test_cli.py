@@ -46,16 +46,21 @@ def test_single_run_writes_results_env_report_and_plots(tmp_path):
 
 
 def test_seed_5_2_sweep_pools_its_passes(tmp_path):
-    """sweep=seed_5_2 as configured (12 passes), shrunk: each of its 7 rows is written once,
-    from one sample per pass, and the tutorial's table is printed."""
+    """sweep=seed_5_2 as configured (12 passes), shrunk: each of its 7 encoder rows and 4 Shaw
+    attention rows is written once, from one sample per pass, and the tutorial's table is
+    printed."""
     out = tmp_path / "seed"
-    shrink = ["batch=2", "seq_len=8", "d_model=8", "timing.budget_s=0", "timing.warmup_s=0",
-              "calibrate=false"]  # fmt: skip
+    shrink = ["smoke=true", "timing.budget_s=0", "timing.warmup_s=0", "calibrate=false"]
     proc = _bench("sweep=seed_5_2", *shrink, f"hydra.run.dir={out}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = _rows(out / "results.csv")
-    assert len(rows) == 7 and {r["status"] for r in rows} == {"ok"}
+    assert len(rows) == 11 and {r["status"] for r in rows} == {"ok"}
     assert {int(r["n_samples"]) for r in rows} == {12}
+    assert {r["case"] for r in rows if r["tutorial_ms_per_100"]} == {
+        "sinusoidal",
+        "learnable",
+        "rope_module",
+    }  # the tutorial's 5.2 times encoders only
     assert "pass 12 of 12" in proc.stdout and "tutorial ms / 100 calls" in proc.stdout
     assert json.loads((out / "timing_summary.json").read_text())["passes"] == 12
 

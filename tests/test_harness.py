@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from bench import report
 from bench.config import BenchConfig, TimingConfig, make_plan
-from bench.registry import Case, Impl, Point
+from bench.registry import Case, Cost, Impl, Point
 from bench.runner import Runner
 
 FAST = TimingConfig(warmup_s=0.0, min_reps=2, max_reps=3, budget_s=0.0, rel_spread=None)
@@ -38,6 +38,11 @@ def _cfg(**overrides):
         ({"timing.passes": 0}, "timing.passes"),
         ({"timing.rel_ci": 0.0}, "timing.rel_ci"),
         ({"timing.rel_spread": -0.1}, "timing.rel_spread"),
+        ({"layout": "bsdh"}, "layout"),
+        ({"num_kv_heads": 3, "num_heads": 4, "d_model": 16}, "num_kv_heads"),
+        ({"causal": "yes"}, "causal"),
+        ({"fwd_tiles": "128x64"}, "fwd_tiles"),
+        ({"cases": ["rope"], "impls": ["sdpa"]}, "impls"),
     ],
 )
 def test_invalid_config_names_the_key(overrides, key):
@@ -47,8 +52,59 @@ def test_invalid_config_names_the_key(overrides, key):
 
 def test_plan_is_the_product_of_the_axes():
     plan = make_plan(_cfg(batch=[1, 2], seq_len=[8, 16, 32], d_model=16, num_heads=[2, 4]))
-    assert len(plan.points) == 2 * 3 * 2
+    assert {len(e.points) for e in plan.entries} == {2 * 3 * 2}
     assert plan.devices == ("cuda",) if torch.cuda.is_available() else ("cpu",)
+
+
+def test_knobs_cross_only_the_cases_that_declare_them():
+    """layout and num_kv_heads are rope's knobs: rope gets 2 x 2 points per shape, sinusoidal
+    one; each point's knobs end in the params column."""
+    plan = make_plan(_cfg(cases=["rope", "sinusoidal"], d_model=32, num_heads=4, batch=1,
+                          seq_len=8, layout=["bshd", "bhsd"], num_kv_heads=[None, 2]))  # fmt: skip
+    by = {e.case: e for e in plan.entries}
+    assert len(by["rope"].points) == 4 and len(by["sinusoidal"].points) == 1
+    assert {p.params(("layout", "num_kv_heads")) for p in by["rope"].points} == {
+        '{"layout": "bshd", "num_kv_heads": null}',
+        '{"layout": "bshd", "num_kv_heads": 2}',
+        '{"layout": "bhsd", "num_kv_heads": null}',
+        '{"layout": "bhsd", "num_kv_heads": 2}',
+    }
+
+
+def test_grids_union_their_products_and_the_top_level_filters_them():
+    grids = [
+        {"cases": ["rope"], "seq_len": [8, 16]},
+        {"cases": ["alibi_attention", "rope"], "seq_len": 32, "impls": ["reference", "sdpa"]},
+    ]
+    plan = make_plan(_cfg(grids=grids, batch=1, d_model=32, num_heads=4))
+    assert [(e.case, len(e.points)) for e in plan.entries] == [
+        ("rope", 2),
+        ("alibi_attention", 1),
+        ("rope", 1),
+    ]
+    assert plan.entries[1].impls == ("reference", "sdpa")
+    assert plan.entries[2].impls == ("reference",)  # rope has no sdpa
+    only = make_plan(_cfg(grids=grids, batch=1, d_model=32, num_heads=4, cases=["rope"],
+                          impls=["reference"]))  # fmt: skip
+    assert [(e.case, e.impls) for e in only.entries] == [("rope", ("reference",))] * 2
+    with pytest.raises(ValueError, match=r"grids\[1\]\.seq_len"):
+        make_plan(_cfg(grids=[{}, {"seq_len": 0}]))
+    with pytest.raises(ValueError, match=r"grids\[0\]\.seqlen: not an axis"):
+        make_plan(_cfg(grids=[{"seqlen": 8}]))
+
+
+def test_smoke_shrinks_every_point_and_keeps_the_heads():
+    plan = make_plan(_cfg(grids=[{"cases": ["rope"], "batch": 8, "seq_len": 4096,
+                                  "d_model": 4096, "num_heads": 32, "num_kv_heads": 8}],
+                          smoke=True))  # fmt: skip
+    (point,) = plan.entries[0].points
+    assert (point.batch, point.seq_len, point.head_dim, point.num_heads, point.kv_heads) == (
+        1,
+        16,
+        16,
+        32,
+        8,
+    )
 
 
 def _toy_case(impls):
@@ -60,8 +116,9 @@ def _toy_case(impls):
         reference=lambda inputs: 2 * inputs["x"].double(),
         impls=impls,
         baseline="good",
-        bytes_moved=lambda p, dtype: 8 * p.batch * p.seq_len,
-        flops=lambda p: p.batch * p.seq_len,
+        cost=lambda p, dtype, mode: Cost(
+            8 * p.batch * p.seq_len * (1 + (mode != "forward")), p.batch * p.seq_len
+        ),
         grad_inputs=("x",),
         batched=("x",),
     )
@@ -74,10 +131,9 @@ def _run(tmp_path, case, monkeypatch, *, resume=False, points=ONE_POINT, modes=N
     from bench import config, runner
 
     monkeypatch.setitem(runner.CASES, "toy", case)
-    plan = config.Plan(
-        cases=("toy",), impls=None, points=points, dtypes=("float32",), devices=("cpu",),
-        modes=modes or ("forward", "forward+backward"),
-    )  # fmt: skip
+    entry = config.Entry("toy", tuple(case.impls), points, ("float32",), ("cpu",),
+                         modes or ("forward", "forward+backward"))  # fmt: skip
+    plan = config.Plan((entry,))
     r = Runner(plan, timing, tmp_path, run_id="t", resume=resume, do_calibrate=False)
     r.run()
     with open(tmp_path / "results.csv") as f:
@@ -111,7 +167,8 @@ def test_a_failing_implementation_becomes_a_row_and_the_sweep_goes_on(tmp_path, 
     case = _toy_case({"broken": Impl(broken), "good": Impl(lambda i: lambda: 2 * i["x"])})
     rows = _run(tmp_path, case, monkeypatch, modes=("forward",))
     by = {r["impl"]: r for r in rows}
-    assert by["broken"]["status"] == "error" and by["broken"]["message"] == "RuntimeError: boom"
+    assert by["broken"]["status"] == "error"
+    assert by["broken"]["message"] == "the check's call: RuntimeError: boom"  # says which part
     assert by["good"]["status"] == "ok"
 
 
@@ -417,3 +474,14 @@ def test_reserved_memory_is_a_cuda_column():
     x = torch.ones(1 << 20, device="cuda")
     allocated = peak_bytes(lambda: x * 2, "cuda")
     assert peak_reserved_bytes("cuda") >= allocated >= 4 << 20
+
+
+def test_an_axis_pinned_on_the_command_line_wins_over_the_grids():
+    grids = [{"cases": ["rope"], "seq_len": [8, 16], "batch": 2}]
+    plan = make_plan(_cfg(grids=grids, seq_len=32, d_model=32, num_heads=4),
+                     pinned=frozenset({"seq_len"}))  # fmt: skip
+    assert {(p.batch, p.seq_len) for p in plan.entries[0].points} == {(2, 32)}
+    overlapping = [{"cases": ["rope"], "seq_len": [8, 16]}, {"cases": ["rope"], "seq_len": 16}]
+    plan = make_plan(_cfg(grids=overlapping, batch=1, d_model=32, num_heads=4, device="cpu",
+                          impls=["reference"], mode="forward"))  # fmt: skip
+    assert plan.rows() == 2  # the point both grids list counts once

@@ -2,7 +2,12 @@
 
 from bench.cases.absolute import LEARNABLE, SINUSOIDAL
 from bench.cases.attention import ATTENTION_SINUSOIDAL, ROPE_ATTENTION, SHAW_ATTENTION
-from bench.cases.bias import ALIBI_ATTENTION, T5_ATTENTION
+from bench.cases.bias import (
+    ALIBI_ATTENTION,
+    SHAW_BIAS_ATTENTION,
+    SHAW_KV_ATTENTION,
+    T5_ATTENTION,
+)
 from bench.cases.relative import RELATIVE_TABLES
 from bench.cases.rope import ROPE, ROPE_MODULE
 
@@ -11,5 +16,6 @@ CASES = {
     for case in (
         SINUSOIDAL, LEARNABLE, ROPE, ROPE_MODULE, RELATIVE_TABLES,
         ATTENTION_SINUSOIDAL, SHAW_ATTENTION, ROPE_ATTENTION, ALIBI_ATTENTION, T5_ATTENTION,
+        SHAW_BIAS_ATTENTION, SHAW_KV_ATTENTION,
     )
 }  # fmt: skip

@@ -1,11 +1,17 @@
-"""Absolute encodings added to (B, L, d_model) activations: sinusoidal and learned."""
+"""Absolute encodings added to (B, L, d_model) activations: sinusoidal and learned.
+
+Cost model (bytes in the row's dtype): forward reads x and the L table rows and writes the sum,
+B L d adds. Backward: dx = dy is autograd's pass-through (no work); the learned table's
+gradient sums dy over the batch (reads B L d, writes L d, B L d adds).
+"""
 
 from __future__ import annotations
 
 import torch
 
 import posenc
-from bench.registry import Case, Impl, Point
+from bench.cases._common import bind, parameters, per_mode
+from bench.registry import Case, Cost, Impl, Point
 from posenc import functional as F
 from posenc import seed
 
@@ -14,72 +20,80 @@ def _x(point: Point, device, dtype):
     return torch.randn(point.batch, point.seq_len, point.d_model, device=device, dtype=dtype)
 
 
-def _add_bytes(point: Point, dtype) -> int:
-    """read x, write x + PE (the table rows, L x d_model, are counted once)."""
-    n = point.batch * point.seq_len * point.d_model
-    return (2 * n + point.seq_len * point.d_model) * dtype.itemsize
+def _forward_cost(point: Point, dtype) -> Cost:
+    n, table = point.batch * point.seq_len * point.d_model, point.seq_len * point.d_model
+    return Cost((2 * n + table) * dtype.itemsize, n)
 
 
-def _add_flops(point: Point) -> int:
-    return point.batch * point.seq_len * point.d_model
+def _sinusoidal_cost(point: Point, dtype, mode: str) -> Cost:
+    return per_mode(_forward_cost(point, dtype), Cost(0, 0), mode)
+
+
+def _learnable_cost(point: Point, dtype, mode: str) -> Cost:
+    n, table = point.batch * point.seq_len * point.d_model, point.seq_len * point.d_model
+    return per_mode(_forward_cost(point, dtype), Cost((n + table) * dtype.itemsize, n), mode)
 
 
 def _module(cls, inputs):
-    return cls(inputs["d_model"], inputs["max_len"]).to(inputs["x"].device)
-
-
-def _build_sinusoidal(point: Point, device, dtype):
-    return {"x": _x(point, device, dtype), "d_model": point.d_model, "max_len": point.seq_len}
-
-
-def _sinusoidal_truth(inputs):
     x = inputs["x"]
-    table = F.sinusoidal_table(x.shape[1], x.shape[2], dtype=torch.float64, device=x.device)
-    return x.double() + table
+    module = cls(x.shape[2], x.shape[1]).to(device=x.device, dtype=x.dtype)
+    return bind(module, inputs["params"]) if "params" in inputs else module
 
 
 def _forward(cls, compiled: bool = False):
     def make(inputs):
         module = _module(cls, inputs)
-        if "weight" in inputs:
-            module.pos_embedding.weight.data.copy_(inputs["weight"])
         fn = torch.compile(module) if compiled else module
         return lambda: fn(inputs["x"])
 
     return make
 
 
-def _case(name, seed_cls, reference_cls, build, truth, seed_note=""):
+def _case(name, seed_cls, reference_cls, build, truth, cost, grads, seed_note="",
+          seed_truth=None):  # fmt: skip
     """The two absolute encodings are declared alike: seed, reference, compiled reference."""
     return Case(
         name=name, level="encoder", build=build, reference=truth,
         impls={
-            "seed": Impl(_forward(seed_cls), note=seed_note),
+            "seed": Impl(_forward(seed_cls), note=seed_note, reference=seed_truth),
             "reference": Impl(_forward(reference_cls)),
             "compiled": Impl(_forward(reference_cls, compiled=True), compiled=True),
         },
-        baseline="reference", bytes_moved=_add_bytes, flops=_add_flops, grad_inputs=("x",),
-        batched=("x",),
+        baseline="reference", cost=cost, grad_inputs=grads, batched=("x",),
     )  # fmt: skip
+
+
+def _sinusoidal_truth(inputs):
+    x = inputs["x"]
+    return x + F.sinusoidal_table(x.shape[1], x.shape[2], dtype=torch.float64, device=x.device)
+
+
+def _seed_sinusoidal_truth(inputs):
+    """The tutorial's table as it builds it (float32 angles: its erratum, kept), added in
+    float64: the seed is checked against its own formula, not held to float64 angles."""
+    x = inputs["x"]
+    table = seed.SinusoidalPositionalEncoding(x.shape[2], x.shape[1]).pe[0]
+    return x + table.to(device=x.device, dtype=torch.float64)
 
 
 SINUSOIDAL = _case(
     "sinusoidal", seed.SinusoidalPositionalEncoding, posenc.SinusoidalPositionalEncoding,
-    _build_sinusoidal, _sinusoidal_truth, seed_note="float32 angles",
+    lambda p, device, dtype: {"x": _x(p, device, dtype)}, _sinusoidal_truth, _sinusoidal_cost,
+    ("x",), seed_note="float32 angles", seed_truth=_seed_sinusoidal_truth,
 )  # fmt: skip
 
 
 def _build_learnable(point: Point, device, dtype):
-    inputs = _build_sinusoidal(point, device, dtype)
-    inputs["weight"] = torch.randn(point.seq_len, point.d_model, device=device)
-    return inputs
+    table = posenc.LearnablePositionalEncoding(point.d_model, point.seq_len)
+    return {"x": _x(point, device, dtype), "params": parameters(table, device, dtype)}
 
 
 def _learnable_truth(inputs):
-    return inputs["x"].double() + inputs["weight"].double()
+    x = inputs["x"]
+    return x + inputs["params"]["pos_embedding.weight"][: x.shape[1]]
 
 
 LEARNABLE = _case(
     "learnable", seed.LearnablePositionalEncoding, posenc.LearnablePositionalEncoding,
-    _build_learnable, _learnable_truth,
+    _build_learnable, _learnable_truth, _learnable_cost, ("x", "params"),
 )  # fmt: skip

@@ -1,129 +1,267 @@
-"""Attention with a relative position bias on q, k, v (B, H, L, D): ALiBi and T5.
+"""Attention with a relative position bias on q, k, v (B, H, L, D): ALiBi, T5 buckets, Shaw's
+scalar bias, and Shaw's key and value terms.
 
-Implementations: the posenc reference (bias built inside the call), SDPA with the (H, L, L) bias
-materialized once outside the timed region (read every call: O(L^2) bytes), FlexAttention with
-the equivalent score_mod (compiled; the first call compiles, which the warm-up absorbs).
+Implementations, each called as its own documentation does:
+  reference    posenc's eager attention (the (H, L, L) bias built inside the call);
+  compiled     torch.compile of it;
+  sdpa         F.scaled_dot_product_attention with the bias materialized as attn_mask: once,
+               outside the timed call, when the table does not train (forward rows: a cached
+               bias, as a model reuses across its layers); inside the call when it trains;
+  sdpa_nobias  SDPA with no bias at all: the ceiling a biased kernel is measured against;
+  flex         torch.compile(flex_attention), the bias as a score_mod reading a table (T5's
+               bucket of each j - i looked up from a table built once, no logarithm per score),
+               causal masking as a block mask built once;
+  triton       kernels.relative_attention, the bias computed in the tile.
+Shaw's value term adds to the output, which neither SDPA nor a score_mod can express.
+
+Knobs: causal, and the Triton kernel's tiles (fwd_tiles, bwd_tiles: "default" or
+MxNxWARPSxSTAGES, for tuning; other implementations run at the default only).
+
+Cost model: forward 4 B H L^2 D FLOPs (half when causal) plus Shaw's relative terms (Q E_K^T
+and the per-bucket weights times E_V: 4 B H L (2K + 1) D); reads q, k, v and the table, writes
+the output. Backward: 2.5 times the attention FLOPs (QK^T recomputed, dV, dP, dQ, dK), twice the
+relative terms'; reads q, k, v, out, dout and the table, writes dq, dk, dv and its gradient.
 """
 
 from __future__ import annotations
 
-import copy
-
 import torch
 import torch.nn.functional as nnf
 
+import kernels
 import posenc
-from bench.registry import Case, Impl, Point
+from bench.cases._common import TRITON_DEVICES, TRITON_NOTE, bind, parameters, per_mode
+from bench.registry import Case, Cost, Impl, Point
 from posenc import functional as F
 
+SHAW_K = 16  # Shaw's clip distance K: 2K + 1 = 33 relative positions
+T5_ARGS = dict(num_buckets=32, max_distance=128, bidirectional=True)  # T5's public configuration
 
-def _build(factory):
+
+def _module(family: str, heads: int):
+    if family == "alibi":
+        return posenc.ALiBi(heads)
+    if family == "t5":
+        return posenc.T5RelativeBias(heads, **T5_ARGS)
+    if family == "shaw":
+        return posenc.ShawBias(heads, SHAW_K)
+    return None  # shaw_kv: the (2K + 1, D) tables are inputs
+
+
+def _build(family: str):
     def build(point: Point, device, dtype):
         shape = (point.batch, point.num_heads, point.seq_len, point.head_dim)
-        q, k, v = (torch.randn(shape, device=device, dtype=dtype) for _ in range(3))
-        return {"q": q, "k": k, "v": v, "bias": factory(point.num_heads).to(device)}
+        inputs = {n: torch.randn(shape, device=device).to(dtype) for n in "qkv"}
+        if family == "alibi":
+            inputs["slopes"] = F.alibi_slopes(point.num_heads).float().to(device)
+        elif family == "shaw_kv":
+            emb = torch.nn.ParameterDict({
+                n: torch.nn.Parameter(0.5 * torch.randn(2 * SHAW_K + 1, point.head_dim))
+                for n in ("emb_k", "emb_v")})  # fmt: skip
+            inputs["params"] = parameters(emb, device, dtype)
+        else:
+            inputs["params"] = parameters(_module(family, point.num_heads), device, dtype)
+        return inputs
 
     return build
 
 
-def _truth(inputs):
-    q, k, v = (inputs[n].double() for n in "qkv")
-    bias = copy.deepcopy(inputs["bias"]).double()  # .double() on the shared module would mutate it
-    return F.relative_attention(q, k, v, bias=bias)
+def _bias_module(family: str, inputs: dict):
+    """posenc's bias module for the family, computing with the point's tables."""
+    module = _module(family, inputs["q"].shape[1]).to(inputs["q"].device)
+    if family == "alibi":
+        module.slopes = inputs["slopes"]
+        return module
+    return bind(module, inputs["params"])
 
 
-def _reference(inputs):
-    q, k, v, bias = inputs["q"], inputs["k"], inputs["v"], inputs["bias"]
-    return lambda: F.relative_attention(q, k, v, bias=bias)
+def _eager(family: str, inputs: dict, causal: bool):
+    """posenc's reference attention as a function of (q, k, v)."""
+    if family == "shaw_kv":
+        p, n, device = inputs["params"], inputs["q"].shape[2], inputs["q"].device
+        mask = torch.ones(n, n, dtype=torch.bool, device=device).tril() if causal else None
+
+        def shaw(q, k, v):
+            return F.shaw_attention(q, k, v, p["emb_k"], p["emb_v"], SHAW_K, mask=mask)[0]
+
+        return shaw
+    bias = _bias_module(family, inputs)
+    return lambda q, k, v: F.relative_attention(q, k, v, bias=bias, causal=causal)
 
 
-def _sdpa(inputs):
-    q, k, v = inputs["q"], inputs["k"], inputs["v"]
-    with torch.no_grad():  # a constant of the call, built once (setup)
-        mask = inputs["bias"].bias(q.shape[2], k.shape[2]).to(q.dtype)  # (H, L, L)
-    return lambda: nnf.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
-
-def _flex(score_mod_of):
+def _reference(family: str, compiled: bool = False):
     def make(inputs):
-        from torch.nn.attention.flex_attention import flex_attention
-
+        fn = _eager(family, inputs, inputs["causal"])
+        fn = torch.compile(fn) if compiled else fn
         q, k, v = inputs["q"], inputs["k"], inputs["v"]
-        fn = torch.compile(flex_attention, dynamic=False)
-        score_mod = score_mod_of(inputs["bias"], q.shape[2], k.shape[2])
-        return lambda: fn(q, k, v, score_mod=score_mod)
+        return lambda: fn(q, k, v)
 
     return make
 
 
-def _triton(kwargs_of):
+def _truth(family: str):
+    def truth(inputs):
+        return _eager(family, inputs, inputs["causal"])(inputs["q"], inputs["k"], inputs["v"])
+
+    return truth
+
+
+def _mask(family: str, inputs: dict):
+    """-> () -> the (H, L, L) additive mask in q's dtype, -inf above the diagonal if causal."""
+    module, q = _bias_module(family, inputs), inputs["q"]
+    n, causal = q.shape[2], inputs["causal"]
+    upper = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1) if causal else None
+
+    def build():
+        bias = module.bias(n, n).to(q.dtype)
+        return bias if upper is None else bias.masked_fill(upper, float("-inf"))
+
+    return build
+
+
+def _sdpa(family: str):
     def make(inputs):
-        import kernels
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        build = _mask(family, inputs)
+        trains = any(p.requires_grad for p in inputs.get("params", {}).values())
+        if trains:  # the table's gradient flows through the mask: built in the call
+            return lambda: nnf.scaled_dot_product_attention(q, k, v, attn_mask=build())
+        with torch.no_grad():
+            mask = build()
+        return lambda: nnf.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    return make
+
+
+def _sdpa_nobias(inputs):
+    q, k, v, causal = inputs["q"], inputs["k"], inputs["v"], inputs["causal"]
+    return lambda: nnf.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def _nobias_truth(inputs):
+    return nnf.scaled_dot_product_attention(inputs["q"], inputs["k"], inputs["v"],
+                                            is_causal=inputs["causal"])  # fmt: skip
+
+
+def _score_mod(family: str, inputs: dict):
+    q = inputs["q"]
+    lq = q.shape[2]
+    if family == "alibi":
+        slopes = inputs["slopes"]
+        return lambda score, b, h, i, j: score - slopes[h] * (j - i).abs()
+    if family == "t5":
+        table = inputs["params"]["relative_attention_bias.weight"]  # (num_buckets, H)
+        rel = torch.arange(-(lq - 1), inputs["k"].shape[2], device=q.device)
+        bucket = F.t5_relative_bucket(rel, T5_ARGS["bidirectional"], T5_ARGS["num_buckets"],
+                                      T5_ARGS["max_distance"]).int()  # fmt: skip
+        return lambda score, b, h, i, j: score + table[bucket[j - i + lq - 1], h]
+    table = inputs["params"]["table"]  # (H, 2K + 1)
+    return lambda score, b, h, i, j: score + table[h, (j - i).clamp(-SHAW_K, SHAW_K) + SHAW_K]
+
+
+def _flex(family: str):
+    def make(inputs):
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
         q, k, v = inputs["q"], inputs["k"], inputs["v"]
-        kwargs = kwargs_of(inputs["bias"])
+        block_mask = None
+        if inputs["causal"]:
+            block_mask = create_block_mask(lambda b, h, i, j: j <= i, None, None, q.shape[2],
+                                           k.shape[2], device=q.device)  # fmt: skip
+        fn = torch.compile(flex_attention, dynamic=False)
+        score_mod = _score_mod(family, inputs)
+        return lambda: fn(q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+    return make
+
+
+def _tiles(text: str):
+    if text == "default":
+        return None
+    return kernels.relbias.Tiles(*(int(v) for v in text.split("x")))
+
+
+def _triton(family: str):
+    def make(inputs):
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        if family == "alibi":
+            kwargs = {"alibi_slopes": inputs["slopes"]}
+        elif family == "t5":
+            kwargs = {"t5_table": inputs["params"]["relative_attention_bias.weight"],
+                      "t5_num_buckets": T5_ARGS["num_buckets"],
+                      "t5_max_distance": T5_ARGS["max_distance"],
+                      "t5_bidirectional": T5_ARGS["bidirectional"]}  # fmt: skip
+        elif family == "shaw":
+            kwargs = {"shaw_bias": inputs["params"]["table"]}
+        else:
+            kwargs = {"shaw_k": inputs["params"]["emb_k"], "shaw_v": inputs["params"]["emb_v"]}
+        kwargs.update(causal=inputs["causal"], fwd_tiles=_tiles(inputs["fwd_tiles"]),
+                      bwd_tiles=_tiles(inputs["bwd_tiles"]))  # fmt: skip
         return lambda: kernels.relative_attention(q, k, v, **kwargs)
 
     return make
 
 
-def _alibi_kwargs(module):
-    return {"alibi_slopes": module.slopes}
+def _default_tiles(point: Point) -> str | None:
+    if point.fwd_tiles == point.bwd_tiles == "default":
+        return None
+    return "tiles apply to the triton implementation only"
 
 
-def _t5_kwargs(module):
-    table = module.relative_attention_bias.weight.detach()
-    return {
-        "t5_table": table,
-        "t5_num_buckets": module.num_buckets,
-        "t5_max_distance": module.max_distance,
-        "t5_bidirectional": module.bidirectional,
-    }
+def _unsupported(why: str):
+    return lambda point: why
 
 
-def _alibi_mod(module, q_len, k_len):
-    slopes = module.slopes
+def _cost(family: str):
+    def cost(point: Point, dtype, mode: str) -> Cost:
+        b, h, n, d = point.batch, point.num_heads, point.seq_len, point.head_dim
+        attn = 4 * b * h * n * n * d // (2 if point.causal else 1)
+        rel = 4 * b * h * n * (2 * SHAW_K + 1) * d if family == "shaw_kv" else 0
+        table = {"alibi": 4 * h, "t5": T5_ARGS["num_buckets"] * h * dtype.itemsize,
+                 "shaw": h * (2 * SHAW_K + 1) * dtype.itemsize,
+                 "shaw_kv": 2 * (2 * SHAW_K + 1) * d * dtype.itemsize}[family]  # fmt: skip
+        act = b * h * n * d * dtype.itemsize
+        forward = Cost(4 * act + table, attn + rel)
+        backward = Cost(8 * act + 2 * table, int(2.5 * attn) + 2 * rel)
+        return per_mode(forward, backward, mode)
 
-    def score_mod(score, b, h, i, j):
-        return score - slopes[h] * (j - i).abs()
-
-    return score_mod
-
-
-def _t5_mod(module, q_len, k_len):
-    """The bucket is computed from j - i inside the score_mod (no L x L table)."""
-    table = module.relative_attention_bias.weight.detach()  # (num_buckets, H)
-    args = (module.bidirectional, module.num_buckets, module.max_distance)
-
-    def score_mod(score, b, h, i, j):
-        return score + table[F.t5_relative_bucket(j - i, *args), h]
-
-    return score_mod
+    return cost
 
 
-def _bytes(point: Point, dtype) -> int:
-    return 4 * point.batch * point.seq_len * point.d_model * dtype.itemsize  # q, k, v in; out
+def _with_knobs(build):
+    """The point's knobs the implementations read, alongside the tensors."""
+
+    def wrapped(point: Point, device, dtype):
+        return dict(build(point, device, dtype), causal=point.causal, fwd_tiles=point.fwd_tiles,
+                    bwd_tiles=point.bwd_tiles)  # fmt: skip
+
+    return wrapped
 
 
-def _flops(point: Point) -> int:
-    return 4 * point.batch * point.seq_len * point.seq_len * point.d_model
+def _case(name: str, family: str) -> Case:
+    kv = family == "shaw_kv"
+    no_bias = "Shaw's value term adds to the output: not expressible"
+    impls = {
+        "reference": Impl(_reference(family), supports=_default_tiles),
+        "compiled": Impl(_reference(family, compiled=True), compiled=True,
+                         supports=_default_tiles),
+        "sdpa": Impl(_sdpa(family), note="bias materialized as attn_mask",
+                     supports=_unsupported(no_bias) if kv else _default_tiles),
+        "sdpa_nobias": Impl(_sdpa_nobias, reference=_nobias_truth, supports=_default_tiles,
+                            note="no bias: the ceiling"),
+        "flex": Impl(_flex(family), compiled=True, note="torch.compile(flex_attention)",
+                     supports=_unsupported(no_bias) if kv else _default_tiles),
+        "triton": Impl(_triton(family), devices=TRITON_DEVICES,
+                       note="; ".join(filter(None, ["kernels.relative_attention", TRITON_NOTE]))),
+    }  # fmt: skip
+    grads = ("q", "k", "v") if family == "alibi" else ("q", "k", "v", "params")
+    return Case(name=name, level="attention", build=_with_knobs(_build(family)),
+                reference=_truth(family), impls=impls, baseline="reference",
+                cost=_cost(family), grad_inputs=grads, batched=("q", "k", "v"),
+                knobs=("causal", "fwd_tiles", "bwd_tiles"))  # fmt: skip
 
 
-def _case(name, factory, score_mod_of, kwargs_of):
-    return Case(
-        name=name, level="attention", build=_build(factory), reference=_truth,
-        impls={
-            "reference": Impl(_reference),
-            "sdpa": Impl(_sdpa, note="bias materialized as attn_mask"),
-            "flex": Impl(_flex(score_mod_of), note="torch.compile(flex_attention)", compiled=True),
-            "triton": Impl(_triton(kwargs_of), devices=("cuda",), note="kernels.relbias"),
-        },
-        baseline="reference", bytes_moved=_bytes, flops=_flops, grad_inputs=("q", "k", "v"),
-        batched=("q", "k", "v"),
-    )  # fmt: skip
-
-
-ALIBI_ATTENTION = _case("alibi_attention", posenc.ALiBi, _alibi_mod, _alibi_kwargs)
-T5_ATTENTION = _case(
-    "t5_attention", lambda h: posenc.T5RelativeBias(h, 32, 128), _t5_mod, _t5_kwargs
-)
+ALIBI_ATTENTION = _case("alibi_attention", "alibi")
+T5_ATTENTION = _case("t5_attention", "t5")
+SHAW_BIAS_ATTENTION = _case("shaw_bias_attention", "shaw")
+SHAW_KV_ATTENTION = _case("shaw_kv_attention", "shaw_kv")

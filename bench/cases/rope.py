@@ -1,4 +1,14 @@
-"""RoPE applied to q and k, each (B, H, L, D): the encoder-level rotary case."""
+"""RoPE applied to q (B, Hq, L, D) and k (B, Hk, L, D): the encoder-level rotary case.
+
+Knobs: `layout` is the memory order (bhsd, or bshd: the (B, H, L, D) tensors are transposed
+views of (B, L, H, D) memory, as a model's projections produce them), `num_kv_heads` the heads
+of k (grouped-query attention). Every implementation gets the same logical tensors; each is
+called the way its own documentation calls it, in that memory: nothing is made contiguous
+inside a timed call except where an implementation does so itself (said in its row).
+
+Cost model: forward and backward each read q and k (or their gradients) once and write them
+once, plus the (L, D/2) float32 cos and sin tables; 3 FLOPs per element (a pair: 4 mul, 2 add).
+"""
 
 from __future__ import annotations
 
@@ -6,17 +16,25 @@ import torch
 
 import kernels
 import posenc
-from bench.registry import Case, Impl, Point
+from bench.cases._common import TRITON_DEVICES, TRITON_NOTE, per_mode
+from bench.registry import Call, Case, Cost, Impl, Point
 from posenc import functional as F
 from posenc import seed
 
 
+def _tensor(point: Point, heads: int, device, dtype):
+    if point.layout == "bshd":  # (B, L, H, D) memory seen as (B, H, L, D)
+        x = torch.randn(point.batch, point.seq_len, heads, point.head_dim, device=device)
+        return x.to(dtype).transpose(1, 2)
+    x = torch.randn(point.batch, heads, point.seq_len, point.head_dim, device=device)
+    return x.to(dtype)
+
+
 def _build(point: Point, device, dtype):
-    shape = (point.batch, point.num_heads, point.seq_len, point.head_dim)
     cos, sin = F.rope_cos_sin(point.seq_len, point.head_dim, device=device)
     return {
-        "q": torch.randn(shape, device=device, dtype=dtype),
-        "k": torch.randn(shape, device=device, dtype=dtype),
+        "q": _tensor(point, point.num_heads, device, dtype),
+        "k": _tensor(point, point.kv_heads, device, dtype),
         "cos": cos,  # (L, D/2) float32
         "sin": sin,
     }
@@ -25,7 +43,7 @@ def _build(point: Point, device, dtype):
 def _truth(inputs):
     q, k = inputs["q"], inputs["k"]
     cos, sin = F.rope_cos_sin(q.shape[-2], q.shape[-1], dtype=torch.float64, device=q.device)
-    return F.apply_rope(q.double(), cos, sin), F.apply_rope(k.double(), cos, sin)
+    return F.apply_rope(q, cos, sin), F.apply_rope(k, cos, sin)
 
 
 def _seed_module(inputs, dtype=None):
@@ -41,7 +59,7 @@ def _seed(inputs):
 
 def _seed_truth(inputs):
     rope = _seed_module(inputs, torch.float64)
-    return rope(inputs["q"].double()), rope(inputs["k"].double())
+    return rope(inputs["q"]), rope(inputs["k"])
 
 
 def _reference_fn(q, k, cos, sin):
@@ -67,25 +85,46 @@ def _compiled(inputs):
 
 def _triton(inputs):
     q, k, cos, sin = inputs["q"], inputs["k"], inputs["cos"], inputs["sin"]
+    if q.transpose(1, 2).is_contiguous():  # bshd memory: the kernel's own layout argument
+        qs, ks = q.transpose(1, 2), k.transpose(1, 2)
+
+        def bshd():
+            qo, ko = kernels.apply_rope(qs, ks, cos, sin, layout="bshd")
+            return qo.transpose(1, 2), ko.transpose(1, 2)
+
+        return bshd
     return lambda: kernels.apply_rope(q, k, cos, sin, layout="bhsd")
 
 
 def _liger(inputs):
+    """As Liger's tests and Hugging Face's Llama call it: q and k (B, H, L, D) views of
+    (B, L, H, D) memory, cos and sin (1, L, D) with both halves, built once here. It writes
+    into q and k, so it gets copies of its own; the copies' memory order is the point's (bhsd
+    memory: `liger_copy`, whose call includes Liger's own copy to bshd and back)."""
     from liger_kernel.ops.rope import LigerRopeFunction
 
-    q, k = inputs["q"], inputs["k"]
-    cos = torch.cat((inputs["cos"], inputs["cos"]), -1)[None]  # (1, L, D): Liger's layout
+    q, k = (inputs[n].detach().clone(memory_format=torch.preserve_format) for n in "qk")
+    q.requires_grad_(inputs["q"].requires_grad)
+    k.requires_grad_(inputs["k"].requires_grad)
+    cos = torch.cat((inputs["cos"], inputs["cos"]), -1)[None]  # (1, L, D)
     sin = torch.cat((inputs["sin"], inputs["sin"]), -1)[None]
-    return lambda: LigerRopeFunction.apply(q, k, cos, sin)
+    return Call(lambda: LigerRopeFunction.apply(q, k, cos, sin), leaves={"q": q, "k": k})
 
 
-def _bytes(point: Point, dtype) -> int:
-    """Read q and k once, write them once: the copy bound (tables are L x D/2, ignored)."""
-    return 4 * point.batch * point.seq_len * point.d_model * dtype.itemsize
+def _only(layout: str, other: str):
+    def supports(point: Point) -> str | None:
+        if point.layout == layout:
+            return None
+        return f"layout={point.layout}: see {other} (Liger's kernel reads (B, L, H, D) memory)"
+
+    return supports
 
 
-def _flops(point: Point) -> int:
-    return 2 * 3 * point.batch * point.seq_len * point.d_model  # 4 mul + 2 add per pair
+def _cost(point: Point, dtype, mode: str) -> Cost:
+    n = point.batch * point.seq_len * point.head_dim * (point.num_heads + point.kv_heads)
+    tables = 2 * point.seq_len * (point.head_dim // 2) * 4
+    one = Cost(2 * n * dtype.itemsize + tables, 3 * n)
+    return per_mode(one, one, mode)
 
 
 ROPE = Case(
@@ -98,14 +137,27 @@ ROPE = Case(
         "reference": Impl(_reference),
         "reference_out": Impl(_reference_out, grad=False, note="out= preallocated"),
         "compiled": Impl(_compiled, compiled=True),
-        "triton": Impl(_triton, devices=("cuda",)),
-        "liger": Impl(_liger, devices=("cuda",), needs="liger_kernel"),
+        "triton": Impl(_triton, devices=TRITON_DEVICES, note=TRITON_NOTE),
+        "liger": Impl(
+            _liger,
+            devices=("cuda",),
+            needs="liger_kernel",
+            supports=_only("bshd", "liger_copy"),
+            note="in place on its own copies of q and k",
+        ),
+        "liger_copy": Impl(
+            _liger,
+            devices=("cuda",),
+            needs="liger_kernel",
+            supports=_only("bhsd", "liger"),
+            note="bhsd memory: includes Liger's .contiguous() to bshd",
+        ),
     },
     baseline="reference",
-    bytes_moved=_bytes,
-    flops=_flops,
+    cost=_cost,
     grad_inputs=("q", "k"),
     batched=("q", "k"),
+    knobs=("layout", "num_kv_heads"),
     constraint=lambda p: None if p.head_dim % 2 == 0 else f"head_dim={p.head_dim} is odd",
 )
 
@@ -121,7 +173,7 @@ def _build_x(point: Point, device, dtype):
 def _module_truth(inputs):
     x = inputs["x"]
     cos, sin = F.rope_cos_sin(x.shape[1], x.shape[2], dtype=torch.float64, device=x.device)
-    return F.apply_rope(x.double(), cos, sin)
+    return F.apply_rope(x, cos, sin)
 
 
 def _module_impl(factory):
@@ -135,7 +187,7 @@ def _module_impl(factory):
 
 def _module_seed_truth(inputs):
     x = inputs["x"]
-    return seed.RoPEPositionalEncoding(x.shape[-1], x.shape[1]).to(x.device).double()(x.double())
+    return seed.RoPEPositionalEncoding(x.shape[-1], x.shape[1]).to(x.device).double()(x)
 
 
 def _module_out(inputs):
@@ -149,6 +201,12 @@ def _module_compiled(inputs):
     x = inputs["x"]
     module = torch.compile(posenc.RoPEPositionalEncoding(x.shape[-1], x.shape[1]).to(x.device))
     return lambda: module(x)
+
+
+def _module_cost(point: Point, dtype, mode: str) -> Cost:
+    n = point.batch * point.seq_len * point.d_model
+    one = Cost(2 * n * dtype.itemsize + 2 * point.seq_len * (point.d_model // 2) * 4, 3 * n)
+    return per_mode(one, one, mode)
 
 
 ROPE_MODULE = Case(
@@ -165,11 +223,10 @@ ROPE_MODULE = Case(
         "reference": Impl(_module_impl(posenc.RoPEPositionalEncoding)),
         "reference_out": Impl(_module_out, grad=False, note="out= preallocated"),
         "compiled": Impl(_module_compiled, compiled=True),
-        "triton": Impl(_module_impl(kernels.FusedRoPE), devices=("cuda",)),
+        "triton": Impl(_module_impl(kernels.FusedRoPE), devices=TRITON_DEVICES, note=TRITON_NOTE),
     },
     baseline="reference",
-    bytes_moved=lambda p, dtype: 2 * p.batch * p.seq_len * p.d_model * dtype.itemsize,
-    flops=lambda p: 3 * p.batch * p.seq_len * p.d_model,
+    cost=_module_cost,
     grad_inputs=("x",),
     batched=("x",),
     constraint=lambda p: None if p.d_model % 2 == 0 else f"d_model={p.d_model} is odd",

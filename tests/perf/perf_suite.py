@@ -27,12 +27,15 @@ import pytest
 import torch
 import torch.nn.functional as tf
 
+from bench import check
 from bench.cases import CASES
-from bench.registry import Point
-from bench.runner import timed_call
+from bench.registry import Point, as_call
+from bench.tasks import leaves_of, timed_call
 from posenc import functional as F
 
-SUITE = "posenc-cpu-v2"  # bump when points, anchors or threads change: other suites are refused
+# bump when points, anchors, threads or what a mode times change: other suites are refused
+# (v3: backward modes time torch.autograd.grad of every trainable leaf, tables included)
+SUITE = "posenc-cpu-v3"
 THREADS = 1
 REPEATS, ROUNDS, WARMUP = 7, 11, 2
 POINTS = {  # case -> (impl, point): a few ms per call on one core
@@ -50,14 +53,20 @@ def _inputs(case_name: str, mode: str, point: Point) -> dict:
     case = CASES[case_name]
     torch.manual_seed(0)
     inputs = case.build(point, torch.device("cpu"), torch.float32)
-    for name in case.grad_inputs:
-        inputs[name].requires_grad_(mode != "forward")
+    for t in check.leaves(inputs, case.grad_inputs).values():
+        t.requires_grad_(mode != "forward")
     return inputs
+
+
+def _timed(case_name: str, make, inputs: dict, mode: str):
+    """The harness's timed call of `mode` (bench.tasks.timed_call)."""
+    call = as_call(make(inputs))
+    return timed_call(call, leaves_of(call, inputs, CASES[case_name]), mode)
 
 
 def _call(case_name: str, mode: str, point: Point):
     inputs = _inputs(case_name, mode, point)
-    return timed_call(CASES[case_name].impls[POINTS[case_name][0]].make(inputs), mode)
+    return _timed(case_name, CASES[case_name].impls[POINTS[case_name][0]].make, inputs, mode)
 
 
 # Anchors: frozen eager formulas of each case's work. Do not "improve" them: their speed must
@@ -100,7 +109,7 @@ ANCHORS = {"rope": _rope_anchor, "sinusoidal": _sinusoidal_anchor,
 
 
 def _anchor(case: str, mode: str):
-    return timed_call(ANCHORS[case](_inputs(case, mode, POINTS[case][1])), mode)
+    return _timed(case, ANCHORS[case], _inputs(case, mode, POINTS[case][1]), mode)
 
 
 def _calibration(kind: str):

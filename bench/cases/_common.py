@@ -1,0 +1,50 @@
+"""What the case files share: parameters built once per point and bound into every
+implementation's module, and the cost of forward + backward."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import nn
+
+from bench.registry import Cost
+
+MODES = ("forward", "backward", "forward+backward")
+# Where the Triton kernels run: a GPU, or also the CPU when Triton's interpreter is on (set
+# before triton is imported): slow, for testing a sweep's plumbing (rows say so).
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+TRITON_DEVICES = ("cpu", "cuda") if INTERPRET else ("cuda",)
+TRITON_NOTE = "Triton's interpreter on the CPU" if INTERPRET else ""
+
+
+def parameters(module: nn.Module, device, dtype) -> dict[str, nn.Parameter]:
+    """A module's parameters as new nn.Parameters in the row's dtype: built once per point (the
+    same seeded weights for every implementation) and bound into each one's module."""
+    return {name: nn.Parameter(p.detach().to(device=device, dtype=dtype))
+            for name, p in module.named_parameters()}  # fmt: skip
+
+
+def bind(module: nn.Module, params: dict[str, nn.Parameter]) -> nn.Module:
+    """Make `module` use the given tensors as its parameters, by name, without a copy: every
+    implementation of a point computes with, and differentiates, the same leaves."""
+    names = {name for name, _ in module.named_parameters()}
+    if names != set(params):
+        raise ValueError(f"parameters differ: module has {sorted(names)}, given {sorted(params)}")
+    for name, p in params.items():
+        owner, _, leaf = name.rpartition(".")
+        setattr(module.get_submodule(owner), leaf, p)
+    return module
+
+
+def per_mode(forward: Cost, backward: Cost, mode: str) -> Cost:
+    """forward+backward costs their sum."""
+    if mode == "forward":
+        return forward
+    if mode == "backward":
+        return backward
+    return Cost(forward.bytes + backward.bytes, forward.flops + backward.flops)
+
+
+def itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()

@@ -1,0 +1,75 @@
+"""Multi-pass pooling (timing.passes = P > 1): the runner sweeps the whole plan P times and each
+row's samples are pooled, so that every row's median spans the whole run rather than the
+seconds one group takes: what makes a CPU median repeat between runs on a VM whose speed drifts
+over minutes. After every pass but the last the pending samples are saved (pooled.json, written
+then renamed), so an interrupted run loses at most the pass it was in and resume=true goes on
+from the next pass. A row is checked against its truth in the first pass only (the same seeded
+inputs give the same result): later passes reuse its check's fields and skip the float64 truth.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.timing import Timing
+
+
+class Pool:
+    """Samples of the rows not yet written, by row key: each row's and its group's copy's, and
+    the fields of its check (max_abs_err, err_ratio, a message)."""
+
+    def __init__(self, path: Path, passes: int):
+        self.path, self.passes = Path(path), passes
+        self.rows: dict[tuple, dict[str, list[float]]] = {}
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def load(self) -> int:
+        """-> the first pass to run, with the saved samples back (0: nothing saved)."""
+        if not self.path.exists():
+            return 0
+        state = json.loads(self.path.read_text())
+        if state["passes"] != self.passes:
+            raise ValueError(f"timing.passes={self.passes}, but {self.path} was saved by a run "
+                             f"with timing.passes={state['passes']}: resume with that")  # fmt: skip
+        for key, row, copy, fields in state["rows"]:
+            self.rows[tuple(key)] = {"row": row, "copy": copy, "fields": fields}
+        return state["passes_done"]
+
+    def save(self, passes_done: int) -> None:
+        rows = [[list(key), p["row"], p["copy"], p.get("fields", {})]
+                for key, p in self.rows.items()]  # fmt: skip
+        state = {"passes": self.passes, "passes_done": passes_done, "rows": rows}
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self.path)
+
+    def checked(self, key: tuple) -> dict | None:
+        """The fields of the row's check, when an earlier pass of this run checked it."""
+        entry = self.rows.get(key)
+        return None if entry is None else entry.get("fields")
+
+    def note_check(self, key: tuple, fields: dict) -> None:
+        if self.passes > 1:
+            self.rows.setdefault(key, {"row": [], "copy": []})["fields"] = fields
+
+    def add(self, key: tuple, t: Timing, copy_t: Timing | None) -> tuple[Timing, Timing | None]:
+        """This pass's samples of a row (and of its group's copy) added to its earlier passes'
+        -> the pooled Timings. With one pass, t and copy_t as they are."""
+        if self.passes == 1:
+            return t, copy_t
+        pooled = self.rows.setdefault(key, {"row": [], "copy": []})
+        pooled["row"].extend(t.samples_ms)
+        if copy_t is not None:
+            pooled["copy"].extend(copy_t.samples_ms)
+        method = copy_t.method if copy_t is not None else t.method
+        copy = Timing(tuple(pooled["copy"]), method) if pooled["copy"] else None
+        return Timing(tuple(pooled["row"]), t.method, t.cpu_util), copy
+
+    def written(self, key: tuple) -> None:
+        self.rows.pop(key, None)
+
+    def finish(self) -> None:
+        self.path.unlink(missing_ok=True)  # every row is in results.csv now

@@ -1,0 +1,118 @@
+"""Half precision over many tiles: forward and backward of both kernels at lengths that cross
+several of a GPU's default tiles (128 x 64 forward, 64 x 128 backward on an H100/H200), checked
+by the harness's rule: an error no worse than FACTOR times the eager reference's own error in
+the same dtype (relative 2-norms against float64; bench/check.py). On the CPU, under the
+interpreter (16 x 16 tiles), the same tests run at a length that crosses several of its tiles.
+"""
+
+import copy
+
+import pytest
+import torch
+
+import kernels
+import posenc
+from bench.check import FACTOR, FLOOR
+from posenc import functional as F
+
+GPU = torch.cuda.is_available()
+DEVICE = "cuda" if GPU else "cpu"
+LENGTHS = [384, 1100] if GPU else [40]
+DTYPES = [torch.float16, torch.bfloat16]
+FAMILIES = ["alibi", "t5", "shaw", "shaw_kv"]
+
+
+def _rel(got, want):
+    return ((got.double().cpu() - want).norm() / want.norm()).item()
+
+
+def _bound_holds(got, ref_lp, want, dtype, label):
+    err, ref = _rel(got, want), _rel(ref_lp, want)
+    assert err <= FACTOR * max(ref, FLOOR[dtype]), f"{label}: {err:.2e} vs reference {ref:.2e}"
+
+
+def _bias(family, heads, dtype):
+    """(a posenc bias module in `dtype` on the CPU, the kernel's keyword arguments on DEVICE)."""
+    if family == "alibi":
+        module = posenc.ALiBi(heads)
+        return module, {"alibi_slopes": module.slopes.to(DEVICE)}
+    if family == "t5":  # the public configuration: 32 buckets, max distance 128
+        module = posenc.T5RelativeBias(heads, 32, 128)
+        table = module.relative_attention_bias.weight.detach()
+        return module, {"t5_table": table.to(DEVICE)}
+    module = posenc.ShawBias(heads, 16)
+    return module, {"shaw_bias": module.table.detach().to(DEVICE)}
+
+
+def _reference(family, module, tables, causal):
+    """The eager posenc attention as f(q, k, v), any dtype (the module cast alike)."""
+    if family == "shaw_kv":
+
+        def shaw(q, k, v):
+            n = q.shape[2]
+            mask = torch.ones(n, n, dtype=torch.bool).tril() if causal else None
+            emb_k, emb_v = (t.to(q.dtype) for t in tables)
+            return F.shaw_attention(q, k, v, emb_k, emb_v, 16, mask=mask)[0]
+
+        return shaw
+
+    def biased(q, k, v):
+        return F.relative_attention(q, k, v, bias=copy.deepcopy(module).to(q.dtype),
+                                    causal=causal)  # fmt: skip
+
+    return biased
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("length", LENGTHS)
+def test_attention_over_many_tiles(length, family, dtype, causal):
+    heads, d = 2, 128 if GPU else 32
+    q, k, v = (torch.randn(1, heads, length, d).to(dtype) for _ in range(3))
+    if family == "shaw_kv":
+        module, tables = None, [0.5 * torch.randn(33, d) for _ in range(2)]
+        kwargs = {"shaw_k": tables[0].to(DEVICE), "shaw_v": tables[1].to(DEVICE)}
+    else:
+        (module, kwargs), tables = _bias(family, heads, dtype), []
+    ref = _reference(family, module, tables, causal)
+    grad_out = torch.randn(q.shape).to(dtype)
+    leaves64 = [t.double().requires_grad_() for t in (q, k, v)]
+    want = ref(*leaves64)
+    want_grads = torch.autograd.grad(want, leaves64, grad_out.double())
+    leaves_lp = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref_lp = ref(*leaves_lp)
+    ref_grads = torch.autograd.grad(ref_lp, leaves_lp, grad_out)
+    leaves = [t.to(DEVICE).requires_grad_() for t in (q, k, v)]
+    got = kernels.relative_attention(*leaves, causal=causal, **kwargs)
+    got_grads = torch.autograd.grad(got, leaves, grad_out.to(DEVICE))
+    _bound_holds(got.detach(), ref_lp.detach(), want.detach(), dtype, "out")
+    for label, g, r, w in zip("qkv", got_grads, ref_grads, want_grads, strict=True):
+        _bound_holds(g, r, w, dtype, f"d{label}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("length", LENGTHS)
+def test_rope_gqa_over_long_sequences(length, dtype):
+    """Llama-like q (B, L, 32, 128) and k (B, L, 8, 128) (8 and 2 heads, D=32 on the CPU)."""
+    hq, hk, d = (32, 8, 128) if GPU else (8, 2, 32)
+    q, k = torch.randn(2, length, hq, d).to(dtype), torch.randn(2, length, hk, d).to(dtype)
+    cos64, sin64 = F.rope_cos_sin(length, d, dtype=torch.float64)
+    cos, sin = F.rope_cos_sin(length, d)
+
+    def ref(x, c, s):  # (B, L, H, D) through the posenc reference on a (B, H, L, D) view
+        return F.apply_rope(x.transpose(1, 2), c, s).transpose(1, 2)
+
+    grads = [torch.randn(t.shape).to(dtype) for t in (q, k)]
+    leaves64 = [t.double().requires_grad_() for t in (q, k)]
+    want = [ref(t, cos64, sin64) for t in leaves64]
+    want_grads = torch.autograd.grad(want, leaves64, [g.double() for g in grads])
+    leaves_lp = [t.clone().requires_grad_() for t in (q, k)]
+    ref_lp = [ref(t, cos, sin) for t in leaves_lp]
+    ref_grads = torch.autograd.grad(ref_lp, leaves_lp, grads)
+    leaves = [t.to(DEVICE).requires_grad_() for t in (q, k)]
+    got = kernels.apply_rope(*leaves, cos.to(DEVICE), sin.to(DEVICE))
+    got_grads = torch.autograd.grad(got, leaves, [g.to(DEVICE) for g in grads])
+    for i, name in enumerate("qk"):
+        _bound_holds(got[i].detach(), ref_lp[i].detach(), want[i].detach(), dtype, name)
+        _bound_holds(got_grads[i], ref_grads[i], want_grads[i], dtype, f"d{name}")
