@@ -13,11 +13,12 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv test compat bench gpu-check gpu-run gpu-prep gpu-wheels regress regress-update lint format clean
+.PHONY: help venv test compat bench gpu-compile gpu-check gpu-run gpu-prep gpu-wheels regress regress-update lint format clean
 
 help:
 	@echo "make test    create/reuse $(VENV), install, run the whole test suite"
 	@echo "make bench   same set-up, then python -m bench (the default sweep; results/runs/)"
+	@echo "make gpu-compile  every kernel the GPU runs launch, compiled for sm_90a and sm_80 here (Triton 3.9 and 3.6)"
 	@echo "make gpu-check  on a CUDA machine: the kernel tests on the GPU, then python -m bench sweep=gpu"
 	@echo "make gpu-run   the whole GPU visit in one call: tools/gpu_run.sh (docs/gpu.md)"
 	@echo "make gpu-prep  what that call carries: .whl/ (make gpu-wheels) and .audit/audit.py"
@@ -51,10 +52,22 @@ test: $(STAMP)
 COMPAT_VENV   ?= .venv-compat
 COMPAT_TRITON ?= 3.6.0
 
-compat:
+$(COMPAT_VENV)/.installed:
 	@test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
-	$(COMPAT_VENV)/bin/python -m pip install -q $(TORCH_PIN) triton==$(COMPAT_TRITON) 'numpy<2.3' pytest
+	$(COMPAT_VENV)/bin/python -m pip install -q $(TORCH_PIN) triton==$(COMPAT_TRITON) 'numpy<2.3' \
+		pytest pyyaml
+	@touch $@
+
+compat: $(COMPAT_VENV)/.installed
 	TRITON_INTERPRET=1 $(COMPAT_VENV)/bin/python -m pytest -q -p no:cacheprovider -p no:warnings tests/kernels
+
+# Every kernel specialization the GPU runs launch, compiled for sm_90a and sm_80 on this CPU
+# under CI's Triton and the GPU box's, read from the cubins (docs/kernels.md): exit 1 on a
+# spill at a default tile, shared memory past the limit, or a half-precision dot without wgmma.
+GPU_COMPILE_JOBS ?= 2
+gpu-compile: $(STAMP) $(COMPAT_VENV)/.installed
+	$(PY) -m bench.gpu_compile --jobs $(GPU_COMPILE_JOBS)
+	$(COMPAT_VENV)/bin/python -m bench.gpu_compile --jobs $(GPU_COMPILE_JOBS)
 
 # On a CUDA machine: the kernel tests (the same CI runs under the interpreter, plus the long
 # half-precision cases that only a GPU runs), then the GPU sweep (configs/sweep/gpu.yaml).

@@ -44,7 +44,7 @@ COLUMNS = (
     "kernel", "target", "triton", "family", "dtype", "head_dim", "causal", "variant", "tiles",
     "default_tiles", "num_warps", "num_stages", "registers", "stack_bytes", "spill_stores",
     "spill_loads", "shared_bytes", "blocks_per_sm", "dots", "wgmma_dots", "mma_dots",
-    "tensor_core_insts", "vector_global_insts", "narrow_global_insts", "compile_s", "problem",
+    "tensor_core_insts", "vector_global_insts", "narrow_global_insts", "atomics", "problem",
 )  # fmt: skip
 
 
@@ -219,8 +219,12 @@ def compile_job(job: dict) -> dict:
     except Exception as exc:  # a compile error is a finding, not a crash
         return {"problem": f"compile error: {type(exc).__name__}: {str(exc)[:200]}"}
     seconds = time.perf_counter() - t0
-    return dict(read_cubin(compiled.asm["cubin"]), **read_ttgir(compiled.asm["ttgir"]),
-                shared_bytes=compiled.metadata.shared, compile_s=round(seconds, 1))
+    return dict(
+        read_cubin(compiled.asm["cubin"]),
+        **read_ttgir(compiled.asm["ttgir"]),
+        shared_bytes=compiled.metadata.shared,
+        compile_s=round(seconds, 1),
+    )
 
 
 def read_cubin(cubin: bytes) -> dict:
@@ -239,8 +243,9 @@ def read_cubin(cubin: bytes) -> dict:
         spill_loads=sum(op.startswith("LDL") for op in ops),
         tensor_core_insts=sum(op.startswith(("HGMMA", "HMMA")) for op in ops),
         vector_global_insts=sum(op.startswith(("LDG", "STG")) and ".128" in op for op in ops),
-        narrow_global_insts=sum(op.startswith(("LDG", "STG")) and (".U16" in op or ".S16" in op)
-                                for op in ops),  # fmt: skip
+        narrow_global_insts=sum(
+            op.startswith(("LDG", "STG")) and (".U16" in op or ".S16" in op) for op in ops
+        ),  # fmt: skip
     )
 
 
@@ -250,7 +255,8 @@ def read_ttgir(ttgir: str) -> dict:
     wgmma = len(re.findall(r"ttng\.warp_group_dot ", ttgir))
     plain = re.findall(r"= tt\.dot .*", ttgir)
     mma = sum("#mma" in line for line in plain)
-    return dict(dots=wgmma + len(plain), wgmma_dots=wgmma, mma_dots=mma)
+    atomics = len(re.findall(r"tt\.atomic_(?:rmw|cas)", ttgir))
+    return dict(dots=wgmma + len(plain), wgmma_dots=wgmma, mma_dots=mma, atomics=atomics)
 
 
 def _tool(name: str, *args: str) -> str:
@@ -272,6 +278,8 @@ def problems(row: dict, capability: int) -> str:
     if row.get("problem"):
         return row["problem"]
     found = []
+    if row.get("atomics"):  # the table gradients promise determinism
+        found.append(f"{row['atomics']} atomic operation(s)")
     if row["shared_bytes"] > SHARED_LIMIT[capability]:
         found.append(f"shared memory {row['shared_bytes']} > {SHARED_LIMIT[capability]}")
     if row["default_tiles"]:
@@ -337,16 +345,40 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         dots = f"{r.get('dots', '')} ({r.get('wgmma_dots', '')}, {r.get('mma_dots', '')})"
         shared = f"{r['shared_bytes'] / 1024:.0f}" if r.get("shared_bytes") is not None else ""
-        lines.append(
-            f"| {r['kernel'].removeprefix('_')} | {r['target']} | {r['family']} | {r['dtype']} "
-            f"| {r['head_dim']} | {r['causal']} | {r['variant']} | {r['tiles']} "
-            f"| {r['num_warps']} | {r['num_stages']} | {r.get('registers', '')} "
-            f"| {r.get('stack_bytes', '')} | {r.get('spill_stores', '')}/{r.get('spill_loads', '')}"
-            f" | {shared} | {r.get('blocks_per_sm', '')} | {dots} | {r.get('tensor_core_insts', '')}"
-            f" | {r.get('vector_global_insts', '')} | {r.get('narrow_global_insts', '')} "
-            f"| {r['problem']} |"
-        )
+        spills = f"{r.get('spill_stores', '')}/{r.get('spill_loads', '')}"
+        cells = [r["kernel"].removeprefix("_"), r["target"], r["family"], r["dtype"],
+                 r["head_dim"], r["causal"], r["variant"], r["tiles"], r["num_warps"],
+                 r["num_stages"], r.get("registers", ""), r.get("stack_bytes", ""), spills,
+                 shared, r.get("blocks_per_sm", ""), dots, r.get("tensor_core_insts", ""),
+                 r.get("vector_global_insts", ""), r.get("narrow_global_insts", ""),
+                 r["problem"]]  # fmt: skip
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def compare(before: Path, after: Path) -> str:
+    """Two audits' CSVs side by side for the default specializations both have (matched on
+    kernel, target, family, dtype, head dim, causal and variant): tiles, registers, stack,
+    spill stores, wgmma dots and 128-bit accesses, before -> after."""
+    import pandas as pd
+
+    key = ["kernel", "target", "family", "dtype", "head_dim", "causal", "variant"]
+    shown = ["tiles", "registers", "stack_bytes", "spill_stores", "wgmma_dots",
+             "vector_global_insts"]  # fmt: skip
+    a, b = (pd.read_csv(p, keep_default_na=False, dtype=str) for p in (before, after))
+    a, b = (df[df["default_tiles"] == "True"] for df in (a, b))
+    both = a.merge(b, on=key, suffixes=("_a", "_b"))
+    lines = ["| kernel | target | family | dtype | D | causal | variant | tiles | regs | stack "
+             "| STL | wgmma dots | 128-bit |", "|" + "---|" * 13]  # fmt: skip
+    for _, r in both.iterrows():
+        pairs = [r[c + "_a"] if r[c + "_a"] == r[c + "_b"] else f"{r[c + '_a']} -> {r[c + '_b']}"
+                 for c in shown]  # fmt: skip
+        lines.append("| " + " | ".join([*(r[k] for k in key), *pairs]) + " |")
+    spills = [int((df["spill_stores"].astype(int) > 0).sum()) for df in (a, b)]
+    return (
+        f"Default specializations in both: {len(both)}; spilling: {spills[0]} -> "
+        f"{spills[1]}.\n\n" + "\n".join(lines) + "\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -356,7 +388,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results/gpu-compile"))
     parser.add_argument("--only", choices=("rope", "relbias"), default=None)
     parser.add_argument("--no-candidates", action="store_true", help="default tiles only")
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"),
+                        help="print two audits' CSVs side by side and exit")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.compare:
+        print(compare(*args.compare))
+        return 0
     if os.environ.get("TRITON_INTERPRET") == "1":
         parser.error("TRITON_INTERPRET=1 is set: the kernels would be interpreted, not compiled")
     targets = args.targets.split(",")

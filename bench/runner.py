@@ -15,7 +15,9 @@ from __future__ import annotations
 import gc
 import importlib.util
 import json
+import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -241,7 +243,9 @@ class Runner:
             up = None if isinstance(truth, Exception) else truth.upstream
             if task.grad and up is None:  # no truth: any upstream of the right shape will do
                 up = tuple(torch.ones_like(o) for o in _outputs(call))
-            out, grads = run_for_check(call, leaves, task.grad, up)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                out, grads = run_for_check(call, leaves, task.grad, up)
         except NotImplementedError as exc:  # the implementation does not support this
             return {"status": "skipped", "message": _message(exc)}
         except Exception as exc:
@@ -257,6 +261,9 @@ class Runner:
         ref = None if task.impl == state.case.baseline else self._ref_errors(state, task)
         passed, ratio, why = check.verdict(errs, ref, task.dtype)
         fields = {"max_abs_err": errs.worst, "err_ratio": ratio}
+        said = _own_warnings(caught)
+        if said:  # e.g. a kernel that fell back to smaller tiles: the row says so
+            fields["message"] = said
         if not passed:
             return {"status": "wrong", **fields, "message": f"{why}; {spec.note}".strip("; ")}
         if task.impl == state.case.baseline:
@@ -402,6 +409,17 @@ class Runner:
             with torch.no_grad():
                 fn()
         return (time.time() - start) * 1000
+
+
+def _own_warnings(caught) -> str:
+    """What this project's kernels and references warned during the check (tile fallbacks),
+    one line; torch's own notices are left out."""
+    ours = {
+        str(w.message).splitlines()[0]
+        for w in caught
+        if os.sep + "kernels" + os.sep in w.filename or os.sep + "posenc" + os.sep in w.filename
+    }
+    return "; ".join(sorted(ours))[:300]
 
 
 def _outputs(call) -> tuple:

@@ -3,337 +3,43 @@
 softmax(scale q k^T + bias(j - i)) v by online softmax over key blocks (flash-attention style),
 forward and backward. The bias is computed from r = j - i per tile, so no (L x L) tensor is ever
 in memory: O(B H L D), plus O(B H L K) for Shaw's key and value terms.
-File order: tile helpers -> forward kernel -> backward kernels -> launchers -> autograd Function
--> public `relative_attention`.
+File order: the kernels (kernels/_relbias_jit.py) -> tiles -> launchers -> autograd Function ->
+public `relative_attention`.
 
-Layout: q (B, H, Lq, D), k and v (B, H, Lk, D), any strides; out like q. Scores, softmax
-statistics and accumulators are float32. Dot operands stay in the input dtype (tensor cores on a
-GPU) with float32 accumulation, and float32 inputs use IEEE dots, not TF32; only bfloat16 under
-Triton's interpreter is upcast to float32 (Triton 3.9's interpreter computes bfloat16 tl.dot
-wrongly).
+T5's bias is looked up, not computed: the bucket of each clipped offset r in [-K, K] (K the
+maximum distance, beyond which every offset shares the last bucket) is computed once per call
+on the device, exactly (float64, see _t5_buckets), and the kernel reads an (H, 2K + 1) table:
+no logarithm per score, whose approximate GPU version would drop a bucket at the offsets where
+the bucket boundary is an exact integer (16, 32 and 64 for 32 buckets, max distance 128).
 
-Bucketed reductions (Shaw's value term in the forward; the T5 / Shaw table gradients and Shaw's
-key-term gradient in the backward) add up a tile per relative bucket. A tile spans a contiguous
-range of buckets, usually one (every tile beyond Shaw's clip distance, or far tiles in T5's last
-log bucket), so the tile loop runs over that range only: a one-bucket tile costs one pass. The
-table gradients are reduced per program into per-bucket partial sums, summed on the host: no
-atomics, so they are deterministic.
+The table gradients (slopes, T5 and Shaw tables) are reduced per program into per-bucket
+partial sums, summed on the host: no atomics, so they are deterministic; and only computed when
+the table requires grad.
 """
 
-# No `from __future__ import annotations`: Triton reads the constexpr annotations.
+# No `from __future__ import annotations`: the Tiles NamedTuple's annotations are real types.
 import math
 import os
+import warnings
 from typing import NamedTuple
 
 import torch
 import triton
-import triton.language as tl
 from torch import Tensor
 from triton.runtime.errors import OutOfResources
 
-ALIBI, T5, SHAW, SHAW_KV = 0, 1, 2, 3  # SHAW_KV: Shaw's key (and value) terms
+from kernels._relbias_jit import (
+    ALIBI,
+    SHAW_KV,
+    TABLE,
+    _relbias_bwd_dkdv_kernel,
+    _relbias_bwd_dq_kernel,
+    _relbias_fwd_kernel,
+)
 
-
-@triton.jit
-def _bucket(rel, BIAS: tl.constexpr, T5_BIDIRECTIONAL: tl.constexpr, T5_BUCKETS: tl.constexpr,
-            T5_MAX_DISTANCE: tl.constexpr, SHAW_K: tl.constexpr):  # fmt: skip
-    """The table index of relative positions rel = j - i: T5's bucket, or Shaw's clip + K."""
-    if BIAS == 1:
-        n = -rel
-        if T5_BIDIRECTIONAL:
-            half: tl.constexpr = T5_BUCKETS // 2
-            bucket = tl.where(n < 0, half, 0)
-            n = tl.abs(n)
-        else:
-            half: tl.constexpr = T5_BUCKETS
-            bucket = tl.zeros_like(n)
-            n = tl.maximum(n, 0)
-        exact: tl.constexpr = half // 2
-        nf = tl.maximum(n, 1).to(tl.float32)
-        scaled = tl.log(nf / exact) / tl.log(T5_MAX_DISTANCE / exact) * (half - exact)
-        large = tl.minimum(exact + scaled.to(tl.int32), half - 1)
-        return bucket + tl.where(n < exact, n, large)
-    else:
-        return tl.minimum(tl.maximum(rel, -SHAW_K), SHAW_K) + SHAW_K
-
-
-@triton.jit
-def _dot(a, b, IEEE: tl.constexpr):
-    if IEEE:
-        return tl.dot(a, b, input_precision="ieee")
-    else:
-        return tl.dot(a, b)
-
-
-@triton.jit
-def _scores(q, k, scale, offs_m, offs_n, mask_m, mask_n, h, slopes_ptr, table_ptr, stride_tb,
-            stride_th, relk_rows, stride_rr, BIAS: tl.constexpr, CAUSAL: tl.constexpr,
-            T5_BIDIRECTIONAL: tl.constexpr, T5_BUCKETS: tl.constexpr,
-            T5_MAX_DISTANCE: tl.constexpr, SHAW_K: tl.constexpr, IEEE: tl.constexpr):  # fmt: skip
-    """Logits of a (BLOCK_M, BLOCK_N) tile: scale q k^T + bias, -inf where masked.
-
-    table is T5's (num_buckets, H) or Shaw's (H, 2K + 1), addressed as
-    table[idx * stride_tb + h * stride_th]; relk_rows point at this block's rows of
-    scale * Q E_K^T. Returns the logits, r = j - i, the table index and the kept mask."""
-    s = _dot(q, tl.trans(k), IEEE) * scale
-    rel = offs_n[None, :] - offs_m[:, None]
-    idx = _bucket(rel, BIAS, T5_BIDIRECTIONAL, T5_BUCKETS, T5_MAX_DISTANCE, SHAW_K)
-    keep = mask_m[:, None] & mask_n[None, :]
-    if CAUSAL:
-        keep = keep & (rel <= 0)
-    if BIAS == 0:  # ALiBi: -m_h |j - i|
-        s += -tl.load(slopes_ptr + h) * tl.abs(rel).to(tl.float32)
-    elif BIAS == 3:  # Shaw's key term, gathered from scale * Q E_K^T
-        s += tl.load(relk_rows + idx * stride_rr, mask=keep, other=0.0)
-    else:
-        s += tl.load(table_ptr + idx * stride_tb + h * stride_th).to(tl.float32)
-    return tl.where(keep, s, float("-inf")), rel, idx, keep
-
-
-@triton.jit
-def _bucket_sums(acc, x, idx, keep, NB: tl.constexpr):
-    """acc (BLOCK_M, NB) += the row sums of x (BLOCK_M, BLOCK_N) per bucket idx, looping over
-    the tile's bucket range only (one pass for a one-bucket tile)."""
-    lo = tl.min(tl.min(tl.where(keep, idx, NB), 1), 0)
-    hi = tl.max(tl.max(tl.where(keep, idx, -1), 1), 0)
-    cols = tl.arange(0, NB)[None, :]
-    for r in range(lo, hi + 1):
-        part = tl.sum(tl.where(keep & (idx == r), x, 0.0), 1)
-        acc += tl.where(cols == r, part[:, None], 0.0)
-    return acc
-
-
-@triton.jit
-def _load_block(ptr, offs, mask_rows, stride_row, offs_d, mask_d, stride_d, UPCAST: tl.constexpr):
-    """A (rows, BLOCK_D) block of q, k, v or do; UPCAST: to float32 (bfloat16, interpreter)."""
-    x = tl.load(ptr + offs[:, None] * stride_row + offs_d[None, :] * stride_d,
-                mask=mask_rows[:, None] & mask_d[None, :], other=0.0)  # fmt: skip
-    if UPCAST:
-        x = x.to(tl.float32)
-    return x
-
-
-@triton.jit
-def _tile_grads(q, k, v, do, lse, delta, scale, offs_m, offs_n, mask_m, mask_n, h, slopes_ptr,
-                table_ptr, stride_tb, stride_th, relk_rows, g_rows, stride_rr, BIAS: tl.constexpr,
-                CAUSAL: tl.constexpr, T5_BIDIRECTIONAL: tl.constexpr, T5_BUCKETS: tl.constexpr,
-                T5_MAX_DISTANCE: tl.constexpr, SHAW_K: tl.constexpr, HAS_VALUE: tl.constexpr,
-                IEEE: tl.constexpr):  # fmt: skip
-    """The backward of one tile: p = exp(s - lse) from the saved row log-sum-exp, dp = do v^T
-    (plus, with Shaw's value term, g = do E_V^T gathered at the bucket), ds = p (dp - delta)
-    with delta = rowsum(do * out). Returns p, ds, r = j - i, the table index, the kept mask."""
-    s, rel, idx, keep = _scores(q, k, scale, offs_m, offs_n, mask_m, mask_n, h, slopes_ptr,
-                                table_ptr, stride_tb, stride_th, relk_rows, stride_rr, BIAS,
-                                CAUSAL, T5_BIDIRECTIONAL, T5_BUCKETS, T5_MAX_DISTANCE, SHAW_K,
-                                IEEE)  # fmt: skip
-    p = tl.exp(s - lse[:, None])  # 0 where masked (s = -inf)
-    dp = _dot(do, tl.trans(v), IEEE)
-    if HAS_VALUE:
-        dp += tl.load(g_rows + idx * stride_rr, mask=keep, other=0.0)
-    return p, p * (dp - delta[:, None]), rel, idx, keep
-
-
-@triton.jit
-def _relbias_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, slopes_ptr, table_ptr, relk_ptr, ev_ptr, pn_ptr,
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_ob, stride_oh, stride_om, stride_od,
-    stride_tb, stride_th, stride_rb, stride_rh, stride_rm, stride_rr, stride_evr, stride_evd,
-    H, LQ, LK, D, NR, scale,
-    BIAS: tl.constexpr, CAUSAL: tl.constexpr, T5_BIDIRECTIONAL: tl.constexpr,
-    T5_BUCKETS: tl.constexpr, T5_MAX_DISTANCE: tl.constexpr, SHAW_K: tl.constexpr,
-    HAS_VALUE: tl.constexpr, NB: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    """One program per (query block, b * h): reads its q block once, streams k and v blocks.
-    Writes out, the row log-sum-exp (B * H, LQ) for the backward, and with Shaw's value term
-    the normalized per-bucket probability sums pn (B * H, LQ, NR), also for the backward.
-
-    SHAW_KV: the key term is gathered from relk = scale * Q E_K^T, (B, H, LQ, NR); the value
-    term keeps per-row sums of the (unnormalized) probabilities per relative bucket,
-    (BLOCK_M, NB), rescaled like the output, and adds sums @ E_V at the end.
-    """
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1).to(tl.int64)
-    b, h = pid_bh // H, pid_bh % H
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_m, mask_d = offs_m < LQ, offs_d < D
-    q = _load_block(q_ptr + b * stride_qb + h * stride_qh, offs_m, mask_m, stride_qm, offs_d,
-                    mask_d, stride_qd, UPCAST)  # fmt: skip
-    relk_rows = relk_ptr + b * stride_rb + h * stride_rh + offs_m[:, None] * stride_rm
-    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)
-    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    bucket_sums = tl.zeros((BLOCK_M, NB), tl.float32)
-    end = LK
-    if CAUSAL:  # key blocks entirely beyond the diagonal contribute nothing
-        end = tl.minimum(LK, (pid_m + 1) * BLOCK_M)
-    for start_n in range(0, end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        mask_n = offs_n < LK
-        k = _load_block(k_ptr + b * stride_kb + h * stride_kh, offs_n, mask_n, stride_kn,
-                        offs_d, mask_d, stride_kd, UPCAST)  # fmt: skip
-        v = _load_block(v_ptr + b * stride_vb + h * stride_vh, offs_n, mask_n, stride_vn,
-                        offs_d, mask_d, stride_vd, UPCAST)  # fmt: skip
-        s, rel, idx, keep = _scores(q, k, scale, offs_m, offs_n, mask_m, mask_n, h, slopes_ptr,
-                                    table_ptr, stride_tb, stride_th, relk_rows, stride_rr, BIAS,
-                                    CAUSAL, T5_BIDIRECTIONAL, T5_BUCKETS, T5_MAX_DISTANCE,
-                                    SHAW_K, IEEE)  # fmt: skip
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing yet
-        p = tl.exp(s - m_safe[:, None])
-        alpha = tl.exp(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, IEEE)
-        if HAS_VALUE:
-            bucket_sums = _bucket_sums(bucket_sums * alpha[:, None], p, idx, keep, NB)
-        m_i = m_new
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows past LQ
-    if HAS_VALUE:
-        offs_r = tl.arange(0, NB)
-        ev = tl.load(ev_ptr + offs_r[:, None] * stride_evr + offs_d[None, :] * stride_evd,
-                     mask=(offs_r[:, None] < NR) & mask_d[None, :], other=0.0)  # fmt: skip
-        pn = bucket_sums / l_safe[:, None]
-        acc += _dot(bucket_sums, ev.to(tl.float32), True)
-        tl.store(pn_ptr + (pid_bh * LQ + offs_m[:, None]) * NR + offs_r[None, :], pn,
-                 mask=mask_m[:, None] & (offs_r[None, :] < NR))  # fmt: skip
-    out = acc / l_safe[:, None]
-    tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om
-             + offs_d[None, :] * stride_od, out.to(o_ptr.dtype.element_ty),
-             mask=mask_m[:, None] & mask_d[None, :])  # fmt: skip
-    tl.store(lse_ptr + pid_bh * LQ + offs_m, m_i + tl.log(l_safe), mask=mask_m)
-
-
-@triton.jit
-def _relbias_bwd_dkdv_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, lse_ptr, delta_ptr, slopes_ptr, table_ptr,
-    relk_ptr, g_ptr,
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_db, stride_dh, stride_dm, stride_dd,
-    stride_xb, stride_xh, stride_xm, stride_xd,
-    stride_tb, stride_th, stride_rb, stride_rh, stride_rm, stride_rr,
-    H, LQ, LK, D, scale,
-    BIAS: tl.constexpr, CAUSAL: tl.constexpr, T5_BIDIRECTIONAL: tl.constexpr,
-    T5_BUCKETS: tl.constexpr, T5_MAX_DISTANCE: tl.constexpr, SHAW_K: tl.constexpr,
-    HAS_VALUE: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    """One program per (key block, b * h): dk and dv of its keys, streaming the query blocks:
-    dv = p^T do, dk = scale ds^T q (p and ds from _tile_grads). dk and dv are float32
-    (B, H, LK, D) buffers with strides stride_x*. relk and g share one layout (B, H, LQ, NR),
-    strides stride_r*.
-    """
-    pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1).to(tl.int64)
-    b, h = pid_bh // H, pid_bh % H
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_n, mask_d = offs_n < LK, offs_d < D
-    k = _load_block(k_ptr + b * stride_kb + h * stride_kh, offs_n, mask_n, stride_kn, offs_d,
-                    mask_d, stride_kd, UPCAST)  # fmt: skip
-    v = _load_block(v_ptr + b * stride_vb + h * stride_vh, offs_n, mask_n, stride_vn, offs_d,
-                    mask_d, stride_vd, UPCAST)  # fmt: skip
-    dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
-    dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
-    start = 0
-    if CAUSAL:  # query rows i < j see none of these keys
-        start = (pid_n * BLOCK_N) // BLOCK_M * BLOCK_M
-    for start_m in range(start, LQ, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)
-        mask_m = offs_m < LQ
-        q = _load_block(q_ptr + b * stride_qb + h * stride_qh, offs_m, mask_m, stride_qm, offs_d,
-                        mask_d, stride_qd, UPCAST)  # fmt: skip
-        do = _load_block(do_ptr + b * stride_db + h * stride_dh, offs_m, mask_m, stride_dm,
-                         offs_d, mask_d, stride_dd, UPCAST)  # fmt: skip
-        rows = b * stride_rb + h * stride_rh + offs_m[:, None] * stride_rm
-        lse = tl.load(lse_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=0.0)
-        delta = tl.load(delta_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=0.0)
-        p, ds, rel, idx, keep = _tile_grads(q, k, v, do, lse, delta, scale, offs_m, offs_n,
-                                            mask_m, mask_n, h, slopes_ptr, table_ptr, stride_tb,
-                                            stride_th, relk_ptr + rows, g_ptr + rows, stride_rr,
-                                            BIAS, CAUSAL, T5_BIDIRECTIONAL, T5_BUCKETS,
-                                            T5_MAX_DISTANCE, SHAW_K, HAS_VALUE, IEEE)  # fmt: skip
-        dv += _dot(tl.trans(p.to(do.dtype)), do, IEEE)
-        dk += _dot(tl.trans(ds.to(q.dtype)), q, IEEE)
-    out = b * stride_xb + h * stride_xh + offs_n[:, None] * stride_xm + offs_d[None, :] * stride_xd
-    mask = mask_n[:, None] & mask_d[None, :]
-    tl.store(dk_ptr + out, dk * scale, mask=mask)
-    tl.store(dv_ptr + out, dv, mask=mask)
-
-
-@triton.jit
-def _relbias_bwd_dq_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, lse_ptr, delta_ptr, slopes_ptr, table_ptr,
-    relk_ptr, g_ptr, drel_ptr, part_ptr,
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_db, stride_dh, stride_dm, stride_dd,
-    stride_xb, stride_xh, stride_xm, stride_xd,
-    stride_tb, stride_th, stride_rb, stride_rh, stride_rm, stride_rr,
-    H, LQ, LK, D, NR, scale,
-    BIAS: tl.constexpr, CAUSAL: tl.constexpr, T5_BIDIRECTIONAL: tl.constexpr,
-    T5_BUCKETS: tl.constexpr, T5_MAX_DISTANCE: tl.constexpr, SHAW_K: tl.constexpr,
-    HAS_VALUE: tl.constexpr, NB: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    """One program per (query block, b * h): dq of its rows, streaming the key blocks, and the
-    bias gradient: the sum of ds over the tiles
-      - ALiBi: -sum ds |j - i| into part (B * H, n_blocks, NB) at column 0 (slope gradient);
-      - T5 / Shaw scalar: sums of ds per table index into part (B * H, n_blocks, NB);
-      - SHAW_KV: per-row sums of ds per bucket into drel (B * H, LQ, NR): the gradient of
-        relk = scale * Q E_K^T (the host turns it into dq and dE_K).
-    dq is a float32 (B, H, LQ, D) buffer with strides stride_x*.
-    """
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1).to(tl.int64)
-    b, h = pid_bh // H, pid_bh % H
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_m, mask_d = offs_m < LQ, offs_d < D
-    q = _load_block(q_ptr + b * stride_qb + h * stride_qh, offs_m, mask_m, stride_qm, offs_d,
-                    mask_d, stride_qd, UPCAST)  # fmt: skip
-    do = _load_block(do_ptr + b * stride_db + h * stride_dh, offs_m, mask_m, stride_dm, offs_d,
-                     mask_d, stride_dd, UPCAST)  # fmt: skip
-    rows = b * stride_rb + h * stride_rh + offs_m[:, None] * stride_rm
-    lse = tl.load(lse_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=0.0)
-    delta = tl.load(delta_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=0.0)
-    dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    sums = tl.zeros((BLOCK_M, NB), tl.float32)  # per row and bucket (column 0: ALiBi's sum)
-    end = LK
-    if CAUSAL:
-        end = tl.minimum(LK, (pid_m + 1) * BLOCK_M)
-    for start_n in range(0, end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        mask_n = offs_n < LK
-        k = _load_block(k_ptr + b * stride_kb + h * stride_kh, offs_n, mask_n, stride_kn,
-                        offs_d, mask_d, stride_kd, UPCAST)  # fmt: skip
-        v = _load_block(v_ptr + b * stride_vb + h * stride_vh, offs_n, mask_n, stride_vn,
-                        offs_d, mask_d, stride_vd, UPCAST)  # fmt: skip
-        p, ds, rel, idx, keep = _tile_grads(q, k, v, do, lse, delta, scale, offs_m, offs_n,
-                                            mask_m, mask_n, h, slopes_ptr, table_ptr, stride_tb,
-                                            stride_th, relk_ptr + rows, g_ptr + rows, stride_rr,
-                                            BIAS, CAUSAL, T5_BIDIRECTIONAL, T5_BUCKETS,
-                                            T5_MAX_DISTANCE, SHAW_K, HAS_VALUE, IEEE)  # fmt: skip
-        dq += _dot(ds.to(k.dtype), k, IEEE)
-        if BIAS == 0:
-            alibi = tl.sum(ds * -tl.abs(rel).to(tl.float32), 1)
-            sums += tl.where(tl.arange(0, NB)[None, :] == 0, alibi[:, None], 0.0)
-        else:
-            sums = _bucket_sums(sums, ds, idx, keep, NB)
-    out = b * stride_xb + h * stride_xh + offs_m[:, None] * stride_xm + offs_d[None, :] * stride_xd
-    tl.store(dq_ptr + out, dq * scale, mask=mask_m[:, None] & mask_d[None, :])
-    offs_r = tl.arange(0, NB)
-    if BIAS == 3:
-        tl.store(drel_ptr + (pid_bh * LQ + offs_m[:, None]) * NR + offs_r[None, :], sums,
-                 mask=mask_m[:, None] & (offs_r[None, :] < NR))  # fmt: skip
-    else:
-        tl.store(part_ptr + (pid_bh * tl.num_programs(0) + pid_m) * NB + offs_r, tl.sum(sums, 0))
+# The public families, mapped onto the kernels' three bias paths (T5 and Shaw's scalar bias
+# are both TABLE: an (H, 2K + 1) lookup).
+FAMILY_ALIBI, FAMILY_T5, FAMILY_SHAW, FAMILY_SHAW_KV = "alibi", "t5", "shaw", "shaw_kv"
 
 
 def _interpreting() -> bool:
@@ -356,23 +62,37 @@ class Tiles(NamedTuple):
     num_stages: int = 2
 
 
-# Defaults per GPU generation, (bytes per element, padded head dim) -> tiles: FlexAttention's
-# defaults for the same loop (one query block streaming key blocks, bias added in the tile), from
-# torch/_inductor/template_heuristics/triton.py (torch 2.13), not yet tuned for these kernels.
-# Keyed by the head dim padded to 64 or 128 (our BLOCK_D), where FlexAttention keys by the exact
-# head dim (and uses its generic 64 x 64 for D = 32, 80, 96).
-# Backward tiles are the dk/dv kernel's (query block streamed, key block held); the dq kernel
-# runs the transpose, as FlexAttention's backward pairs BLOCK_N1 = BLOCK_M2.
+# Defaults per GPU generation, chosen by the compile audit (tools/tile_search.py: the first
+# candidate, larger tiles first, with no spill for any bias family, causal or not, under
+# Triton 3.9 and 3.6, within the shared memory, every half-precision dot on wgmma on sm_90a;
+# docs/kernels.md, results in results/gpu-compile/). Keyed by (bytes per element, head dim
+# padded to 64 or 128: our BLOCK_D, kind): "value" is Shaw's key and value terms, whose
+# forward and dq kernels keep (block_m, NB) per-row sums. float32 runs IEEE dots on the CUDA
+# cores, whose register use swings with the tile (hence its small tiles). Backward tiles are
+# the dk/dv kernel's (block_m queries streamed past block_n keys held, the tile computed keys
+# by queries so that every dot has M = block_n); the dq kernel runs the transpose. A GPU
+# before sm_80 gets _GENERIC; one after sm_90, the sm80 table (neither audited).
 _FWD_TILES = {
-    "sm90": {(2, 64): Tiles(128, 128, 4, 3), (2, 128): Tiles(128, 64, 8, 3),
-             (4, 64): Tiles(128, 32, 4, 3), (4, 128): Tiles(32, 64, 4, 3)},
-    "sm80": {(2, 64): Tiles(128, 64, 4, 3), (2, 128): Tiles(128, 64, 8, 3),
-             (4, 64): Tiles(128, 32, 4, 3), (4, 128): Tiles(128, 32, 4, 3)},
+    "sm90": {(2, 128, "plain"): Tiles(128, 64, 8, 3), (2, 128, "value"): Tiles(64, 32, 8, 2),
+             (2, 64, "plain"): Tiles(128, 64, 8, 3), (2, 64, "value"): Tiles(64, 64, 8, 3),
+             (4, 128, "plain"): Tiles(16, 32, 8, 1), (4, 128, "value"): Tiles(16, 32, 8, 1),
+             (4, 64, "plain"): Tiles(16, 32, 8, 1), (4, 64, "value"): Tiles(16, 32, 8, 1)},
+    "sm80": {(2, 128, "plain"): Tiles(128, 64, 8, 3), (2, 128, "value"): Tiles(64, 32, 8, 2),
+             (2, 64, "plain"): Tiles(128, 64, 8, 3), (2, 64, "value"): Tiles(64, 32, 8, 2),
+             (4, 128, "plain"): Tiles(16, 32, 8, 1), (4, 128, "value"): Tiles(16, 32, 8, 1),
+             (4, 64, "plain"): Tiles(32, 32, 8, 1), (4, 64, "value"): Tiles(16, 32, 8, 1)},
 }  # fmt: skip
-_BWD_TILES = {"sm90": {(2, 64): Tiles(64, 128, 8, 3), (2, 128): Tiles(64, 128, 8, 3)},
-              "sm80": {(2, 64): Tiles(64, 64, 4, 2), (2, 128): Tiles(64, 64, 4, 2)}}  # fmt: skip
-_GENERIC = {False: Tiles(64, 64, 4, 3), True: Tiles(64, 64, 4, 2)}
-_FLOAT32_BWD = Tiles(16, 16, 4, 1)  # FlexAttention's float32 backward on every GPU
+_BWD_TILES = {
+    "sm90": {(2, 128, "plain"): Tiles(32, 128, 8, 2), (2, 128, "value"): Tiles(32, 128, 8, 2),
+             (2, 64, "plain"): Tiles(32, 128, 8, 2), (2, 64, "value"): Tiles(32, 128, 8, 2),
+             (4, 128, "plain"): Tiles(16, 32, 4, 1), (4, 128, "value"): Tiles(16, 32, 4, 1),
+             (4, 64, "plain"): Tiles(32, 32, 4, 1), (4, 64, "value"): Tiles(32, 32, 4, 1)},
+    "sm80": {(2, 128, "plain"): Tiles(32, 64, 8, 2), (2, 128, "value"): Tiles(16, 32, 4, 1),
+             (2, 64, "plain"): Tiles(32, 64, 8, 2), (2, 64, "value"): Tiles(32, 64, 8, 2),
+             (4, 128, "plain"): Tiles(16, 32, 4, 1), (4, 128, "value"): Tiles(16, 32, 4, 1),
+             (4, 64, "plain"): Tiles(32, 32, 8, 1), (4, 64, "value"): Tiles(32, 32, 8, 1)},
+}  # fmt: skip
+_GENERIC = {False: Tiles(64, 64, 4, 3), True: Tiles(32, 32, 4, 1)}  # before sm_80
 _SAFE = Tiles(32, 32, 4, 1)  # when a GPU's shared memory cannot hold the default
 _INTERPRETER = Tiles(16, 16)  # the interpreter runs fastest with small tiles
 
@@ -395,17 +115,19 @@ def _check_tiles(name: str, tiles) -> Tiles:
 
 
 class _Spec:
-    """The compile-time settings of one call (the kernels' constexprs), its scale and tiles."""
+    """The compile-time settings of one call (the kernels' constexprs), its scale and tiles.
 
-    def __init__(self, bias, causal, scale, n_rel, has_value, t5_bidirectional=True,
-                 t5_buckets=32, t5_max_distance=128, fwd_tiles=None, bwd_tiles=None):  # fmt: skip
-        self.bias, self.causal, self.scale, self.n_rel = bias, causal, scale, n_rel
-        self.has_value = has_value
+    bias: ALIBI, TABLE or SHAW_KV; clip: K, the relative indices are 0 .. 2K; n_rel: the
+    entries a gradient is summed into (ALiBi 1, T5 its buckets, Shaw 2K + 1); nb: n_rel rounded
+    up to a power of two (>= 16), the width of the kernels' per-bucket vectors."""
+
+    def __init__(self, bias, causal, scale, clip, n_rel, has_value=False, table_grad=False,
+                 fwd_tiles=None, bwd_tiles=None, family=None):  # fmt: skip
+        self.bias, self.causal, self.scale, self.clip = bias, causal, scale, clip
+        self.family = family  # FAMILY_*: T5's table is (num_buckets, H), the others' (H, ...)
+        self.n_rel, self.has_value, self.table_grad = n_rel, has_value, table_grad
         self.nb = max(16, triton.next_power_of_2(n_rel))
-        self.constexprs = dict(
-            BIAS=bias, CAUSAL=causal, T5_BIDIRECTIONAL=t5_bidirectional, T5_BUCKETS=t5_buckets,
-            T5_MAX_DISTANCE=t5_max_distance, SHAW_K=(n_rel - 1) // 2, HAS_VALUE=has_value,
-        )  # fmt: skip
+        self.constexprs = dict(BIAS=bias, CAUSAL=causal, K=clip, HAS_VALUE=has_value)
         self.user_tiles = {False: fwd_tiles, True: bwd_tiles}
 
     def tiles(self, q: Tensor, backward: bool) -> tuple[Tiles, Tiles | None]:
@@ -417,9 +139,8 @@ class _Spec:
             return _INTERPRETER, None
         major, minor = torch.cuda.get_device_capability(q.device)
         arch = "sm90" if (major, minor) == (9, 0) else "sm80" if major >= 8 else None
-        key = (q.element_size(), 64 if q.shape[-1] <= 64 else 128)
-        if backward and key[0] == 4:
-            return _FLOAT32_BWD, _SAFE
+        kind = "value" if (self.has_value if not backward else self.bias == SHAW_KV) else "plain"
+        key = (q.element_size(), 64 if q.shape[-1] <= 64 else 128, kind)
         table = (_BWD_TILES if backward else _FWD_TILES).get(arch, {})
         return table.get(key, _GENERIC[backward]), _SAFE
 
@@ -432,42 +153,60 @@ class _Spec:
 
 def _run(launch, tiles: Tiles, fallback: Tiles | None, name: str):
     """launch(tiles), or launch(fallback) on a GPU whose shared memory cannot hold the default
-    tiles. A user's tiles that do not fit raise an error naming the argument."""
+    tiles, with a warning that names both (the harness puts warnings in the row). A user's
+    tiles that do not fit raise an error naming the argument."""
     try:
         return launch(tiles)
     except OutOfResources as err:
         if fallback is None:
             raise ValueError(f"{name}={tiles} does not fit this GPU: {err}") from err
+        warnings.warn(f"relative_attention: {name} {tuple(tiles)} do not fit this GPU "
+                      f"({err}); ran with {tuple(fallback)}", stacklevel=3)  # fmt: skip
         return launch(fallback)
 
 
-def _table_strides(spec: _Spec, table: Tensor | None) -> tuple[int, int]:
-    """(stride per table index, stride per head): T5's table is (num_buckets, H), Shaw's
-    (H, 2K + 1); ALiBi's slopes and Shaw's key term read no table."""
-    if spec.bias == T5:
-        return table.stride(0), table.stride(1)
-    if spec.bias == SHAW:
-        return table.stride(1), table.stride(0)
-    return 0, 0
+def _t5_buckets(rel: Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
+    """T5's bucket of each relative position r = j - i (Raffel et al. 2020; the formula of the
+    public T5 code, which logs in float32): half of the buckets for r > 0 when bidirectional;
+    within a half, distances below half of its buckets exact, larger ones log-spaced up to
+    max_distance. In float64 with the floor taken 1e-9 above: where the exact value is an
+    integer (a boundary, e.g. |r| = 16, 32, 64 for 32 buckets and 128), a log that lands one
+    ulp low still gives the exact bucket; elsewhere no bucket value comes within 1e-9 of an
+    integer. int32, on rel's device."""
+    n = -rel
+    bucket = torch.zeros_like(rel)
+    if bidirectional:
+        num_buckets //= 2
+        bucket = bucket + (n < 0).to(rel.dtype) * num_buckets
+        n = n.abs()
+    else:
+        n = n.clamp(min=0)
+    exact = num_buckets // 2
+    scaled = torch.log(n.clamp(min=1).double() / exact) / math.log(max_distance / exact)
+    large = exact + torch.floor(scaled * (num_buckets - exact) + 1e-9).long()
+    large = large.clamp(max=num_buckets - 1)
+    return (bucket + torch.where(n < exact, n, large)).int()
 
 
-def _common(spec: _Spec, q: Tensor, table: Tensor | None, relk: Tensor | None) -> dict:
-    dummy = q  # the pointer of a family this call does not use: never read (constexpr branch)
+def _pointers(spec: _Spec, q: Tensor, slopes, bias_table, relk) -> dict:
+    """The pointers and strides each family reads; an unused one points at q (never read:
+    its branch is compiled out)."""
     return dict(
-        slopes=table if spec.bias == ALIBI else dummy,
-        table=table if spec.bias in (T5, SHAW) else dummy,
-        relk=relk if relk is not None else dummy,
+        slopes=slopes if spec.bias == ALIBI else q,
+        table=bias_table if spec.bias == TABLE else q,
+        stride_th=bias_table.stride(0) if spec.bias == TABLE else 0,
+        relk=relk if relk is not None else q,
         rel_strides=relk.stride() if relk is not None else (0, 0, 0, 0),
     )
 
 
-def _forward(q, k, v, table, relk, ev, spec: _Spec):
+def _forward(q, k, v, slopes, bias_table, relk, ev, spec: _Spec):
     """-> out (like q), lse (B * H, Lq) float32, pn (B * H, Lq, NR) float32 or None."""
     bsz, heads, lq, d = q.shape
     out = torch.empty_like(q)
     lse = torch.empty(bsz * heads, lq, device=q.device, dtype=torch.float32)
     pn = torch.empty(bsz * heads, lq, spec.n_rel, device=q.device) if spec.has_value else None
-    c = _common(spec, q, table, relk)
+    c = _pointers(spec, q, slopes, bias_table, relk)
     ev_ = ev if ev is not None else q
 
     def launch(tiles: Tiles) -> None:
@@ -476,7 +215,7 @@ def _forward(q, k, v, table, relk, ev, spec: _Spec):
             q, k, v, out, lse, c["slopes"], c["table"], c["relk"], ev_,
             pn if pn is not None else q,
             *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-            *_table_strides(spec, table), *c["rel_strides"], ev_.stride(0), ev_.stride(-1),
+            c["stride_th"], *c["rel_strides"], ev_.stride(0), ev_.stride(-1),
             heads, lq, k.shape[2], d, spec.n_rel, spec.scale,
             **spec.constexprs, NB=spec.nb, UPCAST=_upcast(q), IEEE=q.dtype == torch.float32,
             BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_D=max(16, triton.next_power_of_2(d)),
@@ -487,18 +226,19 @@ def _forward(q, k, v, table, relk, ev, spec: _Spec):
     return out, lse, pn
 
 
-def _backward(do, q, k, v, out, lse, table, relk, ev, pn, spec: _Spec):
-    """-> dq, dk, dv (float32), the table's gradient, d relk, d E_V (None where unused)."""
+def _backward(do, q, k, v, out, lse, slopes, bias_table, gidx, relk, ev, pn, spec: _Spec):
+    """-> dq, dk, dv (float32), the per-bucket table gradient (H, n_rel) or None, d relk,
+    d E_V (None where unused)."""
     bsz, heads, lq, d = q.shape
     lk = k.shape[2]
     delta = (do.float() * out.float()).sum(-1).reshape(bsz * heads, lq)
     g = None
-    if spec.has_value:  # dp_ij gains do_i . E_V[bucket(i, j)]: gathered from do E_V^T
+    if spec.has_value:  # dp_ij gains do_i . E_V[idx(i, j)]: gathered from do E_V^T
         g = torch.matmul(do.float(), ev.t()).contiguous()  # (B, H, Lq, NR), relk's layout
     dq = torch.empty(bsz, heads, lq, d, device=q.device)
     dk = torch.empty(bsz, heads, lk, d, device=q.device)
     dv = torch.empty_like(dk)
-    c = _common(spec, q, table, relk)
+    c = _pointers(spec, q, slopes, bias_table, relk)
     drel = (
         torch.empty(bsz * heads, lq, spec.n_rel, device=q.device) if spec.bias == SHAW_KV else None
     )
@@ -511,31 +251,33 @@ def _backward(do, q, k, v, out, lse, table, relk, ev, pn, spec: _Spec):
         _relbias_bwd_dkdv_kernel[(triton.cdiv(lk, tiles.block_n), bsz * heads)](
             q, k, v, do, dk, dv, lse, delta, c["slopes"], c["table"], c["relk"],
             g if g is not None else q,
-            *strides, *dk.stride(), *_table_strides(spec, table), *c["rel_strides"],
+            *strides, *dk.stride(), c["stride_th"], *c["rel_strides"],
             heads, lq, lk, d, spec.scale, **shared, BLOCK_M=tiles.block_m,
             BLOCK_N=tiles.block_n, BLOCK_D=block_d, num_warps=tiles.num_warps,
             num_stages=tiles.num_stages,
         )  # fmt: skip
-        t = spec.row_tiles(tiles._replace(block_m=tiles.block_n, block_n=tiles.block_m))
+        t = tiles._replace(block_m=tiles.block_n, block_n=tiles.block_m)
+        t = spec.row_tiles(t) if spec.bias == SHAW_KV else t
         n_mblocks = triton.cdiv(lq, t.block_m)
-        part = None if spec.bias == SHAW_KV else torch.empty(bsz * heads, n_mblocks, spec.nb,
-                                                              device=q.device)  # fmt: skip
+        part = None
+        if spec.table_grad:
+            part = torch.empty(bsz * heads, n_mblocks, spec.nb, device=q.device)
         _relbias_bwd_dq_kernel[(n_mblocks, bsz * heads)](
-            q, k, v, do, dq, lse, delta, c["slopes"], c["table"], c["relk"],
+            q, k, v, do, dq, lse, delta, c["slopes"], c["table"],
+            gidx if gidx is not None else q, c["relk"],
             g if g is not None else q, drel if drel is not None else q,
             part if part is not None else q,
-            *strides, *dq.stride(), *_table_strides(spec, table), *c["rel_strides"],
-            heads, lq, lk, d, spec.n_rel, spec.scale, NB=spec.nb, **shared, BLOCK_M=t.block_m,
-            BLOCK_N=t.block_n, BLOCK_D=block_d, num_warps=t.num_warps, num_stages=t.num_stages,
+            *strides, *dq.stride(), c["stride_th"], *c["rel_strides"],
+            heads, lq, lk, d, spec.n_rel, spec.scale, TABLE_GRAD=spec.table_grad, NB=spec.nb,
+            **shared, BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_D=block_d,
+            num_warps=t.num_warps, num_stages=t.num_stages,
         )  # fmt: skip
         return part
 
     part = _run(launch, *spec.tiles(q, backward=True), "bwd_tiles")
     dtable = None
     if part is not None:
-        per_head = part.view(bsz, heads, -1, spec.nb).sum((0, 2))  # (H, NB)
-        dtable = {ALIBI: per_head[:, 0], T5: per_head[:, : spec.n_rel].t(),
-                  SHAW: per_head[:, : spec.n_rel]}[spec.bias]  # fmt: skip
+        dtable = part.view(bsz, heads, -1, spec.nb).sum((0, 2))[:, : spec.n_rel]  # (H, n_rel)
     dev = None
     if spec.has_value:  # out_i gains sum_r pn_ir E_V[r]
         dev = torch.einsum("nlr,nld->rd", pn, do.float().reshape(bsz * heads, lq, d))
@@ -544,25 +286,38 @@ def _backward(do, q, k, v, out, lse, table, relk, ev, pn, spec: _Spec):
 
 
 class RelativeBiasAttention(torch.autograd.Function):
-    """Autograd around the kernels: (q, k, v, table, relk, ev, spec) -> out.
+    """Autograd around the kernels: (q, k, v, table, gidx, relk, ev, spec) -> out.
 
-    table: float32 ALiBi slopes (H,), T5 table (num_buckets, H) or Shaw table (H, 2K + 1);
-    relk: scale * Q E_K^T (B, H, Lq, 2K + 1) float32 for Shaw's key term, computed by the
-    caller with torch so that autograd carries d relk on to q and E_K; ev: float32 E_V."""
+    table: ALiBi's slopes (H,), T5's bucket table (num_buckets, H) or Shaw's (H, 2K + 1),
+    float32; gidx (2K + 1,) int32: the bucket of each relative index (T5; Shaw: the index);
+    relk: scale * Q E_K^T (B, H, Lq, 2K + 1) float32 for Shaw's key term, computed by the caller
+    with torch so that autograd carries d relk on to q and E_K; ev: float32 E_V."""
 
     @staticmethod
-    def forward(ctx, q, k, v, table, relk, ev, spec):
-        out, lse, pn = _forward(q, k, v, table, relk, ev, spec)
-        ctx.save_for_backward(q, k, v, out, lse, table, relk, ev, pn)
+    def forward(ctx, q, k, v, table, gidx, relk, ev, spec):
+        slopes = table if spec.bias == ALIBI else None
+        bias_table = None
+        if spec.bias == TABLE:  # (H, 2K + 1): each relative index's value, looked up per tile
+            rows = table.t() if spec.family == FAMILY_T5 else table  # T5: (buckets, H)
+            bias_table = rows[:, gidx.long()].contiguous()
+        out, lse, pn = _forward(q, k, v, slopes, bias_table, relk, ev, spec)
+        ctx.save_for_backward(q, k, v, out, lse, table, gidx, bias_table, relk, ev, pn)
         ctx.spec = spec
         return out
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, out, lse, table, relk, ev, pn = ctx.saved_tensors
-        dq, dk, dv, dtable, drel, dev = _backward(do, q, k, v, out, lse, table, relk, ev, pn,
-                                                  ctx.spec)  # fmt: skip
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dtable, drel, dev, None
+        q, k, v, out, lse, table, gidx, bias_table, relk, ev, pn = ctx.saved_tensors
+        spec = ctx.spec
+        slopes = table if spec.bias == ALIBI else None
+        dq, dk, dv, dtable, drel, dev = _backward(do, q, k, v, out, lse, slopes, bias_table,
+                                                  gidx, relk, ev, pn, spec)  # fmt: skip
+        if dtable is not None:  # (H, n_rel) -> the table's own layout
+            if spec.bias == ALIBI:
+                dtable = dtable[:, 0]
+            elif spec.family == FAMILY_T5:  # (num_buckets, H)
+                dtable = dtable.t()
+        return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dtable, None, drel, dev, None)
 
 
 def relative_attention(
@@ -628,21 +383,34 @@ def relative_attention(
                 raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
     elif tuple(table.shape) != expected:
         raise ValueError(f"{given[0]} must be {expected}, got {tuple(table.shape)}")
-    family = {"alibi_slopes": ALIBI, "t5_table": T5, "shaw_bias": SHAW, "shaw_k": SHAW_KV}
-    n_rel = {ALIBI: 1, T5: t5_num_buckets, SHAW: table.shape[-1], SHAW_KV: table.shape[0]}
-    bias = family[given[0]]
-    spec = _Spec(
-        bias=bias, causal=causal, scale=1.0 / math.sqrt(d) if scale is None else float(scale),
-        n_rel=n_rel[bias], has_value=shaw_v is not None, t5_bidirectional=t5_bidirectional,
-        t5_buckets=t5_num_buckets, t5_max_distance=t5_max_distance,
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    tiles = dict(
         fwd_tiles=None if fwd_tiles is None else _check_tiles("fwd_tiles", fwd_tiles),
         bwd_tiles=None if bwd_tiles is None else _check_tiles("bwd_tiles", bwd_tiles),
-    )  # fmt: skip
-    relk = ev = None
-    if spec.bias == SHAW_KV:  # the key term's (B, H, Lq, 2K + 1) table: O(L K), not O(L^2)
-        relk = torch.matmul(q.float() * spec.scale, shaw_k.float().t())
+    )
+    gidx = relk = ev = None
+    trains = table.requires_grad and torch.is_grad_enabled()
+    if given[0] == "alibi_slopes":
+        spec = _Spec(ALIBI, causal, scale, 0, 1, table_grad=trains, family=FAMILY_ALIBI, **tiles)
+        table = table.float()
+    elif given[0] == "shaw_k":  # the key term's (B, H, Lq, 2K + 1) table: O(L K), not O(L^2)
+        clip = (shaw_k.shape[0] - 1) // 2
+        spec = _Spec(SHAW_KV, causal, scale, clip, shaw_k.shape[0], has_value=shaw_v is not None,
+                     family=FAMILY_SHAW_KV, **tiles)  # fmt: skip
+        relk = torch.matmul(q.float() * scale, shaw_k.float().t())
         ev = shaw_v.float() if shaw_v is not None else None
         table = None
-    else:
+    elif given[0] == "t5_table":  # beyond max_distance every offset has the last bucket
+        clip = max(t5_max_distance, t5_num_buckets)
+        rel = torch.arange(-clip, clip + 1, device=q.device)
+        gidx = _t5_buckets(rel, t5_bidirectional, t5_num_buckets, t5_max_distance)
+        spec = _Spec(TABLE, causal, scale, clip, t5_num_buckets, table_grad=trains,
+                     family=FAMILY_T5, **tiles)  # fmt: skip
         table = table.float()
-    return RelativeBiasAttention.apply(q, k, v, table, relk, ev, spec)
+    else:  # Shaw's scalar bias: the bucket of an index is the index
+        clip = (table.shape[1] - 1) // 2
+        gidx = torch.arange(table.shape[1], device=q.device, dtype=torch.int32)
+        spec = _Spec(TABLE, causal, scale, clip, table.shape[1], table_grad=trains,
+                     family=FAMILY_SHAW, **tiles)  # fmt: skip
+        table = table.float()
+    return RelativeBiasAttention.apply(q, k, v, table, gidx, relk, ev, spec)

@@ -29,31 +29,43 @@ POS_RANGE, POS_PER_SEQ, POS_IDS = 0, 1, 2  # positions: offset + l | offsets[b] 
 def _rotate_heads(
     x_ptr, o_ptr, stride_xh, stride_xd, stride_oh, stride_od, n_heads,
     cos, sin, D, HALF,
-    INTERLEAVED: tl.constexpr, COPY_TAIL: tl.constexpr,
+    INTERLEAVED: tl.constexpr, COPY_TAIL: tl.constexpr, OFFS_64: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_TAIL: tl.constexpr,
 ):  # fmt: skip
-    """Rotate all heads of one token: x_ptr/o_ptr point at (b, l, head 0, dim 0)."""
+    """Rotate all heads of one token: x_ptr/o_ptr point at (b, l, head 0, dim 0). Offsets
+    within the token are 32-bit unless OFFS_64 (a head stride past 2**31 elements)."""
     offs_i = tl.arange(0, BLOCK_HALF)  # pair index i < R/2
-    if INTERLEAVED:  # pairs (2i, 2i + 1)
-        d1, d2 = 2 * offs_i, 2 * offs_i + 1
-    else:  # pairs (i, i + R/2)
-        d1, d2 = offs_i, offs_i + HALF
     mask_i = offs_i < HALF
     for h0 in range(0, n_heads, BLOCK_H):
         offs_h = h0 + tl.arange(0, BLOCK_H)
-        mask = (offs_h[:, None] < n_heads) & mask_i[None, :]
-        row_x = offs_h[:, None].to(tl.int64) * stride_xh
-        row_o = offs_h[:, None].to(tl.int64) * stride_oh
-        a = tl.load(x_ptr + row_x + d1[None, :] * stride_xd, mask=mask, other=0.0).to(tl.float32)
-        b = tl.load(x_ptr + row_x + d2[None, :] * stride_xd, mask=mask, other=0.0).to(tl.float32)
+        if OFFS_64:
+            offs_h = offs_h.to(tl.int64)
+        row_x, row_o = offs_h[:, None] * stride_xh, offs_h[:, None] * stride_oh
+        mask_h = offs_h[:, None] < n_heads
+        if INTERLEAVED:  # pairs (2i, 2i + 1): a whole row loaded, split in registers
+            offs_r = tl.arange(0, 2 * BLOCK_HALF)
+            mask = mask_h & (offs_r[None, :] < 2 * HALF)
+            x = tl.load(x_ptr + row_x + offs_r[None, :] * stride_xd, mask=mask, other=0.0)
+            a, b = tl.split(tl.reshape(x.to(tl.float32), (BLOCK_H, BLOCK_HALF, 2)))
+        else:  # pairs (i, i + R/2): two contiguous halves
+            mask = mask_h & mask_i[None, :]
+            a = tl.load(x_ptr + row_x + offs_i[None, :] * stride_xd, mask=mask, other=0.0)
+            b = tl.load(x_ptr + row_x + (offs_i[None, :] + HALF) * stride_xd, mask=mask,
+                        other=0.0)  # fmt: skip
+            a, b = a.to(tl.float32), b.to(tl.float32)
         a2 = a * cos[None, :] - b * sin[None, :]
         b2 = b * cos[None, :] + a * sin[None, :]
         out_ty = o_ptr.dtype.element_ty
-        tl.store(o_ptr + row_o + d1[None, :] * stride_od, a2.to(out_ty), mask=mask)
-        tl.store(o_ptr + row_o + d2[None, :] * stride_od, b2.to(out_ty), mask=mask)
+        if INTERLEAVED:
+            y = tl.reshape(tl.join(a2, b2), (BLOCK_H, 2 * BLOCK_HALF))
+            tl.store(o_ptr + row_o + offs_r[None, :] * stride_od, y.to(out_ty), mask=mask)
+        else:
+            tl.store(o_ptr + row_o + offs_i[None, :] * stride_od, a2.to(out_ty), mask=mask)
+            tl.store(o_ptr + row_o + (offs_i[None, :] + HALF) * stride_od, b2.to(out_ty),
+                     mask=mask)  # fmt: skip
         if COPY_TAIL:  # partial rotary, out of place: dims R .. D-1 pass through
             offs_t = 2 * HALF + tl.arange(0, BLOCK_TAIL)
-            mask_t = (offs_h[:, None] < n_heads) & (offs_t[None, :] < D)
+            mask_t = mask_h & (offs_t[None, :] < D)
             t = tl.load(x_ptr + row_x + offs_t[None, :] * stride_xd, mask=mask_t)
             tl.store(o_ptr + row_o + offs_t[None, :] * stride_od, t, mask=mask_t)
 
@@ -68,7 +80,7 @@ def _rope_kernel(
     stride_kob, stride_kol, stride_koh, stride_kod,
     stride_cos, stride_pb, stride_pl,
     POS_KIND: tl.constexpr, INTERLEAVED: tl.constexpr, BACKWARD: tl.constexpr,
-    COPY_TAIL: tl.constexpr,
+    COPY_TAIL: tl.constexpr, OFFS_64: tl.constexpr,
     BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
     BLOCK_TAIL: tl.constexpr,
 ):  # fmt: skip
@@ -76,8 +88,9 @@ def _rope_kernel(
 
     Reads and writes (HQ + HK) * D elements per program; cos/sin rows (R/2 floats each) stay in L2.
     BACKWARD rotates by -angle (the inverse rotation: the gradient of a rotation is its transpose).
+    The token's base address is 64-bit (B * L * H * D may exceed 2**31).
     """
-    pid = tl.program_id(0).to(tl.int64)  # int64: B * L * H * D may exceed 2**31
+    pid = tl.program_id(0).to(tl.int64)
     b = pid // L
     l = pid % L
     if POS_KIND == 0:
@@ -94,12 +107,12 @@ def _rope_kernel(
     _rotate_heads(
         q_ptr + b * stride_qb + l * stride_ql, qo_ptr + b * stride_qob + l * stride_qol,
         stride_qh, stride_qd, stride_qoh, stride_qod, HQ, cos, sin, D, HALF,
-        INTERLEAVED, COPY_TAIL, BLOCK_HQ, BLOCK_HALF, BLOCK_TAIL,
+        INTERLEAVED, COPY_TAIL, OFFS_64, BLOCK_HQ, BLOCK_HALF, BLOCK_TAIL,
     )  # fmt: skip
     _rotate_heads(
         k_ptr + b * stride_kb + l * stride_kl, ko_ptr + b * stride_kob + l * stride_kol,
         stride_kh, stride_kd, stride_koh, stride_kod, HK, cos, sin, D, HALF,
-        INTERLEAVED, COPY_TAIL, BLOCK_HK, BLOCK_HALF, BLOCK_TAIL,
+        INTERLEAVED, COPY_TAIL, OFFS_64, BLOCK_HK, BLOCK_HALF, BLOCK_TAIL,
     )  # fmt: skip
 
 
@@ -132,6 +145,9 @@ def _launch(q, k, q_out, k_out, cos, sin, pos, offset: int, interleaved: bool, b
     def block_h(heads: int) -> int:
         return max(1, min(triton.next_power_of_2(max(heads, 1)), 4096 // block_half))
 
+    # 64-bit offsets within a token only where a head's span needs them
+    span = max((t.shape[2] - 1) * abs(t.stride(2)) + (d - 1) * abs(t.stride(3))
+               for t in (q, k, q_out, k_out))  # fmt: skip
     grid = (bsz * seq_len,)
     _rope_kernel[grid](
         q, k, q_out, k_out, cos, sin, pos_arg,
@@ -139,7 +155,7 @@ def _launch(q, k, q_out, k_out, cos, sin, pos, offset: int, interleaved: bool, b
         *q.stride(), *k.stride(), *q_out.stride(), *k_out.stride(),
         cos.stride(0), spb, spl,
         POS_KIND=kind, INTERLEAVED=interleaved, BACKWARD=backward, COPY_TAIL=copy_tail,
-        BLOCK_HQ=block_h(hq), BLOCK_HK=block_h(hk), BLOCK_HALF=block_half,
+        OFFS_64=span >= 2**31, BLOCK_HQ=block_h(hq), BLOCK_HK=block_h(hk), BLOCK_HALF=block_half,
         BLOCK_TAIL=triton.next_power_of_2(max(tail, 1)),
     )  # fmt: skip
 
@@ -182,9 +198,7 @@ def _check(q, k, cos, sin, pos, offset: int) -> None:
             "TRITON_INTERPRET=1 in the environment before triton is imported"
         )
     n_rows = cos.shape[0]
-    if pos is None:
-        lo, hi = offset, offset + seq_len - 1
-    else:
+    if pos is not None:
         if pos.is_floating_point() or pos.dtype == torch.bool:
             raise TypeError(f"positions must be an integer tensor, got {pos.dtype}")
         if pos.shape not in ((bsz,), (bsz, seq_len)):
@@ -192,9 +206,15 @@ def _check(q, k, cos, sin, pos, offset: int) -> None:
                 f"positions must be (B,) = ({bsz},) or (B, L) = ({bsz}, {seq_len}), "
                 f"got {tuple(pos.shape)}"
             )
-        lo, hi = int(pos.min()), int(pos.max())  # one host sync; checks are worth it here
-        if pos.dim() == 1:
-            hi += seq_len - 1
+        # On the device, without a host sync (a decoding step stays capturable in a CUDA
+        # graph and compilable with fullgraph=True): an out-of-range position fails there.
+        last = pos + (seq_len - 1) if pos.dim() == 1 else pos
+        torch._assert_async(
+            ((pos >= 0) & (last < n_rows)).all(),
+            f"positions must lie in 0 .. {n_rows - 1} (the rows of cos/sin)",
+        )
+        return
+    lo, hi = offset, offset + seq_len - 1
     if lo < 0:
         raise ValueError(f"positions must be >= 0, got {lo}")
     if hi >= n_rows:

@@ -150,3 +150,25 @@ def test_errors_are_relative_norms_and_zero_truths_are_absolute():
     big = check.measure_errors(got, truth, {"b": torch.full((3,), 1.0)}, None, ())
     assert not check.verdict(big, ref, torch.float32)[0]  # 1.0 / 4 of the largest: not zero
     assert check.measure_errors(got, truth, {}, None, ()) == "no gradient for b"
+
+
+def test_what_a_kernel_warns_during_the_check_is_in_its_row(tmp_path, monkeypatch):
+    """A kernel that falls back to smaller tiles warns (kernels.relbias._run); the row says so.
+    Torch's own notices are left out."""
+    import warnings
+
+    def warning(i):
+        def call():
+            warnings.warn_explicit("relative_attention: fwd_tiles (128, 64, 8, 3) do not fit "
+                                   "this GPU; ran with (32, 32, 4, 1)", UserWarning,
+                                   filename="/x/kernels/relbias.py", lineno=1)  # fmt: skip
+            warnings.warn("a notice from torch itself", UserWarning, stacklevel=1)
+            return 2 * i["x"] + i["table"]
+
+        return call
+
+    rows = _by(_run(tmp_path, _table_case({"good": GOOD, "warns": Impl(warning)}), monkeypatch,
+                    modes=MODES[:1]))  # fmt: skip
+    message = rows[("warns", "forward")]["message"]
+    assert "ran with (32, 32, 4, 1)" in message and "torch itself" not in message
+    assert rows[("warns", "forward")]["status"] == "ok"

@@ -5,6 +5,8 @@ interpreter computes bfloat16 tl.dot wrongly); float16 and float32 run the GPU's
 """
 
 import copy
+import math
+import os
 
 import pytest
 import torch
@@ -210,16 +212,89 @@ def test_shaw_key_and_value_backward(case, dtype):
 
 
 def test_table_gradient_is_deterministic():
-    """Per-program partial sums reduced on the host, no atomics: the same bits every time."""
-    q, k, v = (torch.randn(2, 2, 37, 32, device=DEVICE) for _ in range(3))
-    table = torch.randn(16, 2, device=DEVICE, requires_grad=True)
-    grads = []
-    for _ in range(2):
-        out = relbias.relative_attention(q, k, v, t5_table=table, t5_num_buckets=16,
-                                         t5_max_distance=32)  # fmt: skip
-        (grad,) = torch.autograd.grad(out.sum(), table)
-        grads.append(grad)
-    assert torch.equal(grads[0], grads[1]) and grads[0].abs().sum() > 0
+    """Per-program partial sums reduced on the host, no atomics: the same bits every time. On a
+    GPU, where programs run concurrently, two runs over many programs must agree bit for bit;
+    under the serial interpreter they always would, so there the compiled dq kernel (Triton's
+    IR for sm_90a, compiled on the CPU) must hold no atomic operation."""
+    if DEVICE == "cuda":
+        q, k, v = (torch.randn(2, 4, 2048, 64, device=DEVICE) for _ in range(3))
+        table = torch.randn(32, 4, device=DEVICE, requires_grad=True)
+        grads = []
+        for _ in range(2):
+            out = relbias.relative_attention(q, k, v, t5_table=table)
+            (grad,) = torch.autograd.grad(out.sum(), table)
+            grads.append(grad)
+        assert torch.equal(grads[0], grads[1]) and grads[0].abs().sum() > 0
+        return
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("from bench.gpu_compile import Spec, capture, compile_job;"
+            "jobs = capture(Spec('relbias', 't5'), 90);"
+            "dq = [j for j in jobs if j['name'] == '_relbias_bwd_dq_kernel'];"
+            "print(len(dq), compile_job(dq[0])['atomics'])")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1", "0"], out.stdout
+
+
+def test_t5_buckets_are_exact_for_the_public_configuration():
+    """The kernel's T5 lookup table against the public bucket function (float32 logarithm, as
+    the T5 code computes it) at 32 buckets / max distance 128, bidirectional and not, over
+    offsets beyond the clip: at |r| = 16, 32, 64 the log-spaced boundary is an exact integer."""
+    rel = torch.arange(-300, 301)
+
+    def public(r, bidirectional, num_buckets=32, max_distance=128):
+        n, bucket = -r, torch.zeros_like(r)
+        if bidirectional:
+            num_buckets //= 2
+            bucket += (n < 0).long() * num_buckets
+            n = n.abs()
+        else:
+            n = torch.maximum(n, torch.zeros_like(n))
+        exact = num_buckets // 2
+        large = exact + (torch.log(n.float() / exact) / math.log(max_distance / exact)
+                         * (num_buckets - exact)).to(torch.long)  # fmt: skip
+        large = torch.minimum(large, torch.full_like(large, num_buckets - 1))
+        return bucket + torch.where(n < exact, n, large)
+
+    for bidirectional in (True, False):
+        got = relbias._t5_buckets(rel, bidirectional, 32, 128)
+        assert torch.equal(got.long(), public(rel, bidirectional))
+        assert torch.equal(got.long(), F.t5_relative_bucket(rel, bidirectional, 32, 128))
+    at = relbias._t5_buckets(torch.tensor([-64, -32, -16, 16, 32, 64]), True, 32, 128)
+    assert at.tolist() == [14, 12, 10, 26, 28, 30]
+
+
+class _Spy:
+    """Records the keyword arguments of each launch of a kernel, then launches it."""
+
+    def __init__(self, kernel):
+        self.kernel, self.calls = kernel, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.calls.append(kwargs)
+            return self.kernel[grid](*args, **kwargs)
+
+        return launch
+
+
+@pytest.mark.parametrize("family", ["alibi", "t5", "shaw"])
+def test_table_gradient_only_when_the_table_trains(family, monkeypatch):
+    spy = _Spy(relbias._relbias_bwd_dq_kernel)
+    monkeypatch.setattr(relbias, "_relbias_bwd_dq_kernel", spy)
+    module, kwargs = _family(family, 2)
+    name = next(n for n in kwargs if n in ("alibi_slopes", "t5_table", "shaw_bias"))
+    q, k, v = (torch.randn(1, 2, 19, 32, device=DEVICE, requires_grad=True) for _ in range(3))
+    for trains in (False, True):
+        table = kwargs[name].detach().float().to(DEVICE).requires_grad_(trains)
+        out = relbias.relative_attention(q, k, v, **{**kwargs, name: table})
+        grads = torch.autograd.grad(out.sum(), [q, table] if trains else [q])
+        assert spy.calls[-1]["TABLE_GRAD"] is trains
+        assert grads[0].abs().sum() > 0 and (not trains or grads[1].abs().sum() > 0)
 
 
 @pytest.mark.parametrize("family", ["t5", "shaw_kv"])
@@ -322,13 +397,13 @@ def test_default_tiles_are_valid_on_every_gpu(monkeypatch):
             for d in (32, 64, 80, 128):
                 q = torch.empty(1, 1, 1, d, dtype=dtype)
                 for backward in (False, True):
-                    spec = relbias._Spec(relbias.SHAW_KV, False, 1.0, 2 * 40 + 1, True)
+                    spec = relbias._Spec(relbias.SHAW_KV, False, 1.0, 40, 81, has_value=True)
                     tiles, fallback = spec.tiles(q, backward)
                     assert (
                         relbias._check_tiles("tiles", tiles) == tiles and fallback == relbias._SAFE
                     )
                     assert spec.row_tiles(tiles).block_m <= 4096 // spec.nb
-    spec = relbias._Spec(relbias.ALIBI, False, 1.0, 1, False, fwd_tiles=relbias.Tiles(32, 16))
+    spec = relbias._Spec(relbias.ALIBI, False, 1.0, 0, 1, fwd_tiles=relbias.Tiles(32, 16))
     assert spec.tiles(q, False) == (relbias.Tiles(32, 16), None)  # the user's: no fallback
 
 
@@ -344,7 +419,8 @@ def test_tiles_that_do_not_fit_fall_back_or_name_the_argument():
         return tiles
 
     big = relbias.Tiles(128, 64, 8, 3)
-    assert relbias._run(launch, big, relbias._SAFE, "fwd_tiles") == relbias._SAFE
+    with pytest.warns(UserWarning, match=r"fwd_tiles \(128, 64, 8, 3\) do not fit.*ran with"):
+        assert relbias._run(launch, big, relbias._SAFE, "fwd_tiles") == relbias._SAFE
     assert tried == [big, relbias._SAFE]
     with pytest.raises(ValueError, match=r"bwd_tiles=Tiles\(block_m=128.*does not fit"):
         relbias._run(launch, big, None, "bwd_tiles")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 from torch.testing import assert_close
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import kernels
 from kernels import rope
@@ -218,3 +219,44 @@ def test_fused_module_is_a_drop_in_for_the_reference(interleaved):
         assert_close(fused(x), ref(x), atol=1e-6, rtol=1e-6)
         assert_close(fused(x, positions=4), ref(x, positions=4), atol=1e-6, rtol=1e-6)
         assert_close(fused(x, positions=ids), ref(x, positions=ids), atol=1e-6, rtol=1e-6)
+
+
+class _Ops(TorchDispatchMode):
+    """Records every aten op a call dispatches."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.add(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_tensor_positions_need_no_host_sync():
+    """Decoding with per-sequence offsets: apply_rope with tensor positions reads no value back
+    to the host (no aten._local_scalar_dense, what int(positions.max()) dispatches), compiles
+    with fullgraph=True and, on a GPU, is captured in a CUDA graph and replayed."""
+    cos, sin = _on(*F.rope_cos_sin(64, 16))
+    q, k = _on(torch.randn(3, 1, 4, 16), torch.randn(3, 1, 2, 16))
+    offsets = torch.tensor([5, 0, 40], device=DEVICE)
+
+    def step(q, k, offsets):
+        return kernels.apply_rope(q, k, cos, sin, positions=offsets)
+
+    with _Ops() as ops:
+        want = step(q, k, offsets)
+    assert "aten._local_scalar_dense.default" not in ops.names, sorted(ops.names)
+    got = torch.compile(step, fullgraph=True)(q, k, offsets)
+    assert_close(got[0], want[0])
+    assert_close(got[1], want[1])
+    case = Case("decode", "bshd", False, 3, 1, 4, 2, 16, 16, "per_seq")
+    _check_against_reference(want[0].cpu(), q.cpu(), offsets.cpu()[:, None], case, torch.float32)
+    if DEVICE == "cuda":
+        graph = torch.cuda.CUDAGraph()
+        step(q, k, offsets)  # warm-up: compiles the kernel outside the capture
+        with torch.cuda.graph(graph):
+            out = step(q, k, offsets)
+        offsets.copy_(torch.tensor([1, 2, 3], device=DEVICE))  # new offsets, same graph
+        graph.replay()
+        assert_close(out[0], step(q, k, offsets)[0])
