@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make test    create/reuse $(VENV), install, run the whole test suite"
-	@echo "make bench   same set-up, then python -m bench (the default sweep; results/runs/)"
+	@echo "make bench   same set-up, then python -m bench \$$ARGS (the default sweep; results/runs/)"
 	@echo "make gpu-compile  every kernel the GPU runs launch, compiled for sm_90a and sm_80 here (Triton 3.9 and 3.6)"
 	@echo "make gpu-check  on a CUDA machine: the kernel tests on the GPU, then python -m bench sweep=gpu"
 	@echo "make gpu-run   the whole GPU visit in one call: tools/gpu_run.sh (docs/gpu.md)"
@@ -99,8 +99,10 @@ gpu-wheels:
 	$(PYTHON) -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3
 	@ls .whl
 
+# make bench ARGS="cases=[rope] seq_len=[512,2048]": any overrides of python -m bench
+ARGS ?=
 bench: $(STAMP)
-	$(PY) -m bench
+	$(PY) -m bench $(ARGS)
 
 # The CPU timing gate (issue 6): the pytest-benchmark suite, then a comparison with the baseline.
 REGRESS_OUT ?= results/regress

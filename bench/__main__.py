@@ -4,12 +4,16 @@ Config: configs/bench.yaml with the schema in bench/config.py. Examples:
     python -m bench                                   # the default sweep (quick)
     python -m bench sweep=seed_5_2                    # the tutorial's section 5.2, then done right
     python -m bench -m batch=1,8 seq_len=128,512      # a multirun, aggregated at the end
-    python -m bench profile=true cases=rope impls=reference
+    python -m bench profile=true cases=[rope] impls=[reference]
+    python -m bench --help                            # cases, implementations, sweeps, keys
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -17,24 +21,78 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from bench import cli, profile, report
 from bench import config as bench_config
-from bench import profile, report
-from bench.results import write_env
+from bench.results import git_sha, write_env
 from bench.runner import Runner
 
 bench_config.register()
+# The run directory's name: results/runs/<time>-<sweep><the overrides that change what runs>
+OmegaConf.register_new_resolver("bench_tag", cli.run_tag, replace=True)
+IGNORED = ("resume",)  # keys a resumed run may change
+
+
+def _fail(message: str, out_dir: Path) -> None:
+    """A configuration error: said in one line, exit 2, no empty run directory left behind."""
+    print(f"invalid configuration: {message}", file=sys.stderr)
+    _discard_if_empty(out_dir)
+    sys.exit(2)
+
+
+def _discard_if_empty(out_dir: Path) -> None:
+    if (
+        out_dir.is_dir()
+        and not any(out_dir.glob("results.csv"))
+        and not any(out_dir.glob("pooled.json"))
+    ):
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def _resumable(cfg: DictConfig, out_dir: Path) -> str | None:
+    """Why this run cannot resume out_dir (None if it can): nothing there to resume, or a
+    configuration other than the one it was made with."""
+    if not (out_dir / "results.csv").exists() and not (out_dir / "pooled.json").exists():
+        return (f"resume=true: {out_dir} holds no results.csv; pass the run to resume as "
+                "hydra.run.dir=results/runs/<run>")  # fmt: skip
+    saved_path = out_dir / "config.yaml"
+    if not saved_path.exists():
+        return None
+    saved = OmegaConf.to_container(OmegaConf.load(saved_path))
+    now = OmegaConf.to_container(cfg)
+    changed = [k for k in sorted(set(saved) | set(now))
+               if k not in IGNORED and saved.get(k) != now.get(k)]  # fmt: skip
+    if changed:
+        diffs = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed[:4])
+        return f"resume=true: the run was made with another configuration ({diffs})"
+    return None
+
+
+def _record(out_dir: Path, cfg: DictConfig, overrides: list[str], summary: dict) -> None:
+    """config.yaml and env.json; a resumed run keeps the originals and appends to env.json."""
+    env_path = out_dir / "env.json"
+    if cfg.resume and env_path.exists():
+        env = json.loads(env_path.read_text())
+        env.setdefault("resumes", []).append(dict(
+            time=time.strftime("%Y-%m-%dT%H:%M:%S"), git_sha=git_sha(), overrides=overrides,
+            **summary))  # fmt: skip
+        env_path.write_text(json.dumps(env, indent=2, default=str) + "\n")
+        return
+    write_env(env_path, {"run_id": out_dir.name, "overrides": overrides, **summary})
+    OmegaConf.save(cfg, out_dir / "config.yaml")
 
 
 @hydra.main(config_path="../configs", config_name="bench", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
-    pinned = frozenset(o.split("=", 1)[0].lstrip("+~") for o in hydra_cfg.overrides.task)
+    out_dir = Path(hydra_cfg.runtime.output_dir)
+    overrides = list(hydra_cfg.overrides.task)
+    pinned = frozenset(o.split("=", 1)[0].lstrip("+~") for o in overrides)
     try:
         plan = bench_config.make_plan(cfg, pinned)
     except ValueError as exc:  # before anything runs
-        print(f"invalid configuration: {exc}", file=sys.stderr)
-        sys.exit(2)
-    out_dir = Path(hydra_cfg.runtime.output_dir)
+        _fail(str(exc), out_dir)
+    if cfg.resume and (why := _resumable(cfg, out_dir)):
+        _fail(why, out_dir)
     if cfg.profile:
         profile.run(plan, cfg, out_dir)
         return
@@ -42,20 +100,44 @@ def main(cfg: DictConfig) -> None:
         plan, cfg.timing, out_dir, run_id=out_dir.name, resume=cfg.resume,
         tutorial_timing=cfg.tutorial_timing, do_calibrate=cfg.calibrate, seed=cfg.seed,
     )  # fmt: skip
-    summary = runner.run()
-    overrides = list(hydra_cfg.overrides.task)
-    write_env(out_dir / "env.json", {"run_id": out_dir.name, "overrides": overrides, **summary})
+    try:
+        summary = runner.run()
+    except KeyboardInterrupt:
+        again = " ".join(o for o in overrides if not o.startswith(("resume", "hydra.run.dir")))
+        print(f"\ninterrupted: {runner.done} rows of this run are saved in "
+              f"{out_dir / 'results.csv'}. Finish it with:\n  python -m bench {again} "
+              f"resume=true hydra.run.dir={out_dir}", file=sys.stderr)  # fmt: skip
+        if not cfg.resume:
+            OmegaConf.save(cfg, out_dir / "config.yaml")
+        sys.exit(130)
+    _record(out_dir, cfg, overrides, summary)
     print(
         f"{runner.done} rows in {summary['wall_s']:.1f} s "
         f"(harness overhead {summary['overhead_pct']:.1f}% of the wall time) -> {out_dir}"
     )
-    if hydra_cfg.mode != RunMode.MULTIRUN:  # a multirun reports once, at its end (callbacks)
-        report.build([out_dir])
-        if cfg.tutorial_timing:  # sweep=seed_5_2: print the table that extends section 5.2
-            print("\n".join(report.tutorial_table(report.load([out_dir]))))
-        print(f"report: {out_dir / 'report.md'}")
-    OmegaConf.save(cfg, out_dir / "config.yaml")
+    if hydra_cfg.mode == RunMode.MULTIRUN:  # a multirun reports once, at its end (callbacks)
+        return
+    if not report.has_rows([out_dir]):
+        print("nothing to report: no row was measured (is the device there?)")
+        return
+    report.build([out_dir])
+    if cfg.tutorial_timing:  # sweep=seed_5_2: print the table that extends section 5.2
+        print("\n".join(report.tutorial_table(report.load([out_dir]))))
+    print(f"report: {out_dir / 'report.md'}")
+
+
+def entry() -> None:
+    """Checks that need no config: --help, keys that do not exist."""
+    argv = sys.argv[1:]
+    if "--help" in argv or "-h" in argv:
+        print(cli.help_text())
+        return
+    problem = cli.unknown_key(argv)
+    if problem:
+        print(f"invalid configuration: {problem}", file=sys.stderr)
+        sys.exit(2)
+    main()
 
 
 if __name__ == "__main__":
-    main()
+    entry()

@@ -1,15 +1,20 @@
 """Tables and plots from results alone: `python -m bench.report RUN_DIR [RUN_DIR ...]`.
 
 Reads every results.csv under the given directories (a run, a multirun sweep, runs copied from
-several machines), merges them, and writes merged.csv, report.md and PNG plots to --out (default:
-the first directory).
+several machines), merges them, and writes merged.csv (every row), report.md and PNG plots.
+One directory: its own report, rebuilt in place. Several: a new directory (--out, default
+results/reports/<time>-merged), never one of the runs'. `--compare`: bench/compare.py.
+
+A cell whose median is uncertain is marked `~`: its 95% interval is wider than +-10%, or (on
+the CPU) the process got under half a core while it was timed (another process had it).
+Speedups are taken within one run only; a row measured in several runs shows the latest.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -22,23 +27,50 @@ SHAPE = ["batch", "seq_len", "d_model", "num_heads", "params"]
 
 
 def knobs(params: str) -> str:
-    """The params column's JSON as "layout=bshd causal=True" (empty for none)."""
+    """The params column's JSON as "layout=bshd causal" (defaults left out: default tiles,
+    num_kv_heads null, causal false; empty for none)."""
     try:
-        return " ".join(f"{k}={v}" for k, v in json.loads(params).items())
+        items = json.loads(params).items()
     except (TypeError, ValueError):
         return ""
+    return " ".join(k if v is True else f"{k}={v}" for k, v in items
+                    if v not in (None, False, "default"))  # fmt: skip
 
 
-def load(dirs: list[Path]) -> pd.DataFrame:
+def has_rows(dirs: list[Path]) -> bool:
+    """Whether any results.csv under dirs holds a row."""
+    return any(
+        f.stat().st_size and len(f.read_text().splitlines()) > 1
+        for d in dirs for f in Path(d).rglob("results.csv")
+    )  # fmt: skip
+
+
+KEY = ["case", "impl", "mode", "device", "device_name", "dtype", *SHAPE]
+UNCERTAIN_CI = 0.10  # a median's 95% interval wider than +-10%
+CONTENDED = 0.5  # process CPU time under half the wall time of its samples (CPU rows)
+
+
+def load_all(dirs: list[Path]) -> pd.DataFrame:
+    """Every row of every results.csv under dirs."""
     files = sorted({f for d in dirs for f in Path(d).rglob("results.csv")})
     if not files:
         raise FileNotFoundError(f"no results.csv under {', '.join(map(str, dirs))}")
     frames = [pd.read_csv(f, dtype={"params": str}) for f in files]
-    df = pd.concat([f for f in frames if not f.empty], ignore_index=True)
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        raise FileNotFoundError(f"no rows in the results.csv under {', '.join(map(str, dirs))}")
+    df = pd.concat(frames, ignore_index=True)
     df["params"] = df["params"].fillna("{}") if "params" in df else "{}"
-    # The same row measured twice (a resumed or re-run point) keeps its latest measurement.
-    key = ["case", "impl", "mode", "device", "device_name", "dtype", *SHAPE]
-    return df.sort_values("timestamp").drop_duplicates(key, keep="last").reset_index(drop=True)
+    return df.sort_values("timestamp", kind="stable").reset_index(drop=True)
+
+
+def load(dirs: list[Path]) -> pd.DataFrame:
+    """One row per key: a row measured more than once (a re-run, or the same point in
+    several runs) keeps its latest measurement; attrs["duplicates"] counts the others."""
+    df = load_all(dirs)
+    latest = df.drop_duplicates(KEY, keep="last").reset_index(drop=True)
+    latest.attrs["duplicates"] = len(df) - len(latest)
+    return latest
 
 
 def _baseline(case: str) -> str:
@@ -46,19 +78,33 @@ def _baseline(case: str) -> str:
 
 
 def _speedups(df: pd.DataFrame) -> pd.DataFrame:
-    """Adds `speedup`: the case's baseline impl time over this impl's, same point and device."""
+    """Adds `speedup`: the case's baseline impl time over this impl's, same point, device and
+    run (timed side by side; never a ratio of two runs' times)."""
     base_impl = df["case"].map(_baseline)
     key = ["case", "mode", "device", "device_name", "dtype", *SHAPE]
+    key += ["run_id"] if "run_id" in df else []
     base = df[df["impl"] == base_impl][key + ["p50_ms"]].rename(columns={"p50_ms": "base_ms"})
     out = df.merge(base, on=key, how="left")
     out["speedup"] = out["base_ms"] / out["p50_ms"]
     return out
 
 
+def uncertain(df: pd.DataFrame) -> pd.Series:
+    """Rows whose median is not to be trusted at a glance (see the module docstring)."""
+    flag = pd.Series(False, index=df.index)
+    if "p50_ci_hi_ms" in df:
+        half = pd.concat([df["p50_ms"] - df["p50_ci_lo_ms"], df["p50_ci_hi_ms"] - df["p50_ms"]],
+                         axis=1).max(axis=1) / df["p50_ms"]  # fmt: skip
+        flag |= half > UNCERTAIN_CI
+    if "cpu_util" in df:
+        flag |= (df["device"] == "cpu") & (df["cpu_util"] < CONTENDED)
+    return flag & (df["status"] == "ok")
+
+
 def _cell(row) -> str:
     if row["status"] != "ok":
         return row["status"]
-    text = f"{row['p50_ms']:.3g}"
+    text = ("~" if row.get("uncertain") else "") + f"{row['p50_ms']:.3g}"
     if pd.notna(row.get("speedup")):
         text += f" ({row['speedup']:.2f}x)"
     return text
@@ -86,18 +132,26 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
     """df: rows with `speedup` and `cell` (see build)."""
     df = df.assign(column=df["impl"] + " @ " + df["device"])
     lines = ["# posenc-bench report", ""]
-    for env in envs:
-        where = env.get("gpu") or env.get("cpu")
-        lines.append(
-            f"- {where}: torch {env.get('torch')}, triton {env.get('triton')}, "
-            f"{env.get('torch_threads')} threads, git {str(env.get('git_sha'))[:10]}"
-        )
+    where = [f"- {env.get('gpu') or env.get('cpu')}: torch {env.get('torch')}, triton "
+             f"{env.get('triton')}, {env.get('torch_threads')} threads, git "
+             f"{str(env.get('git_sha'))[:10]}" for env in envs]  # fmt: skip
+    lines += list(dict.fromkeys(where))  # a multirun's jobs share one line
     lines += [
         "",
         "Cells: median ms per call (speedup vs the case's baseline implementation on",
-        "the same device); non-ok cells show the status (see results.csv for the message).",
+        "the same device, timed side by side in the same run); non-ok cells show the status",
+        f"(see results.csv for the message). `~`: uncertain ({int(df['uncertain'].sum())} cells):",
+        f"the median's 95% interval is wider than +-{100 * UNCERTAIN_CI:.0f}%, or the process got",
+        f"under {CONTENDED:g} of a CPU while it was timed.",
         "",
     ]
+    dup = df.attrs.get("duplicates", 0)
+    if dup:
+        lines += [
+            f"{dup} rows were measured more than once (re-runs, or the same point in "
+            "several runs): each cell shows the latest; merged.csv has them all.",
+            "",
+        ]
     lines += precision(df)
     lines += tutorial_table(df)
     order = {name: i for i, name in enumerate(CASES)}
@@ -187,126 +241,31 @@ def build(dirs: list[Path], out: Path | None = None) -> Path:
     dirs = [Path(d) for d in dirs]
     out = Path(out or dirs[0])
     out.mkdir(parents=True, exist_ok=True)
+    load_all(dirs).to_csv(out / "merged.csv", index=False)
     df = load(dirs)
     envs = [json.loads(f.read_text()) for d in dirs for f in sorted(Path(d).rglob("env.json"))]
-    df.to_csv(out / "merged.csv", index=False)
+    dup = df.attrs.get("duplicates", 0)
     df = _speedups(df)
+    df.attrs["duplicates"] = dup
+    df["uncertain"] = uncertain(df)
     df["cell"] = df.apply(_cell, axis=1)
     (out / "report.md").write_text(markdown(df, envs))
     plots.write_all(df, out)
     return out
 
 
-def _drift(dir_a: Path, dir_b: Path) -> tuple[pd.DataFrame, dict[str, pd.Series]]:
-    """The ok rows of two runs side by side, and |B/A - 1| per row of: their medians ("times");
-    their speedups vs the case's baseline ("speedups", the baselines left out); their time
-    relative to the copy timed in the same group ("vs copy": pct_copy_bw, where both runs have
-    it). The last two are ratios measured side by side within each run."""
-    key = ["case", "impl", "mode", "device", "dtype", *SHAPE]
-    a, b = (_speedups(df[df["status"] == "ok"]) for df in (load([dir_a]), load([dir_b])))
-    for df in (a, b):
-        if "pct_copy_bw" not in df:  # runs made before the copy was timed alongside
-            df["pct_copy_bw"] = float("nan")
-    both = a.merge(b, on=key, suffixes=("_a", "_b"))
-    if both.empty:
-        raise ValueError(f"no ok rows in common between {dir_a} and {dir_b}")
-    both["ratio"] = both["p50_ms_b"] / both["p50_ms_a"]
-    others = both[both["speedup_a"].notna() & (both["impl"] != both["case"].map(_baseline))]
-    copied = both[both["pct_copy_bw_a"].notna() & both["pct_copy_bw_b"].notna()]
-    return both, {
-        "times": (both["ratio"] - 1).abs(),
-        "speedups": (others["speedup_b"] / others["speedup_a"] - 1).abs(),
-        "vs copy": (copied["pct_copy_bw_b"] / copied["pct_copy_bw_a"] - 1).abs(),
-    }
-
-
-def _within(dev: pd.Series) -> str:
-    return f"{int((dev <= 0.05).sum())} of {len(dev)}"
-
-
-def compare(dir_a: Path, dir_b: Path) -> str:
-    """Run-to-run repeatability: each row's median in run B over its median in run A, and the
-    same for its speedup vs the case's baseline and its time vs the copy of its group (ratios
-    measured side by side within each run)."""
-    both, dev = _drift(dir_a, dir_b)
-    times = dev["times"]
-    lines = [
-        f"# Repeatability: {Path(dir_b).name} vs {Path(dir_a).name}", "",
-        f"{len(both)} rows in common; median times: |B/A - 1| median {100 * times.median():.1f}%, "
-        f"max {100 * times.max():.1f}%; within 5%: {_within(times)}.", "",
-    ]  # fmt: skip
-    what = {
-        "speedups": "Speedups vs the baseline ({n} rows besides the baselines)",
-        "vs copy": "Time vs the same-size copy timed alongside, pct_copy_bw ({n} rows)",
-    }
-    for name, title in what.items():
-        d = dev[name]
-        if len(d):
-            lines += [f"{title.format(n=len(d))}: |B/A - 1| median {100 * d.median():.1f}%, "
-                      f"max {100 * d.max():.1f}%; within 5%: {_within(d)}.", ""]  # fmt: skip
-    lines += [
-        "| case | impl | mode | shape | p50 A ms | p50 B ms | B / A | speedup A | speedup B "
-        "| % copy A | % copy B |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for _, r in both.iterrows():
-        shape = f"B={r['batch']} L={r['seq_len']} d={r['d_model']} H={r['num_heads']}"
-        speedups = " | ".join(
-            f"{r[c]:.2f}x" if pd.notna(r[c]) else "" for c in ("speedup_a", "speedup_b")
-        )
-        copies = " | ".join(
-            f"{r[c]:.1f}" if pd.notna(r[c]) else "" for c in ("pct_copy_bw_a", "pct_copy_bw_b")
-        )
-        lines.append(
-            f"| {r['case']} | {r['impl']} | {r['mode']} | {shape} | {r['p50_ms_a']:.3f} "
-            f"| {r['p50_ms_b']:.3f} | {r['ratio']:.3f} | {speedups} | {copies} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def compare_all(dirs: list[Path]) -> str:
-    """Repeatability over several runs of one sweep: every pair's drift of the medians, of the
-    speedups and of the time vs the copy (median and max over the rows in common), then the
-    spread over the pairs."""
-    lines = [
-        f"# Repeatability over {len(dirs)} runs: every pair", "",
-        "Runs: " + ", ".join(f"{i + 1} = {Path(d).name}" for i, d in enumerate(dirs)) + ".", "",
-        "| pair | rows | times: median, max of \\|B/A - 1\\| | rows within 5% "
-        "| speedups: median, max | speedups within 5% | vs copy: median, max | vs copy within 5% |",
-        "|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
-    medians: dict[str, list[float]] = {"times": [], "speedups": [], "vs copy": []}
-    rows = []  # every row of every pair: |B/A - 1| of its median
-    for i, j in itertools.combinations(range(len(dirs)), 2):
-        both, dev = _drift(dirs[i], dirs[j])
-        rows += list(dev["times"])
-        cells = [f"{i + 1} vs {j + 1}", str(len(both))]
-        for name, d in dev.items():
-            if len(d):
-                medians[name].append(d.median())
-                cells += [f"{100 * d.median():.1f}%, {100 * d.max():.1f}%", _within(d)]
-            else:
-                cells += ["", ""]
-        lines.append("| " + " | ".join(cells) + " |")
-    m = pd.Series(medians["times"])
-    lines += ["", f"Over the {len(m)} pairs, the median drift of the medians ranged from "
-              f"{100 * m.min():.1f}% to {100 * m.max():.1f}% (middle pair {100 * m.median():.1f}%;"
-              f" {int((m <= 0.05).sum())} of {len(m)} pairs within 5%; row by row, "
-              f"{_within(pd.Series(rows))} row pairs within 5%, the largest "
-              f"{100 * max(rows):.1f}%)."]  # fmt: skip
-    for name, label in (("speedups", "Speedups"), ("vs copy", "Time vs the copy")):
-        if medians[name]:
-            sm = pd.Series(medians[name])
-            lines[-1] += (f" {label}: {100 * sm.min():.1f}% to {100 * sm.max():.1f}% (middle "
-                          f"pair {100 * sm.median():.1f}%; {int((sm <= 0.05).sum())} of "
-                          f"{len(sm)} pairs within 5%).")  # fmt: skip
-    return "\n".join(lines) + "\n"
+def _new_dir(kind: str) -> Path:
+    return Path("results") / "reports" / f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}"
 
 
 def main(argv: list[str] | None = None) -> Path:
+    from bench import compare
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dirs", nargs="+", type=Path, help="run or sweep directories")
-    parser.add_argument("--out", type=Path, default=None, help="where to write (default: first)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where to write (default: the run itself for one directory, else "
+                             "a new results/reports/<time>-merged or -compare)")  # fmt: skip
     parser.add_argument(
         "--compare",
         action="store_true",
@@ -319,14 +278,18 @@ def main(argv: list[str] | None = None) -> Path:
     if args.compare:
         if len(args.dirs) < 2:
             parser.error("--compare takes two or more run directories")
-        out = Path(args.out or args.dirs[-1])
-        name, text = (("compare.md", compare(*args.dirs)) if len(args.dirs) == 2
-                      else ("repeatability.md", compare_all(args.dirs)))  # fmt: skip
+        out = Path(args.out or _new_dir("compare"))
+        name, text = (("compare.md", compare.compare(*args.dirs)) if len(args.dirs) == 2
+                      else ("repeatability.md", compare.compare_all(args.dirs)))  # fmt: skip
         out.mkdir(parents=True, exist_ok=True)
         (out / name).write_text(text)
         print(text)
+        print(f"wrote {out / name}")
         return out
-    out = build(args.dirs, args.out)
+    if not has_rows(args.dirs):
+        parser.error(f"dirs: no measured rows under {', '.join(map(str, args.dirs))}")
+    out = args.out or (args.dirs[0] if len(args.dirs) == 1 else _new_dir("merged"))
+    out = build(args.dirs, out)
     print(f"wrote {out}/report.md, merged.csv and plots")
     return out
 

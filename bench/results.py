@@ -64,7 +64,7 @@ class ResultsWriter:
         self._file.close()
 
 
-def _git_sha() -> str:
+def git_sha() -> str:
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
@@ -109,7 +109,7 @@ def environment() -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "platform": platform.platform(),
-        "git_sha": _git_sha(),
+        "git_sha": git_sha(),
         "cuda_available": torch.cuda.is_available(),
     }
     try:

@@ -120,6 +120,11 @@ class Runner:
         if "cuda" in self.plan.devices and "cuda" not in self.devices:
             print("device=cuda: CUDA is not available on this machine; skipping it", flush=True)
         already = sum(1 for _ in self.writer.existing)
+        tm = self.timing
+        bound = (self.total() - already) * (tm.warmup_s + tm.budget_s) / 60
+        print(f"{self.total() - already} rows to measure ({already} already in results.csv) on "
+              f"{', '.join(self.devices) or 'no device'}: at most about {bound:.0f} min of "
+              "timing, plus the copies, checks and compiles", flush=True)  # fmt: skip
         self._bar = tqdm(total=self.total() * self.passes, disable=None, unit="row",
                          dynamic_ncols=True)  # fmt: skip
         try:
@@ -154,10 +159,13 @@ class Runner:
         self.pool.written(row_key(row))
         self.done += 1
         self._bar.update(1)
-        if self._bar.disable:  # CI and pipes: one plain line per row
+        if self._bar.disable:  # CI and pipes: one plain line per row, with the time left
             ms = f"{row['p50_ms']:.3f} ms" if row.get("p50_ms") is not None else ""
             count = len(self.writer.existing)
-            print(f"[{count}/{self.total()}] {row['case']} {row['impl']} {row['mode']} "
+            elapsed = time.perf_counter() - self.clock.start
+            left = elapsed / self.done * max(0, self.total() - count)
+            print(f"[{count}/{self.total()}, {_clock(elapsed)} in, ~{_clock(left)} left] "
+                  f"{row['case']} {row['impl']} {row['mode']} "
                   f"{row['device']} {row['dtype']} {task.point.label(task.case.knobs)}: "
                   f"{row['status']} {ms} {row.get('message', '')}".rstrip(),
                   flush=True)  # fmt: skip
@@ -409,6 +417,15 @@ class Runner:
             with torch.no_grad():
                 fn()
         return (time.time() - start) * 1000
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return (
+        f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
+        if minutes >= 60
+        else f"{minutes}:{secs:02d}"
+    )
 
 
 def _own_warnings(caught) -> str:

@@ -8,7 +8,6 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bench import report
 from bench.config import BenchConfig, TimingConfig, make_plan
 from bench.registry import Case, Cost, Impl, Point
 from bench.runner import Runner
@@ -343,118 +342,6 @@ def test_resume_measures_only_what_is_missing(tmp_path, monkeypatch):
         _run(tmp_path, case, monkeypatch, points=points, modes=("forward",))
     rows = _run(tmp_path, case, monkeypatch, points=points, modes=("forward",), resume=True)
     assert len(rows) == 2 and counter["n"] == 2  # only the new point was measured
-
-
-def test_report_from_a_saved_run_and_a_merge(tmp_path, monkeypatch):
-    case = _toy_case({"good": Impl(lambda i: lambda: 2 * i["x"]), "slow": Impl(
-        lambda i: lambda: (2 * i["x"]).clone().mul(1.0))})  # fmt: skip
-    monkeypatch.setitem(report.CASES, "toy", case)
-    run_a, run_b = tmp_path / "a", tmp_path / "b"
-    run_a.mkdir()
-    run_b.mkdir()
-    _run(run_a, case, monkeypatch, points=(Point(1, 8, 4, 2), Point(1, 16, 4, 2)))
-    _run(run_b, case, monkeypatch, points=(Point(2, 8, 4, 2),))
-    out = report.build([run_a, run_b], tmp_path / "merged")
-    text = (out / "report.md").read_text()
-    assert "## toy / forward / float32" in text and "good @ cpu" in text
-    assert "Precision: the median's 95% interval" in text and "of 12 ok rows" in text
-    with open(out / "merged.csv") as f:
-        assert len(list(csv.DictReader(f))) == 2 * 2 * 2 + 2 * 2  # both runs, every row
-    for plot in ("time_vs_seq_len", "speedup", "pct_copy_bw"):
-        assert (out / f"{plot}_forward_float32.png").read_bytes()[:4] == b"\x89PNG"
-
-
-def test_report_compare_two_runs_into_a_new_directory(tmp_path, monkeypatch, capsys):
-    case = _toy_case({"good": Impl(lambda i: lambda: 2 * i["x"])})
-    monkeypatch.setitem(report.CASES, "toy", case)
-    runs = [tmp_path / "a", tmp_path / "b"]
-    for run in runs:
-        run.mkdir()
-        _run(run, case, monkeypatch, points=(Point(1, 8, 4, 2),), modes=("forward",))
-    out = report.main([*map(str, runs), "--compare", "--out", str(tmp_path / "new" / "cmp")])
-    text = (out / "compare.md").read_text()
-    assert "1 rows in common" in text and "| toy | good | forward |" in text
-
-
-def _write_run(path, slow, fast_ms=0.5):
-    import pandas as pd
-
-    path.mkdir()
-    shape = dict(batch=1, seq_len=8, d_model=4, num_heads=2)
-    rows = [dict(case="toy", impl=impl, mode="forward", device="cpu", device_name="cpu",
-                 dtype="float32", **shape, p50_ms=ms * slow, status="ok",
-                 pct_copy_bw=100 * 0.25 * slow / (ms * slow),  # its group's copy: 0.25 ms
-                 timestamp="2026-11-29T00:00:00")
-            for impl, ms in (("good", 1.0), ("fast", fast_ms))]  # fmt: skip
-    pd.DataFrame(rows).to_csv(path / "results.csv", index=False)
-
-
-def test_report_states_how_well_the_medians_are_known(tmp_path):
-    """report.md's precision line: half-widths 1%, 4% and 10% (the larger side counts) -> 1 of
-    3 within 2%, 2 within 5%, 4.0% at the median row; rows of runs without the columns: none."""
-    import pandas as pd
-
-    rows = [dict(p50_ms=10.0, p50_ci_lo_ms=lo, p50_ci_hi_ms=hi, status="ok")
-            for lo, hi in [(9.9, 10.05), (9.8, 10.4), (9.9, 11.0)]]  # fmt: skip
-    rows.append(dict(p50_ms=None, p50_ci_lo_ms=None, p50_ci_hi_ms=None, status="wrong"))
-    (line,) = [x for x in report.precision(pd.DataFrame(rows)) if x]
-    assert ("within +-2% of it for 1 of 3 ok rows and within +-5% for 2; its larger "
-            "half-width is 4.0% at the median row") in line  # fmt: skip
-    assert report.precision(pd.DataFrame([dict(p50_ms=1.0, status="ok")])) == []
-
-
-def test_compare_separates_machine_drift_from_speedup_drift(tmp_path, monkeypatch):
-    """Run B is 20% slower everywhere (a slower phase of the machine): every time moves by 20%,
-    the speedup measured side by side within each run does not move."""
-    monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
-    _write_run(tmp_path / "a", 1.0)
-    _write_run(tmp_path / "b", 1.2)
-    text = report.compare(tmp_path / "a", tmp_path / "b")
-    assert "|B/A - 1| median 20.0%, max 20.0%; within 5%: 0 of 2" in text
-    assert "Speedups vs the baseline (1 rows besides the baselines): |B/A - 1| median 0.0%" in text
-    assert "copy timed alongside, pct_copy_bw (2 rows): |B/A - 1| median 0.0%, max 0.0%" in text
-    row = "| toy | fast | forward | B=1 L=8 d=4 H=2 | 0.500 | 0.600 | 1.200 | 2.00x | 2.00x |"
-    assert row + " 50.0 | 50.0 |" in text
-
-
-def test_compare_runs_made_before_the_copy_column(tmp_path, monkeypatch):
-    """Results written before pct_copy_bw existed still compare; the copy lines are left out."""
-    import pandas as pd
-
-    monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
-    for name, slow in (("a", 1.0), ("b", 1.1)):
-        _write_run(tmp_path / name, slow)
-        df = pd.read_csv(tmp_path / name / "results.csv")
-        df.drop(columns="pct_copy_bw").to_csv(tmp_path / name / "results.csv", index=False)
-    text = report.compare(tmp_path / "a", tmp_path / "b")
-    assert "|B/A - 1| median 10.0%" in text and "copy timed alongside" not in text
-    assert "| 0.500 | 0.550 | 1.100 | 2.00x | 2.00x |  |  |" in text
-    many = report.compare_all([tmp_path / "a", tmp_path / "b", tmp_path / "a"])
-    assert "| 1 vs 2 | 2 | 10.0%, 10.0% | 0 of 2 | 0.0%, 0.0% | 1 of 1 |  |  |" in many
-    assert "Time vs the copy" not in many
-
-
-def test_compare_many_runs_tables_every_pair(tmp_path, monkeypatch):
-    monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
-    # r2: the whole machine 2% slower; r3: only `fast` got faster (0.5 -> 0.4 ms)
-    for name, slow, fast in (("r1", 1.0, 0.5), ("r2", 1.02, 0.5), ("r3", 1.0, 0.4)):
-        _write_run(tmp_path / name, slow, fast)
-    out = report.main([*(str(tmp_path / n) for n in ("r1", "r2", "r3")), "--compare"])
-    text = (out / "repeatability.md").read_text()
-    assert out == tmp_path / "r3"
-    assert (
-        "| 1 vs 2 | 2 | 2.0%, 2.0% | 2 of 2 | 0.0%, 0.0% | 1 of 1 | 0.0%, 0.0% | 2 of 2 |" in text
-    )
-    assert (
-        "| 1 vs 3 | 2 | 10.0%, 20.0% | 1 of 2 | 25.0%, 25.0% | 0 of 1 | 12.5%, 25.0% | 1 of 2 |"
-        in text
-    )
-    assert (
-        "ranged from 2.0% to 11.8% (middle pair 10.0%; 1 of 3 pairs within 5%; row by row, "
-        "4 of 6 row pairs within 5%, the largest 21.6%)"
-    ) in text  # r3's fast vs r2's 0.51
-    assert "Speedups: 0.0% to 25.0% (middle pair 25.0%; 1 of 3 pairs within 5%)" in text
-    assert "Time vs the copy: 0.0% to 12.5% (middle pair 12.5%; 1 of 3 pairs within 5%)" in text
 
 
 def test_resume_refuses_a_results_file_of_another_schema(tmp_path, monkeypatch):

@@ -1,0 +1,128 @@
+"""What `python -m bench` checks before Hydra composes anything: --help with this harness's
+own text, keys that do not exist (with the nearest existing one), the name of a run's
+directory, and a multirun's jobs validated before the first one starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import itertools
+import re
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from bench.cases import CASES
+from bench.config import BenchConfig, TimingConfig
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+FIELDS = [f.name for f in dataclasses.fields(BenchConfig)]
+TIMING = [f.name for f in dataclasses.fields(TimingConfig)]
+
+
+def sweeps() -> dict[str, str]:
+    """configs/sweep/*.yaml -> its first comment line after the package line."""
+    out = {}
+    for path in sorted((CONFIGS / "sweep").glob("*.yaml")):
+        lines = [ln[1:].strip() for ln in path.read_text().splitlines() if ln.startswith("#")]
+        out[path.stem] = next((ln for ln in lines if not ln.startswith("@package")), "")
+    return out
+
+
+def help_text() -> str:
+    impls = sorted({name for c in CASES.values() for name in c.impls})
+    lines = [
+        "python -m bench [KEY=VALUE ...]: one sweep (with -m: a multirun); results in",
+        "results/runs/<time>-<sweep>[-<overrides>]/ (results.csv, report.md, plots).",
+        "",
+        "Sweeps (sweep=NAME, configs/sweep/):",
+        *(f"  {name:12s} {text}" for name, text in sweeps().items()),
+        "",
+        "Cases (cases=[...], default all):",
+        *(f"  {name:22s} impls: {', '.join(c.impls)}" for name, c in CASES.items()),
+        "",
+        f"Implementations (impls=[...]): {', '.join(impls)}",
+        "",
+        "Main keys (a scalar or a list each):",
+        "  batch, seq_len, d_model, num_heads   the shape axes",
+        "  num_kv_heads, layout, causal         knobs of the cases that have them",
+        "  dtype=float32|float16|bfloat16  device=auto|cpu|cuda  mode=forward|backward|...",
+        "  timing.budget_s, timing.max_reps, timing.passes, timing.rel_ci, timing.threads",
+        "  smoke=true (tiny points)  profile=true  resume=true hydra.run.dir=<run>",
+        "",
+        "Examples:",
+        "  python -m bench cases=[rope] seq_len=[512,2048] dtype=bfloat16",
+        "  python -m bench sweep=seed_5_2",
+        "  python -m bench.report results/runs/<run>      # rebuild a report",
+        "Hydra's own help: --hydra-help.",
+    ]
+    return "\n".join(lines)
+
+
+def _nearest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
+    return f"; did you mean {close[0]}?" if close else f"; keys: {', '.join(choices)}"
+
+
+def unknown_key(argv: list[str]) -> str | None:
+    """The first command-line override whose key this harness does not have (with or
+    without Hydra's +), as an error message; None if all are known."""
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        key = arg.split("=", 1)[0].lstrip("+~")
+        if key in ("sweep", "hydra") or key.startswith(("hydra.", "hydra/")):
+            continue
+        head, _, rest = key.partition(".")
+        if head not in FIELDS:
+            return f"{head}: not a key of this harness{_nearest(head, FIELDS)}"
+        if head == "timing" and rest and rest.split(".")[0] not in TIMING:
+            name = rest.split(".")[0]
+            return f"timing.{name}: not a timing key{_nearest(name, TIMING)}"
+    return None
+
+
+def run_tag(override_dirname: str) -> str:
+    """The overrides that change what a run measures, as a directory-name suffix:
+    "cases=[rope],seq_len=128" -> "-cases_rope-seq_len_128" (Hydra sorts them; timing and
+    plumbing keys left out; whole overrides up to 80 characters)."""
+    keep = []
+    for item in re.split(r",(?![^\[]*\])", override_dirname or ""):
+        key = item.split("=", 1)[0]
+        if not item or key.startswith(("timing.", "hydra", "resume", "calibrate", "seed")):
+            continue
+        keep.append(re.sub(r"[^A-Za-z0-9_.+-]+", "_", item).strip("_"))
+    tag = ""
+    for item in keep:  # whole overrides only, up to 80 characters
+        if len(tag) + len(item) + 1 > 80:
+            break
+        tag += f"-{item}"
+    return tag
+
+
+def job_overrides(task: list[str]) -> list[list[str]]:
+    """Each job's overrides of a multirun (the product of the swept values, at most 10000
+    jobs), as key=value strings; config-group choices (sweep=...) are left out."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(task)
+    axes = []
+    for o in parsed:
+        key = o.key_or_group
+        if key == "sweep" or key.startswith("hydra"):
+            continue
+        values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [
+            o.get_value_element_as_str()]  # fmt: skip
+        axes.append([f"{key}={v}" for v in values])
+    jobs = []
+    for combo in itertools.product(*axes):
+        jobs.append(list(combo))
+        if len(jobs) >= 10000:
+            break
+    return jobs
+
+
+def apply(cfg, overrides: list[str]):
+    """A copy of cfg with key=value overrides applied (values parsed as YAML)."""
+    base = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    return OmegaConf.merge(base, OmegaConf.from_dotlist(overrides))
