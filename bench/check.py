@@ -12,7 +12,10 @@ a user would compute it in that precision) by more than FACTOR, tensor by tensor
 where e_ref = ||ref - truth|| / ||truth|| is the reference's own relative error in that dtype,
 measured on the same inputs (2-norms over the tensor: a max over a few elements, the gradient
 of a bias vector say, is too noisy to compare by a small factor), and FLOOR keeps the bound
-meaningful where the reference happens to be exact (a copy, a lookup). FACTOR = 3: measured
+meaningful where the reference happens to be exact (a copy, a lookup) or unusually lucky (in
+float32, a table gradient summed over 2 B H L^2 scores by the tutorial's (B, H, L, L, D) path
+reaches 3.9e-6 at L = 1024, 17x the reference's diagonal sums: a summation order, not an
+error, hence FLOOR 1e-5 there). FACTOR = 3: measured
 under the interpreter, legitimate implementations (SDPA, torch.compile, the tutorial's
 formulas) reach 2.1x in float16 and bfloat16 gradients at small sizes; a 1% error in bfloat16
 is 5x the reference's. The baseline itself is checked against the dtype's fixed
@@ -36,7 +39,7 @@ from torch import Tensor, nn
 from bench.registry import Case, Output, as_tuple
 
 FACTOR = 3.0
-FLOOR = {torch.float64: 1e-12, torch.float32: 1e-6, torch.float16: 1e-4, torch.bfloat16: 1e-3}
+FLOOR = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 1e-4, torch.bfloat16: 1e-3}
 TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 ZERO = 1e-6
 
