@@ -22,6 +22,7 @@ import torch
 from hydra.core.config_store import ConfigStore
 
 from bench.cases import CASES
+from bench.cases.rope import SCALINGS
 from bench.registry import KNOBS, Point
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -61,6 +62,7 @@ class BenchConfig:
     causal: Any = False  # the attention cases with a relative bias
     fwd_tiles: Any = "default"  # the Triton attention kernel's tiles: MxNxWARPSxSTAGES
     bwd_tiles: Any = "default"
+    rope_scaling: Any = "none"  # RoPE's long-context schedule (rope, rope_tables): none, yarn...
     dtype: Any = "float32"
     device: Any = "auto"  # "auto": cuda if available, else cpu
     mode: Any = field(default_factory=lambda: ["forward", "forward+backward"])
@@ -196,6 +198,7 @@ def _knob_values(axes: dict, prefix: str) -> dict[str, list]:
         "causal": _bools(axes["causal"], prefix + "causal"),
         "fwd_tiles": _tiles(axes["fwd_tiles"], prefix + "fwd_tiles"),
         "bwd_tiles": _tiles(axes["bwd_tiles"], prefix + "bwd_tiles"),
+        "rope_scaling": _choices(axes["rope_scaling"], prefix + "rope_scaling", SCALINGS),
     }
 
 

@@ -21,7 +21,7 @@ Output = torch.Tensor | tuple[torch.Tensor, ...]
 
 # Knobs: axes that only some cases have. A case declares the ones it reads; the plan crosses a
 # case's points with the values of its own knobs only, and the row's `params` column records them.
-KNOBS = ("num_kv_heads", "layout", "causal", "fwd_tiles", "bwd_tiles")
+KNOBS = ("num_kv_heads", "layout", "causal", "fwd_tiles", "bwd_tiles", "rope_scaling")
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class Point:
     causal: bool = False
     fwd_tiles: str = "default"  # the Triton attention kernel's tiles, "MxNxWARPSxSTAGES"
     bwd_tiles: str = "default"
+    rope_scaling: str = "none"  # a long-context RoPE schedule (bench/cases/rope.py: SCALINGS)
 
     @property
     def head_dim(self) -> int:

@@ -18,6 +18,8 @@ import triton
 import triton.language as tl
 from torch import Tensor, nn
 
+from kernels._rope_schedule import frequencies
+
 # ---------------------------------------------------------------------------------------------
 # Kernel
 # ---------------------------------------------------------------------------------------------
@@ -340,23 +342,29 @@ class FusedRoPE(nn.Module):
     """Drop-in for `posenc.RoPEPositionalEncoding`: the same constructor and forward.
 
     forward(x, seq_len=None, positions=None) rotates x of shape (B, L, D) or (B, H, L, D).
-    The tables are built here from float64 angles (the same formula as posenc.functional,
-    which this package does not import) and kept as float32 buffers.
+    The tables are built here from float64 angles (kernels/_rope_schedule.py: the default and
+    the long-context frequency schedules, written apart from posenc's, which this package does
+    not import) and kept as float32 buffers; scaling and rotary_dim as posenc's module.
     """
 
     def __init__(
-        self, dim: int, max_len: int = 5000, base: float = 10000.0, interleaved: bool = False
-    ):
+        self, dim: int, max_len: int = 5000, base: float = 10000.0, interleaved: bool = False,
+        scaling: dict | None = None, rotary_dim: int | None = None,
+    ):  # fmt: skip
         super().__init__()
         if dim <= 0 or dim % 2:
             raise ValueError(f"dim must be positive and even, got {dim}")
         if max_len <= 0:
             raise ValueError(f"max_len must be > 0, got {max_len}")
+        rotary_dim = dim if rotary_dim is None else rotary_dim
+        if rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > dim:
+            raise ValueError(f"rotary_dim must be even and in (0, dim={dim}], got {rotary_dim}")
         self.dim, self.max_len, self.base, self.interleaved = dim, max_len, base, interleaved
-        inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        self.scaling, self.rotary_dim = scaling, rotary_dim
+        inv_freq, factor = frequencies(rotary_dim, base, scaling, max_len)
         angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)
-        self.register_buffer("cos_cached", angles.cos().float(), persistent=False)
-        self.register_buffer("sin_cached", angles.sin().float(), persistent=False)
+        self.register_buffer("cos_cached", (factor * angles.cos()).float(), persistent=False)
+        self.register_buffer("sin_cached", (factor * angles.sin()).float(), persistent=False)
 
     def forward(
         self, x: Tensor, seq_len: int | None = None, positions: Tensor | int | None = None

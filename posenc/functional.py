@@ -17,8 +17,9 @@ import torch
 from torch import Tensor
 
 from posenc._bias import alibi_bias, alibi_slopes, relative_attention, t5_relative_bucket
-from posenc._checks import check_float, check_pairs, check_positive
+from posenc._checks import check_float, check_positive
 from posenc._rotate import rotate_into
+from posenc._scaling import rope_frequencies
 
 # ---------------------------------------------------------------------------------------------
 # Absolute (sinusoidal) table: Vaswani et al. 2017, section 3.5; the tutorial's 2.2.
@@ -60,10 +61,7 @@ def sinusoidal_table(
 
 def rope_inv_freq(dim: int, base: float = 10000.0, *, device=None) -> Tensor:
     """theta_i = base^(-2i/dim) for i in 0 .. dim/2 - 1, float64, shape (dim/2,)."""
-    check_pairs("dim", dim)
-    if base <= 1.0:
-        raise ValueError(f"base must be > 1, got {base}")
-    return base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=device) / dim)
+    return rope_frequencies(dim, base, device=device)[0]
 
 
 def rope_cos_sin(
@@ -71,12 +69,16 @@ def rope_cos_sin(
     dim: int,
     base: float = 10000.0,
     *,
+    scaling: dict | None = None,
+    seq_len: int | None = None,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """cos(p * theta_i) and sin(p * theta_i), each of shape (*positions.shape, dim/2).
+    """a cos(p * theta_i) and a sin(p * theta_i), each of shape (*positions.shape, dim/2).
 
     positions: an integer tensor of any shape (N,), (B, L), ... or an int N meaning 0 .. N-1.
+    scaling, seq_len: a long-context variant of the frequencies theta_i and its attention
+    factor a (1 without one): `rope_frequencies` (posenc/_scaling.py).
     The product and the trigonometry run in float64 and the result is cast to ``dtype`` (float32
     by default), so the tables stay within 1e-6 of the float64 truth even at p = 2**20.
     """
@@ -87,9 +89,9 @@ def rope_cos_sin(
         raise TypeError(f"positions must be an int or a tensor, got {type(positions).__name__}")
     if positions.is_floating_point() or positions.is_complex():
         raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
-    inv_freq = rope_inv_freq(dim, base, device=positions.device)
+    inv_freq, factor = rope_frequencies(dim, base, scaling, seq_len, device=positions.device)
     angles = positions.to(torch.float64).unsqueeze(-1) * inv_freq  # (..., dim/2)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    return (factor * angles.cos()).to(dtype), (factor * angles.sin()).to(dtype)
 
 
 def apply_rope(
@@ -268,5 +270,6 @@ def _apply_mask(logits: Tensor, mask: Tensor) -> Tensor:
 
 __all__ = [
     "alibi_bias", "alibi_slopes", "apply_rope", "relative_attention", "relative_positions",
-    "rope_cos_sin", "rope_inv_freq", "shaw_attention", "sinusoidal_table", "t5_relative_bucket",
+    "rope_cos_sin", "rope_frequencies", "rope_inv_freq", "shaw_attention", "sinusoidal_table",
+    "t5_relative_bucket",
 ]  # fmt: skip

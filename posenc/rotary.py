@@ -23,20 +23,31 @@ from posenc.functional import apply_rope, rope_cos_sin
 
 
 class RoPEPositionalEncoding(nn.Module):
-    """Rotates x's last dim (D = dim) by position-dependent angles p * base^(-2i/dim).
+    """Rotates x's last dim (D = dim) by position-dependent angles p * theta_i.
 
-    cos_cached / sin_cached, (max_len, dim/2) float32, are built once at construction from
+    cos_cached / sin_cached, (max_len, R/2) float32, are built once at construction from
     float64 angles. forward(x, seq_len=None, positions=None) returns a new tensor like x.
+    scaling: a long-context variant of the frequencies (posenc.functional.rope_frequencies:
+    linear, dynamic, yarn, llama3, longrope), cos and sin times its attention factor; the
+    tables are those of max_len, the module's longest context (dynamic NTK and LongRoPE
+    depend on the length: rope_cos_sin(..., seq_len=L) gives another's).
+    rotary_dim: R, the leading dims rotated (GPT-NeoX rotates 25% of D); the rest pass through.
     """
 
     def __init__(
-        self, dim: int, max_len: int = 5000, base: float = 10000.0, interleaved: bool = False
-    ):
+        self, dim: int, max_len: int = 5000, base: float = 10000.0, interleaved: bool = False,
+        scaling: dict | None = None, rotary_dim: int | None = None,
+    ):  # fmt: skip
         super().__init__()
         check_pairs("dim", dim)
         check_positive("max_len", max_len)
+        rotary_dim = dim if rotary_dim is None else rotary_dim
+        check_pairs("rotary_dim", rotary_dim)
+        if rotary_dim > dim:
+            raise ValueError(f"rotary_dim must be <= dim={dim}, got {rotary_dim}")
         self.dim, self.max_len, self.base, self.interleaved = dim, max_len, base, interleaved
-        cos, sin = rope_cos_sin(max_len, dim, base)
+        self.scaling, self.rotary_dim = scaling, rotary_dim
+        cos, sin = self._tables(torch.arange(max_len), torch.float32)
         self.register_buffer("cos_cached", cos, persistent=False)
         self.register_buffer("sin_cached", sin, persistent=False)
         self.register_load_state_dict_pre_hook(
@@ -50,10 +61,13 @@ class RoPEPositionalEncoding(nn.Module):
         super()._apply(fn, recurse)
         ref = self.cos_cached
         dtype = torch.promote_types(ref.dtype, torch.float32)
-        self.cos_cached, self.sin_cached = rope_cos_sin(
-            torch.arange(self.max_len, device=ref.device), self.dim, self.base, dtype=dtype
-        )
+        positions = torch.arange(self.max_len, device=ref.device)
+        self.cos_cached, self.sin_cached = self._tables(positions, dtype)
         return self
+
+    def _tables(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        return rope_cos_sin(positions, self.rotary_dim, self.base, scaling=self.scaling,
+                            seq_len=self.max_len, dtype=dtype)  # fmt: skip
 
     def cos_sin(self, x: Tensor, positions: Tensor | int | None = None) -> tuple[Tensor, Tensor]:
         """Tables for x's positions, broadcastable against x[..., :dim/2]."""
@@ -115,9 +129,12 @@ class RoPEMultiHeadAttention(MultiHeadProjections):
         max_len: int = 5000,
         base: float = 10000.0,
         interleaved: bool = False,
+        scaling: dict | None = None,
+        rotary_dim: int | None = None,
     ):
         super().__init__(d_model, num_heads)
-        self.rope = RoPEPositionalEncoding(self.d_k, max_len, base, interleaved)
+        self.rope = RoPEPositionalEncoding(self.d_k, max_len, base, interleaved, scaling,
+                                           rotary_dim)  # fmt: skip
 
     def forward(self, query, key, value, mask=None, positions=None, need_weights=True):
         q, k, v = self.project(query, key, value)  # (B, H, Lq, D), (B, H, Lk, D) x 2

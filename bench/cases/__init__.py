@@ -10,11 +10,12 @@ from bench.cases.bias import (
 )
 from bench.cases.relative import RELATIVE_TABLES
 from bench.cases.rope import ROPE, ROPE_MODULE
+from bench.cases.tables import ROPE_TABLES
 
 CASES = {
     case.name: case
     for case in (
-        SINUSOIDAL, LEARNABLE, ROPE, ROPE_MODULE, RELATIVE_TABLES,
+        SINUSOIDAL, LEARNABLE, ROPE, ROPE_MODULE, ROPE_TABLES, RELATIVE_TABLES,
         ATTENTION_SINUSOIDAL, SHAW_ATTENTION, ROPE_ATTENTION, ALIBI_ATTENTION, T5_ATTENTION,
         SHAW_BIAS_ATTENTION, SHAW_KV_ATTENTION,
     )

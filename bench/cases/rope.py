@@ -21,6 +21,36 @@ from bench.registry import Call, Case, Cost, Impl, Point
 from posenc import functional as F
 from posenc import seed
 
+# Long-context schedules (posenc/_scaling.py), as a sweep knob: an 8x extension of a 4096-token
+# original context, the shape of Llama 3.1's (which extends 8192 by 8) at this harness's lengths.
+SCALINGS = ("none", "linear", "dynamic", "yarn", "llama3", "longrope")
+ORIGINAL, FACTOR = 4096, 8.0
+
+
+def scaling_of(name: str, head_dim: int) -> dict | None:
+    """The scaling dict of a knob value; LongRoPE's per-dimension factors: 1 (short) and 1 to
+    the extension's factor, rising with the wavelength (long), as its searched factors do."""
+    if name == "none":
+        return None
+    base = {"type": name, "original_max_position_embeddings": ORIGINAL}
+    if name == "longrope":
+        pairs = head_dim // 2
+        long = [1.0 + (FACTOR - 1.0) * i / max(pairs - 1, 1) for i in range(pairs)]
+        return dict(base, short_factor=[1.0] * pairs, long_factor=long, factor=FACTOR)
+    if name == "linear":
+        return {"type": "linear", "factor": FACTOR}
+    return dict(base, factor=FACTOR)
+
+
+def _scaled_tables(point: Point, dtype, device):
+    return F.rope_cos_sin(point.seq_len, point.head_dim, dtype=dtype, device=device,
+                          scaling=scaling_of(point.rope_scaling, point.head_dim),
+                          seq_len=point.seq_len)  # fmt: skip
+
+
+def _plain_only(point: Point) -> str | None:
+    return None if point.rope_scaling == "none" else "the tutorial's RoPE has no scaling"
+
 
 def _tensor(point: Point, heads: int, device, dtype):
     if point.layout == "bshd":  # (B, L, H, D) memory seen as (B, H, L, D)
@@ -31,18 +61,20 @@ def _tensor(point: Point, heads: int, device, dtype):
 
 
 def _build(point: Point, device, dtype):
-    cos, sin = F.rope_cos_sin(point.seq_len, point.head_dim, device=device)
+    cos, sin = _scaled_tables(point, torch.float32, device)
+    cos64, sin64 = _scaled_tables(point, torch.float64, device)
     return {
         "q": _tensor(point, point.num_heads, device, dtype),
         "k": _tensor(point, point.kv_heads, device, dtype),
-        "cos": cos,  # (L, D/2) float32
+        "cos": cos,  # (L, D/2) float32, times the schedule's attention factor
         "sin": sin,
+        "truth_tables": (cos64, sin64),  # the same in float64, for the check's truth
     }
 
 
 def _truth(inputs):
     q, k = inputs["q"], inputs["k"]
-    cos, sin = F.rope_cos_sin(q.shape[-2], q.shape[-1], dtype=torch.float64, device=q.device)
+    cos, sin = inputs["truth_tables"]
     return F.apply_rope(q, cos, sin), F.apply_rope(k, cos, sin)
 
 
@@ -133,7 +165,9 @@ ROPE = Case(
     build=_build,
     reference=_truth,
     impls={
-        "seed": Impl(_seed, reference=_seed_truth, note="tutorial 4.5: not a rotation"),
+        "seed": Impl(
+            _seed, reference=_seed_truth, note="tutorial 4.5: not a rotation", supports=_plain_only
+        ),
         "reference": Impl(_reference),
         "reference_out": Impl(_reference_out, grad=False, note="out= preallocated"),
         "compiled": Impl(_compiled, compiled=True),
@@ -157,7 +191,7 @@ ROPE = Case(
     cost=_cost,
     grad_inputs=("q", "k"),
     batched=("q", "k"),
-    knobs=("layout", "num_kv_heads"),
+    knobs=("layout", "num_kv_heads", "rope_scaling"),
     constraint=lambda p: None if p.head_dim % 2 == 0 else f"head_dim={p.head_dim} is odd",
 )
 

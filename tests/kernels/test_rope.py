@@ -260,3 +260,25 @@ def test_tensor_positions_need_no_host_sync():
         offsets.copy_(torch.tensor([1, 2, 3], device=DEVICE))  # new offsets, same graph
         graph.replay()
         assert_close(out[0], step(q, k, offsets)[0])
+
+
+@pytest.mark.parametrize("scaling", [
+    {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+    {"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 16},
+    {"type": "longrope", "short_factor": [1.0, 1.5, 2.0, 3.0], "long_factor": [2.0, 3.0, 5.0, 9.0],
+     "original_max_position_embeddings": 16, "factor": 2.0},
+], ids=lambda s: s["type"])  # fmt: skip
+def test_the_kernel_takes_any_schedules_tables(scaling):
+    """A long-context variant changes the tables (and scales them by its attention factor);
+    the kernel consumes them unchanged: FusedRoPE against posenc's module, partial rotary."""
+    import posenc
+
+    ref = posenc.RoPEPositionalEncoding(16, 32, scaling=scaling, rotary_dim=8).to(DEVICE)
+    fused = rope.FusedRoPE(16, 32, scaling=scaling, rotary_dim=8).to(DEVICE)
+    assert_close(fused.cos_cached, ref.cos_cached, atol=2e-7, rtol=0)
+    x = torch.randn(2, 3, 32, 16, device=DEVICE)
+    assert_close(fused(x), ref(x), atol=1e-6, rtol=1e-6)
+    q, k = _on(torch.randn(2, 32, 4, 16), torch.randn(2, 32, 2, 16))
+    cos, sin = _on(*F.rope_cos_sin(32, 8, scaling=scaling, seq_len=32))
+    qo, _ = kernels.apply_rope(q, k, cos, sin)
+    assert_close(qo, F.apply_rope(q.transpose(1, 2), cos, sin).transpose(1, 2))

@@ -1,0 +1,151 @@
+"""RoPE's long-context frequency schedules (posenc/_scaling.py): hand-worked cases per variant,
+their properties, the relative-position property of scores, bad keys named, and the kernel
+package's own schedule (kernels/_rope_schedule.py) held to this one."""
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import posenc
+from kernels import _rope_schedule
+from posenc.functional import apply_rope, rope_cos_sin, rope_frequencies
+
+DEFAULT8 = [1.0, 0.1, 0.01, 0.001]  # base 10000, dim 8: 10000^(-2i/8)
+
+# Worked by hand (dim 8, base 10000 unless said):
+HAND = [
+    ("linear x4", {"type": "linear", "factor": 4.0}, None, [0.25, 0.025, 0.0025, 0.00025], 1.0),
+    # factor 2, original 16, L 32: base 10000 * (2 * 32 / 16 - 1)^(8/6) = 10000 * 3^(4/3)
+    ("dynamic past the context", {"type": "dynamic", "factor": 2.0,
+     "original_max_position_embeddings": 16}, 32,
+     [(10000 * 3 ** (4 / 3)) ** (-i / 4) for i in range(4)], 1.0),
+    ("dynamic within the context", {"type": "dynamic", "factor": 2.0,
+     "original_max_position_embeddings": 16}, 12, DEFAULT8, 1.0),
+    # original 2048: pairs turning 32 times -> 8 ln(2048 / 64 pi) / (2 ln 1e4) = 1.008 -> floor 1;
+    # once -> 8 ln(2048 / 2 pi) / (2 ln 1e4) = 2.513 -> ceil 3; ramp (i - 1) / 2 = 0, 0, .5, 1
+    ("yarn x4", {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}, None,
+     [1.0, 0.1, 0.5 * 0.01 + 0.5 * 0.0025, 0.00025], 0.1 * math.log(4) + 1),
+    # original 1024: wavelengths 2 pi / theta = 6.28, 62.8, 628.3, 6283; 1024 / 4 = 256 < 628.3
+    # <= 1024: smooth = (1024 / 628.3 - 1) / 3; 6283 > 1024: divided by 8
+    ("llama3 x8", {"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 1024},
+     None, [1.0, 0.1, (1 - (1024 * 0.01 / (2 * math.pi) - 1) / 3) * 0.01 / 8
+                       + (1024 * 0.01 / (2 * math.pi) - 1) / 3 * 0.01, 0.001 / 8], 1.0),
+    ("longrope short", {"type": "longrope", "short_factor": [1, 2, 1, 2],
+     "long_factor": [4, 8, 4, 8], "original_max_position_embeddings": 16, "factor": 4.0}, 8,
+     [1.0, 0.05, 0.01, 0.0005], math.sqrt(1.5)),  # sqrt(1 + ln 4 / ln 16)
+    ("longrope long", {"type": "longrope", "short_factor": [1, 2, 1, 2],
+     "long_factor": [4, 8, 4, 8], "original_max_position_embeddings": 16, "factor": 4.0}, 32,
+     [0.25, 0.0125, 0.0025, 0.000125], math.sqrt(1.5)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("scaling", "seq_len", "want", "factor"), [h[1:] for h in HAND],
+                         ids=[h[0] for h in HAND])  # fmt: skip
+def test_hand_worked_cases(scaling, seq_len, want, factor):
+    inv_freq, attention = rope_frequencies(8, 10000.0, scaling, seq_len)
+    assert inv_freq.dtype == torch.float64 and inv_freq.shape == (4,)
+    assert_close(inv_freq, torch.tensor(want, dtype=torch.float64), rtol=1e-12, atol=0)
+    assert attention == pytest.approx(factor, rel=1e-12)
+
+
+LLAMA = dict(original_max_position_embeddings=8192, factor=8.0)
+
+
+def test_yarn_and_llama3_keep_the_highest_and_divide_the_lowest():
+    plain = rope_frequencies(128, 500000.0)[0]
+    for kind in ("yarn", "llama3"):
+        scaled = rope_frequencies(128, 500000.0, {"type": kind, **LLAMA})[0]
+        assert scaled[0] == plain[0]
+        assert_close(scaled[-1], plain[-1] / 8, rtol=1e-12, atol=0)
+        assert torch.all(scaled <= plain) and torch.all(scaled >= plain / 8 * (1 - 1e-12))
+
+
+def test_the_variants_reduce_to_the_default():
+    plain = rope_frequencies(64)[0]
+    assert torch.equal(rope_frequencies(64, scaling={"type": "linear", "factor": 1.0})[0], plain)
+    dynamic = {"type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 4096}
+    for length in (None, 100, 4096):
+        assert_close(rope_frequencies(64, scaling=dynamic, seq_len=length)[0], plain)
+    assert not torch.allclose(rope_frequencies(64, scaling=dynamic, seq_len=8192)[0], plain)
+
+
+VARIANTS = [
+    None,
+    {"type": "linear", "factor": 4.0},
+    {"type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 64},
+    {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+    {"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 64},
+    {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [1.0 + i for i in range(8)],
+     "original_max_position_embeddings": 64, "factor": 8.0},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("scaling", VARIANTS, ids=lambda s: s["type"] if s else "none")
+def test_scores_depend_on_m_minus_n_only(scaling):
+    """q_m . k_n after the rotation is a function of m - n for every schedule (the tables are
+    scaled by the attention factor a, so scores by a^2)."""
+    q, k = torch.randn(16, dtype=torch.float64), torch.randn(16, dtype=torch.float64)
+    pos = torch.arange(300)
+    cos, sin = rope_cos_sin(pos, 16, scaling=scaling, seq_len=256, dtype=torch.float64)
+
+    def score(m, n):
+        qm = apply_rope(q[None], cos[m : m + 1], sin[m : m + 1])
+        kn = apply_rope(k[None], cos[n : n + 1], sin[n : n + 1])
+        return (qm * kn).sum()
+
+    for m, n in ((5, 2), (200, 197), (299, 296)):
+        assert_close(score(m, n), score(3, 0), rtol=1e-9, atol=1e-9)
+    a = rope_frequencies(16, scaling=scaling, seq_len=256)[1]
+    assert_close(score(0, 0), a**2 * (q * k).sum(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("scaling", VARIANTS, ids=lambda s: s["type"] if s else "none")
+@pytest.mark.parametrize("seq_len", [32, 256])
+def test_the_kernel_packages_schedule_agrees(scaling, seq_len):
+    """kernels/_rope_schedule.py is written apart (kernels never import posenc): held here to
+    the reference within float32 rounding of float64 values."""
+    want, a = rope_frequencies(16, 10000.0, scaling, seq_len)
+    got, b = _rope_schedule.frequencies(16, 10000.0, scaling, seq_len)
+    assert_close(got, want, rtol=1e-7, atol=0)
+    assert b == pytest.approx(a, rel=1e-12)
+
+
+def test_modules_take_scaling_and_a_rotary_dim():
+    """GPT-NeoX rotates 25% of each head: dims R .. D - 1 pass through."""
+    yarn = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
+    rope = posenc.RoPEPositionalEncoding(64, 128, scaling=yarn, rotary_dim=16)
+    x = torch.randn(2, 100, 64)
+    out = rope(x)
+    assert torch.equal(out[..., 16:], x[..., 16:])
+    cos, sin = rope_cos_sin(100, 16, scaling=yarn, seq_len=128)
+    assert_close(out[..., :16], apply_rope(x[..., :16], cos, sin))
+    mha = posenc.RoPEMultiHeadAttention(64, 4, 128, scaling=yarn, rotary_dim=8)
+    assert mha.rope.rotary_dim == 8 and mha.rope.scaling == yarn
+    assert mha(x, x, x)[0].shape == x.shape
+
+
+BAD = [
+    ({"type": "ntk", "factor": 2.0}, ValueError, r"scaling\['type'\]"),
+    ({"type": "linear"}, ValueError, r"scaling\['factor'\] is required"),
+    ({"type": "linear", "factor": 0.5}, ValueError, r"scaling\['factor'\] must be >= 1"),
+    ({"type": "linear", "factor": 2.0, "beta": 1}, ValueError, r"scaling\['beta'\]: not a key"),
+    ({"type": "yarn", "factor": 2.0}, ValueError, "original_max_position_embeddings"),
+    ({"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64, "beta_fast": 1.0,
+      "beta_slow": 2.0}, ValueError, r"scaling\['beta_fast'\]"),
+    ({"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 64,
+      "low_freq_factor": 4.0, "high_freq_factor": 1.0}, ValueError,
+     r"scaling\['low_freq_factor'\]"),
+    ({"type": "longrope", "short_factor": [1.0], "long_factor": [1.0] * 4,
+      "original_max_position_embeddings": 64}, ValueError, r"scaling\['short_factor'\] must have"),
+    ({"type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 0}, ValueError,
+     "original_max_position_embeddings"),
+    ("yarn", TypeError, "scaling must be None or a dict"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("scaling", "exc", "text"), BAD, ids=[str(b[2]) for b in BAD])
+def test_bad_scaling_names_the_key(scaling, exc, text):
+    with pytest.raises(exc, match=text):
+        rope_frequencies(8, 10000.0, scaling)
