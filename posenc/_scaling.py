@@ -132,11 +132,11 @@ def _llama3(inv_freq: Tensor, s: dict) -> Tensor:
 
 def _longrope(dim: int, base: float, s: dict, seq_len: int | None, device) -> tuple[Tensor, float]:
     """LongRoPE (Ding et al. 2024, as Phi-3 ships it): per-dimension factors, `long_factor`
-    past the original context (or without a seq_len, for the model's full context), else
+    past the original context, else (and without a seq_len, as transformers at init)
     `short_factor`; attention factor sqrt(1 + ln(factor) / ln(original)), factor being the
     context's extension (1 if not given: no scaling of cos and sin)."""
     original = s["original_max_position_embeddings"]
-    long = seq_len is None or seq_len > original
+    long = seq_len is not None and seq_len > original
     factors = torch.tensor(s["long_factor" if long else "short_factor"], dtype=torch.float64,
                            device=device)  # fmt: skip
     inv_freq = _default(dim, base, device) / factors
