@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import sys
 
-import torch
 from transformers import modeling_rope_utils as hf
 
 from posenc.functional import rope_frequencies
