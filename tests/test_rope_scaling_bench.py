@@ -1,0 +1,52 @@
+"""The rope_scaling knob in the harness: sweep=long_context end to end at two lengths (each
+schedule recorded in params; float32 angles pass at a short length and are caught wrong at a
+long one, the float64 reference never), the tutorial's RoPE skipped under a schedule, and an
+unknown schedule rejected by name."""
+
+import json
+
+from tests.test_cli import _bench, _rows
+
+FAST = ["timing.warmup_s=0", "timing.min_reps=1", "timing.max_reps=1", "timing.budget_s=0",
+        "calibrate=false"]  # fmt: skip
+
+
+def test_long_context_sweep_compares_the_schedules(tmp_path):
+    out = tmp_path / "long"
+    proc = _bench("sweep=long_context", "seq_len=[64,16384]", "d_model=256", "num_heads=2",
+                  "rope_scaling=[none,yarn,llama3]", "impls=[reference,float32_angles,reference_out]",
+                  *FAST, f"hydra.run.dir={out}")  # fmt: skip  (triton: tests/kernels)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = _rows(out / "results.csv")
+    tables = [r for r in rows if r["case"] == "rope_tables"]
+    assert len(tables) == 2 * 3 * 2  # lengths x schedules x impls
+    status = {(json.loads(r["params"])["rope_scaling"], int(r["seq_len"]), r["impl"]): r["status"]
+              for r in tables}  # fmt: skip
+    for scaling in ("none", "yarn", "llama3"):
+        assert status[(scaling, 64, "float32_angles")] == "ok"
+        assert status[(scaling, 16384, "float32_angles")] == "wrong"
+        assert status[(scaling, 64, "reference")] == status[(scaling, 16384, "reference")] == "ok"
+    rope = [r for r in rows if r["case"] == "rope"]
+    assert len(rope) == 2 * 3 * 2
+    assert {r["status"] for r in rope} == {"ok"}
+    assert {json.loads(r["params"])["rope_scaling"] for r in rope} == {"none", "yarn", "llama3"}
+
+
+def test_the_tutorials_rope_has_no_schedule(tmp_path):
+    out = tmp_path / "seed"
+    proc = _bench("cases=[rope]", "impls=[seed,reference]", "seq_len=16", "d_model=32",
+                  "num_heads=2", "mode=[forward]", "rope_scaling=[none,dynamic]", *FAST,
+                  f"hydra.run.dir={out}")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = {(r["impl"], json.loads(r["params"])["rope_scaling"]): (r["status"], r["message"])
+           for r in _rows(out / "results.csv")}  # fmt: skip
+    assert got[("seed", "none")][0] == got[("reference", "dynamic")][0] == "ok"
+    assert got[("seed", "dynamic")] == ("skipped", "the tutorial's RoPE has no scaling")
+
+
+def test_an_unknown_schedule_is_named(tmp_path):
+    out = tmp_path / "bad"
+    proc = _bench("cases=[rope]", "rope_scaling=ntk", *FAST, f"hydra.run.dir={out}")
+    assert proc.returncode == 2
+    assert "rope_scaling" in proc.stderr and "yarn" in proc.stderr
+    assert not out.exists()
