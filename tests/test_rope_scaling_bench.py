@@ -15,7 +15,7 @@ def test_long_context_sweep_compares_the_schedules(tmp_path):
     out = tmp_path / "long"
     proc = _bench("sweep=long_context", "seq_len=[64,16384]", "d_model=256", "num_heads=2",
                   "rope_scaling=[none,yarn,llama3]",
-                  "impls=[reference,float32_angles,reference_out]", *FAST, f"hydra.run.dir={out}")  # fmt: skip  (triton: tests/kernels)
+                  "impls=[reference,float32_angles,reference_out]", *FAST, f"hydra.run.dir={out}")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = _rows(out / "results.csv")
     tables = [r for r in rows if r["case"] == "rope_tables"]
