@@ -135,7 +135,10 @@ MASKS = [None, "bool", "additive", "int"]
 
 @pytest.mark.parametrize(("lq", "lk", "clip"), [(5, 5, 2), (3, 7, 1), (6, 4, 0), (9, 9, 20)])
 @pytest.mark.parametrize("mask_kind", MASKS)
-def test_shaw_attention_matches_naive(lq, lk, clip, mask_kind):
+@pytest.mark.parametrize("path", ["gather", "diagonals"])
+def test_shaw_attention_matches_naive(lq, lk, clip, mask_kind, path, monkeypatch):
+    if path == "diagonals":  # the large-tile path, forced at a small size
+        monkeypatch.setattr(F, "GATHER_MAX_CELLS", 0)
     b, h, d = 2, 3, 4
     q, k, v = (torch.randn(b, h, n, d, dtype=torch.float64) for n in (lq, lk, lk))
     emb_k, emb_v = torch.randn(2, 2 * clip + 1, d, dtype=torch.float64)
@@ -154,7 +157,9 @@ def test_shaw_attention_matches_naive(lq, lk, clip, mask_kind):
     assert_close(out, want_out, atol=1e-12, rtol=1e-10)
 
 
-def test_shaw_attention_gradcheck():
+@pytest.mark.parametrize("cells", [0, 256 * 256])  # both paths of the relative logits
+def test_shaw_attention_gradcheck(cells, monkeypatch):
+    monkeypatch.setattr(F, "GATHER_MAX_CELLS", cells)
     q, k, v = (torch.randn(1, 2, 4, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
     emb_k, emb_v = (torch.randn(5, 3, dtype=torch.float64, requires_grad=True) for _ in range(2))
     fn = lambda *t: F.shaw_attention(*t, 2)[0]  # noqa: E731
