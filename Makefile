@@ -13,11 +13,12 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv test compat bench gpu-compile gpu-check gpu-run gpu-prep gpu-wheels regress regress-update lint format clean
+.PHONY: help venv test compat bench probe gpu-compile gpu-check gpu-run gpu-prep gpu-wheels regress regress-update lint format clean
 
 help:
 	@echo "make test    create/reuse $(VENV), install, run the whole test suite"
 	@echo "make bench   same set-up, then python -m bench \$$ARGS (the default sweep; results/runs/)"
+	@echo "make probe   same set-up, then python -m bench.probe \$$ARGS: the length-generalization probe (about 9 min)"
 	@echo "make gpu-compile  every kernel the GPU runs launch, compiled for sm_90a and sm_80 here (Triton 3.9 and 3.6)"
 	@echo "make gpu-check  on a CUDA machine: the kernel tests on the GPU, then python -m bench sweep=gpu"
 	@echo "make gpu-run   the whole GPU visit in one call: tools/gpu_run.sh (docs/gpu.md)"
@@ -103,6 +104,11 @@ gpu-wheels:
 ARGS ?=
 bench: $(STAMP)
 	$(PY) -m bench $(ARGS)
+
+# The length-generalization probe: tiny Transformers trained per encoding, task and seed, then
+# evaluated at 1x-8x their training length (bench/probe, docs/probe.md).
+probe: $(STAMP)
+	$(PY) -m bench.probe $(ARGS)
 
 # The CPU timing gate (issue 6): the pytest-benchmark suite, then a comparison with the baseline.
 REGRESS_OUT ?= results/regress

@@ -30,26 +30,28 @@ KEY = ("case", "impl", "mode", "device", "dtype", "batch", "seq_len", "d_model",
 STATUSES = ("ok", "wrong", "oom", "skipped", "error")
 
 
-def row_key(row: dict) -> tuple[str, ...]:
-    return tuple(str(row.get(k, "")) for k in KEY)
+def row_key(row: dict, key: tuple[str, ...] = KEY) -> tuple[str, ...]:
+    return tuple(str(row.get(k, "")) for k in key)
 
 
 class ResultsWriter:
-    """Appends rows to results.csv, writing the header only when the file is new."""
+    """Appends rows to a CSV (results.csv; the probe's probe.csv with its own columns and key),
+    writing the header only when the file is new and flushing every row to disk."""
 
-    def __init__(self, path: Path):
-        self.path = Path(path)
+    def __init__(self, path: Path, columns: tuple[str, ...] = COLUMNS,
+                 key: tuple[str, ...] = KEY):  # fmt: skip
+        self.path, self.key = Path(path), key
         self.existing = set()
         if self.path.exists() and self.path.stat().st_size:
             with open(self.path, newline="") as f:
                 reader = csv.DictReader(f)
-                if tuple(reader.fieldnames or ()) != COLUMNS:  # appending would misalign rows
+                if tuple(reader.fieldnames or ()) != columns:  # appending would misalign rows
                     raise ValueError(f"{self.path} has another column schema (an older "
                                      "version?): resume into a new run directory")  # fmt: skip
-                self.existing = {row_key(r) for r in reader}
+                self.existing = {row_key(r, key) for r in reader}
         new = not self.path.exists() or self.path.stat().st_size == 0
         self._file = open(self.path, "a", newline="")  # noqa: SIM115 (closed in close())
-        self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="ignore")
+        self._writer = csv.DictWriter(self._file, fieldnames=columns, extrasaction="ignore")
         if new:
             self._writer.writeheader()
             self._file.flush()
@@ -58,7 +60,7 @@ class ResultsWriter:
         self._writer.writerow(row)
         self._file.flush()
         os.fsync(self._file.fileno())
-        self.existing.add(row_key(row))
+        self.existing.add(row_key(row, self.key))
 
     def close(self) -> None:
         self._file.close()

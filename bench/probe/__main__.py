@@ -1,0 +1,125 @@
+"""`python -m bench.probe [overrides]` (`make probe`): the length-generalization probe.
+
+Trains a tiny Transformer per (encoding, task, seed) at train_len and measures exact-match
+accuracy at eval_factors x train_len; writes results/probe/<time>-<size>/probe.csv (a row per
+encoding, schedule, task, length, seed, flushed as each cell ends), probe.md, probe.png,
+config.yaml and env.json. Config: configs/probe.yaml, sizes in configs/probe/ (cpu: the
+default; gpu; tiny: the tests'). Examples:
+    python -m bench.probe                                   # about 9 minutes on 2 CPU cores
+    python -m bench.probe probe=gpu                         # a GPU box
+    python -m bench.probe encodings=[rope,alibi] tasks=[lookback] seeds=[0]
+    python -m bench.probe resume=true hydra.run.dir=results/probe/<run>   # finish a run
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from bench.probe import config as probe_config
+from bench.probe import report
+from bench.probe.run import COLUMNS, KEY, run_cell
+from bench.probe.train import TrainConfig
+from bench.results import ResultsWriter, write_env
+
+probe_config.register()
+
+
+def _cells(cfg: DictConfig, plan: dict) -> list[dict]:
+    train = TrainConfig(**OmegaConf.to_container(cfg.train))
+    return [
+        {"encoding": e, "task": t, "seed": s, "train_len": cfg.train_len,
+         "eval_factors": plan["eval_factors"], "rope_eval_scalings": plan["rope_eval_scalings"],
+         "eval_examples": cfg.eval_examples, "causal": cfg.causal, "device": cfg.device,
+         "threads": cfg.threads, "train": train}
+        for t in plan["tasks"] for e in plan["encodings"] for s in plan["seeds"]
+    ]  # fmt: skip
+
+
+def _done(cell: dict, existing: set) -> bool:
+    """A resumed run skips a cell whose plain evaluation at every length is written."""
+    return all(
+        (cell["encoding"], "none", cell["task"], str(cell["seed"]), str(f * cell["train_len"]))
+        in existing for f in cell["eval_factors"]
+    )  # fmt: skip
+
+
+def _execute(cells: list[dict], workers: int, writer: ResultsWriter) -> int:
+    """Runs the cells, `workers` at a time, writing each one's rows as it ends."""
+    done = 0
+
+    def write(cell: dict, rows: list[dict]) -> None:
+        nonlocal done
+        done += 1
+        for row in rows:
+            if tuple(str(row[k]) for k in KEY) not in writer.existing:
+                writer.append(row)
+        first = next((r for r in rows if r["factor"] == 1), rows[0])
+        acc = first.get("accuracy")
+        said = f"{acc:.3f} at train_len" if isinstance(acc, float) else first["status"]
+        print(f"[{done}/{len(cells)}] {cell['encoding']} {cell['task']} seed {cell['seed']}: "
+              f"{said} ({first.get('train_s', 0):.0f} s)", flush=True)  # fmt: skip
+
+    if workers == 1:
+        for cell in cells:
+            write(cell, run_cell(cell))
+        return done
+    ctx = multiprocessing.get_context("spawn")  # no fork of a threaded torch
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        futures = {pool.submit(run_cell, cell): cell for cell in cells}
+        for future in as_completed(futures):
+            write(futures[future], future.result())
+    return done
+
+
+@hydra.main(config_path="../../configs", config_name="probe", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    hydra_cfg = HydraConfig.get()
+    out_dir = Path(hydra_cfg.runtime.output_dir)
+    try:
+        plan = probe_config.validate(cfg)
+    except ValueError as exc:
+        print(f"invalid configuration: {exc}", file=sys.stderr)
+        if out_dir.is_dir() and not (out_dir / "probe.csv").exists():
+            import shutil
+
+            shutil.rmtree(out_dir, ignore_errors=True)
+        sys.exit(2)
+    writer = ResultsWriter(out_dir / "probe.csv", COLUMNS, KEY)
+    cells = [c for c in _cells(cfg, plan) if not (cfg.resume and _done(c, writer.existing))]
+    workers = cfg.workers or (1 if cfg.device == "cuda" else os.cpu_count() or 1)
+    workers = min(workers, max(1, len(cells)))
+    print(f"{len(cells)} cells (encoding x task x seed) to train on {cfg.device}, "
+          f"{workers} at a time -> {out_dir}", flush=True)  # fmt: skip
+    start = time.perf_counter()
+    if not cfg.resume or not (out_dir / "config.yaml").exists():
+        OmegaConf.save(cfg, out_dir / "config.yaml")
+    try:
+        _execute(cells, workers, writer)
+    except KeyboardInterrupt:
+        print(
+            f"\ninterrupted: finished cells are in {out_dir / 'probe.csv'}; finish with "
+            f"python -m bench.probe ... resume=true hydra.run.dir={out_dir}",
+            file=sys.stderr,
+        )
+        sys.exit(130)
+    finally:
+        writer.close()
+    wall = time.perf_counter() - start
+    write_env(out_dir / "env.json", {"run_id": out_dir.name, "wall_s": round(wall, 1),
+                                     "workers": workers,
+                                     "overrides": list(hydra_cfg.overrides.task)})  # fmt: skip
+    report.build(out_dir)
+    print(f"{len(cells)} cells in {wall:.0f} s; table: {out_dir / 'probe.md'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""The probe's structured config (Hydra ConfigStore `probe_schema`) and its validation.
+
+Every key is checked before anything trains; an error names the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import ListConfig
+
+from bench.probe.model import ENCODINGS
+from bench.probe.tasks import TASKS
+from bench.probe.train import TrainConfig
+
+# RoPE's long-context schedules applied to a RoPE model at evaluation (never in training), each
+# with factor = eval_len / train_len and original_max_position_embeddings = train_len
+EVAL_SCALINGS = ("linear", "dynamic", "yarn")
+
+
+@dataclass
+class ProbeConfig:
+    size_name: str = "cpu"
+    encodings: Any = field(default_factory=lambda: list(ENCODINGS))
+    tasks: Any = field(default_factory=lambda: ["lookback", "recall", "copy"])
+    rope_eval_scalings: Any = field(default_factory=lambda: list(EVAL_SCALINGS))
+    train_len: int = 32
+    eval_factors: Any = field(default_factory=lambda: [1, 2, 4, 8])
+    seeds: Any = field(default_factory=lambda: [0, 1, 2])
+    eval_examples: int = 256
+    causal: bool = True
+    device: str = "cpu"
+    workers: int = 0  # cells trained at once (0: one per CPU core; 1 on a GPU)
+    threads: int = 1  # torch threads per worker: 1 keeps the numbers reproducible
+    resume: bool = False
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+def register() -> None:
+    ConfigStore.instance().store(name="probe_schema", node=ProbeConfig)
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, (list, tuple, ListConfig)) else [value]
+
+
+def _names(value, key: str, allowed) -> list[str]:
+    values = _as_list(value)
+    if not values:
+        raise ValueError(f"{key}: empty; choose from {', '.join(allowed)}")
+    for v in values:
+        if v not in allowed:
+            raise ValueError(f"{key}: unknown {v!r}; choose from {', '.join(allowed)}")
+    return [str(v) for v in values]
+
+
+def _ints(value, key: str, minimum: int) -> list[int]:
+    values = _as_list(value)
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < minimum
+                         for v in values):  # fmt: skip
+        raise ValueError(f"{key}: expected integers >= {minimum}, got {value!r}")
+    return values
+
+
+def validate(cfg) -> dict:
+    """The checked plan: lists of encodings, tasks, schedules, factors, seeds."""
+    plan = {
+        "encodings": _names(cfg.encodings, "encodings", ENCODINGS),
+        "tasks": _names(cfg.tasks, "tasks", tuple(TASKS)),
+        "rope_eval_scalings": (_names(cfg.rope_eval_scalings, "rope_eval_scalings",
+                                      EVAL_SCALINGS) if cfg.rope_eval_scalings else []),
+        "eval_factors": _ints(cfg.eval_factors, "eval_factors", 1),
+        "seeds": _ints(cfg.seeds, "seeds", 0),
+    }  # fmt: skip
+    for key, minimum in (("train_len", 8), ("eval_examples", 1), ("threads", 1), ("workers", 0)):
+        value = cfg[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{key}: expected an integer >= {minimum}, got {value!r}")
+    t = cfg.train
+    for key in ("steps", "batch", "d_model", "num_heads", "layers", "shaw_max_relative"):
+        if not isinstance(t[key], int) or t[key] < 1:
+            raise ValueError(f"train.{key}: expected a positive integer, got {t[key]!r}")
+    if t.d_model % t.num_heads or (t.d_model // t.num_heads) % 2:
+        raise ValueError(f"train.d_model={t.d_model} must split into num_heads={t.num_heads} "
+                         "heads of an even width (RoPE rotates pairs)")  # fmt: skip
+    if not t.lr > 0 or t.warmup < 0:
+        raise ValueError(f"train.lr must be > 0 and train.warmup >= 0, got {t.lr}, {t.warmup}")
+    if cfg.device not in ("cpu", "cuda"):
+        raise ValueError(f"device: expected cpu or cuda, got {cfg.device!r}")
+    return plan

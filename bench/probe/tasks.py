@@ -1,0 +1,150 @@
+"""The probe's synthetic tasks, generated on the fly from a torch.Generator (no data files).
+
+A batch is (tokens (B, n), targets (B, n), items (B, n)), all int64. targets[b, t] is the token
+the model must predict at position t (causal next-token style: from tokens[b, :t + 1]), -1
+where nothing is asked. items[b, t] numbers the answer position t belongs to (-1: none); an
+answer is right only when every one of its positions is (exact match, teacher-forced: the
+same as greedy decoding giving the whole answer). Accuracy = right answers / answers.
+
+Each task needs position in its own way:
+  lookback  relative position only: copy the token k steps back.
+  recall    content over distance: find the key, read the value stored after it.
+  copy      order and counting: write again the string before the separator (reverse:
+            backwards, harder; not in the default tasks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Batch:
+    tokens: Tensor  # (B, n)
+    targets: Tensor  # (B, n), -1: no target
+    items: Tensor  # (B, n), answer id per target position, -1: none
+
+
+def _batch(tokens: Tensor, targets: Tensor, items: Tensor) -> Batch:
+    return Batch(tokens, targets, items.masked_fill(targets < 0, -1))
+
+
+class Lookback:
+    """lookback: tokens x_0 .. x_{n-1} uniform over `vocab` symbols; the target at position t
+    is x_{t-k} for t >= k. Scored answers: the last train_len - k positions (at n = train_len,
+    all of them; at 8x, positions 7 train_len + k .. 8 train_len - 1, all past the training
+    length). One answer per position. Chance: 1 / vocab.
+
+    Needs relative position only (the offset k is fixed), so an encoding that represents
+    j - i should carry it to any length; the tutorial's 1.1: without positions attention cannot
+    tell x_{t-k} from any other token."""
+
+    name = "lookback"
+
+    def __init__(self, train_len: int, max_len: int, vocab: int = 16, k: int = 3):
+        self.train_len, self.vocab_size, self.k = train_len, vocab, k
+        self.chance = 1.0 / vocab
+
+    def sample(self, gen: torch.Generator, batch: int, n: int, *, train: bool) -> Batch:
+        x = torch.randint(self.vocab_size, (batch, n), generator=gen)
+        targets = torch.full_like(x, -1)
+        targets[:, self.k :] = x[:, : n - self.k]
+        first = self.k if train else max(self.k, n - self.train_len + self.k)
+        targets[:, :first] = -1
+        items = torch.arange(n).expand(batch, n).clone()
+        return _batch(x, targets, items)
+
+
+class Recall:
+    """recall (associative recall over distance): `pairs` facts, each one token standing for a
+    (key, value) pair (keys distinct, from `keys` symbols; values from `values` symbols), at
+    random places among filler tokens (`fillers` symbols), then `queries` key tokens drawn
+    from the facts; the target at a query is its key's value. One answer per query. Pairs and
+    queries are as many at every length: a longer sequence only puts the facts farther from
+    the queries, among more filler. Chance: 1 / values.
+
+    Needs content matching at any distance and nothing else: the key and its value share a
+    token, so the lookup is one attention hop (a two-token pair needs an induction circuit,
+    which this model did not form in 800 steps). What it probes is whether the encoding lets
+    attention reach, and single out, a token however far away. Vocabulary: keys x values
+    pair tokens, then keys query tokens, then the fillers."""
+
+    name = "recall"
+
+    def __init__(self, train_len: int, max_len: int, pairs: int = 6, queries: int = 4,
+                 keys: int = 16, values: int = 16, fillers: int = 8):  # fmt: skip
+        if pairs + queries > train_len or pairs > keys:
+            raise ValueError(f"recall: {pairs} pairs and {queries} queries do not fit in "
+                             f"train_len={train_len} with {keys} keys")  # fmt: skip
+        self.train_len, self.pairs, self.queries = train_len, pairs, queries
+        self.keys, self.values, self.fillers = keys, values, fillers
+        self.vocab_size, self.chance = keys * values + keys + fillers, 1.0 / values
+
+    def sample(self, gen: torch.Generator, batch: int, n: int, *, train: bool) -> Batch:
+        m, q, kv = self.pairs, self.queries, self.keys * self.values
+        keys = torch.rand(batch, self.keys, generator=gen).argsort(dim=1)[:, :m]  # distinct
+        vals = torch.randint(self.values, (batch, m), generator=gen)
+        tokens = kv + self.keys + torch.randint(self.fillers, (batch, n), generator=gen)
+        where = torch.rand(batch, n - q, generator=gen).argsort(dim=1)[:, :m]  # distinct places
+        tokens.scatter_(1, where, keys * self.values + vals)  # the pair tokens
+        pick = torch.randint(m, (batch, q), generator=gen)
+        tokens[:, n - q :] = kv + keys.gather(1, pick)  # the query tokens
+        targets = torch.full_like(tokens, -1)
+        targets[:, n - q :] = vals.gather(1, pick)  # a value v is predicted as token id v
+        return _batch(tokens, targets, torch.arange(n).expand(batch, n).clone())
+
+
+class Copy:
+    """copy: s_1 .. s_l (uniform over `vocab` symbols), a separator, then s_1 .. s_l again; the
+    targets are the copy (predicted from the separator on), one answer: the whole string.
+    n = 2 l + 1; training draws l uniformly from 1 .. (train_len - 1) // 2 per batch,
+    evaluation uses l = (n - 1) // 2. Chance: vocab^-l.
+
+    Needs order and counting: every output copies the token l + 1 places back, an offset the
+    model must take from where the separator is (a token-matching shortcut fails on repeated
+    symbols)."""
+
+    name = "copy"
+
+    def __init__(self, train_len: int, max_len: int, vocab: int = 16):
+        self.train_len, self.vocab_size, self.sep = train_len, vocab + 1, vocab
+        self.chance = 0.0
+
+    def _answer(self, s: Tensor) -> Tensor:
+        return s
+
+    def sample(self, gen: torch.Generator, batch: int, n: int, *, train: bool) -> Batch:
+        longest = (n - 1) // 2
+        if longest < 1:
+            raise ValueError(f"{self.name} needs n >= 3, got {n}")
+        ell = int(torch.randint(1, longest + 1, (1,), generator=gen)) if train else longest
+        s = torch.randint(self.sep, (batch, ell), generator=gen)
+        answer = self._answer(s)
+        tokens = torch.cat([s, torch.full((batch, 1), self.sep), answer], dim=1)
+        targets = torch.full_like(tokens, -1)
+        targets[:, ell : 2 * ell] = answer
+        return _batch(tokens, targets, torch.zeros_like(tokens))
+
+
+class Reverse(Copy):
+    """reverse: as copy, the string written backwards: the i-th output copies the token
+    2 i - 1 places back, an offset that changes with every step. Harder than copy: in the
+    default CPU budget only Shaw's encoding learned it (not in the default tasks)."""
+
+    name = "reverse"
+
+    def _answer(self, s: Tensor) -> Tensor:
+        return s.flip(1)
+
+
+TASKS = {t.name: t for t in (Lookback, Recall, Copy, Reverse)}
+
+
+def make_task(name: str, train_len: int, max_len: int, **kwargs):
+    """The task `name` trained at train_len and evaluated up to max_len tokens."""
+    if name not in TASKS:
+        raise ValueError(f"tasks: unknown task {name!r}; tasks: {', '.join(TASKS)}")
+    return TASKS[name](train_len, max_len, **kwargs)

@@ -1,0 +1,205 @@
+"""The length-generalization probe (bench/probe): the tasks as their docstrings define them,
+the exact-match scoring, determinism, the permutation sanity check, and `python -m bench.probe`
+end to end on the tiny size (rows, n/a past the learned table, report files, bad keys)."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from bench.probe.model import ENCODINGS, ProbeModel
+from bench.probe.run import run_cell
+from bench.probe.tasks import make_task
+from bench.probe.train import TrainConfig, evaluate, train
+from tests.test_cli import ROOT, _rows
+
+GEN = torch.Generator
+
+
+def test_lookback_asks_for_the_token_k_back_in_the_last_window():
+    task = make_task("lookback", 16, 64)
+    b = task.sample(GEN().manual_seed(1), 4, 64, train=False)
+    asked = b.targets >= 0
+    assert asked[:, : 64 - 16 + task.k].sum() == 0 and asked[:, 64 - 16 + task.k :].all()
+    t = torch.arange(64 - 16 + task.k, 64)
+    assert torch.equal(b.targets[:, t], b.tokens[:, t - task.k])
+    train_batch = task.sample(GEN().manual_seed(1), 4, 16, train=True)
+    assert (train_batch.targets[:, task.k :] >= 0).all()
+
+
+def test_recall_answers_are_the_values_of_the_queried_keys():
+    task = make_task("recall", 32, 256)
+    for n in (32, 256):
+        b = task.sample(GEN().manual_seed(2), 8, n, train=False)
+        kv = task.keys * task.values
+        for row, target in zip(b.tokens, b.targets, strict=True):
+            facts = {int(t) // task.values: int(t) % task.values for t in row if t < kv}
+            assert len(facts) == task.pairs  # distinct keys
+            queries = row[n - task.queries :] - kv
+            assert [facts[int(q)] for q in queries] == target[n - task.queries :].tolist()
+            assert (target[: n - task.queries] < 0).all()
+
+
+def test_reverse_targets_are_the_string_backwards_one_answer_per_example():
+    task = make_task("reverse", 32, 64)
+    b = task.sample(GEN().manual_seed(3), 2, 64, train=False)
+    ell = (64 - 1) // 2
+    assert b.tokens.shape[1] == 2 * ell + 1 and (b.tokens[:, ell] == task.sep).all()
+    assert torch.equal(b.targets[:, ell : 2 * ell], b.tokens[:, :ell].flip(1))
+    assert set(b.items[b.targets >= 0].tolist()) == {0}
+
+
+class Oracle(nn.Module):
+    """Predicts the targets of the batch it was given, wrong at `wrong` positions."""
+
+    def __init__(self, vocab: int, wrong: tuple = ()):
+        super().__init__()
+        self.head, self.vocab, self.wrong, self.targets = nn.Linear(1, 1), vocab, wrong, None
+
+    def forward(self, tokens):
+        want = self.targets.clamp(min=0)
+        want[:, list(self.wrong)] = (want[:, list(self.wrong)] + 1) % self.vocab
+        return nn.functional.one_hot(want, self.vocab).float()
+
+
+@pytest.mark.parametrize(("name", "wrong", "accuracy"), [
+    ("copy", (), 1.0), ("copy", (40,), 0.0),  # one wrong token: the whole string wrong
+    ("reverse", (61,), 0.0), ("recall", (62,), 3 / 4),  # 4 queries, one wrong
+    ("lookback", (60,), 12 / 13),  # positions 51 .. 63 scored, one wrong
+])  # fmt: skip
+def test_exact_match_counts_an_answer_right_only_when_all_of_it_is(
+    name, wrong, accuracy, monkeypatch
+):
+    task = make_task(name, 16, 64)
+    oracle = Oracle(task.vocab_size, wrong)
+    sample = task.sample
+
+    def remember(*args, **kwargs):
+        batch = sample(*args, **kwargs)
+        oracle.targets = batch.targets
+        return batch
+
+    monkeypatch.setattr(task, "sample", remember)
+    got = evaluate(oracle, task, 64, examples=8, seed=0)
+    assert got["accuracy"] == pytest.approx(accuracy)
+
+
+def _cell(**over) -> dict:
+    cell = {
+        "encoding": "rope",
+        "task": "lookback",
+        "seed": 0,
+        "train_len": 16,
+        "eval_factors": [1, 2],
+        "rope_eval_scalings": ["yarn"],
+        "eval_examples": 16,
+        "causal": True,
+        "device": "cpu",
+        "threads": 1,
+        "train": TrainConfig(steps=6, batch=4, warmup=2, d_model=16, num_heads=2, layers=1),
+    }
+    return {**cell, **over}  # fmt: skip
+
+
+def _numbers(rows):
+    return [(r["eval_scaling"], r["eval_len"], r.get("accuracy"), r.get("token_accuracy"),
+             r.get("train_loss")) for r in rows]  # fmt: skip
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_a_cell_gives_the_same_numbers_twice(encoding):
+    first, second = run_cell(_cell(encoding=encoding)), run_cell(_cell(encoding=encoding))
+    assert {r["status"] for r in first} <= {"ok", "n/a"}, first
+    assert _numbers(first) == _numbers(second)
+    other_seed = run_cell(_cell(encoding=encoding, seed=1))
+    assert _numbers(other_seed) != _numbers(first)  # the seed does reach the numbers
+
+
+def test_the_learned_table_is_not_applicable_past_its_length():
+    rows = run_cell(_cell(encoding="learnable"))
+    status = {r["eval_len"]: (r["status"], r.get("accuracy")) for r in rows}
+    assert status[16][0] == "ok" and status[32] == ("n/a", None)
+
+
+def _trained(encoding: str, causal: bool) -> float:
+    task = make_task("lookback", 16, 16)
+    torch.manual_seed(0)
+    model = ProbeModel(encoding, task.vocab_size, d_model=32, num_heads=2, layers=2,
+                       train_len=16, max_len=16, causal=causal)  # fmt: skip
+    train(model, task, TrainConfig(steps=250, batch=32, lr=3e-3, warmup=25), seed=0)
+    return evaluate(model, task, 16, examples=256, seed=0)["token_accuracy"]
+
+
+def _best_without_order(task, n: int) -> float:
+    """The best accuracy any permutation-equivariant model can have on lookback: knowing x_t and
+    the multiset of the other tokens, x_{t-k} is a draw from that multiset; guess its mode."""
+    b = task.sample(GEN().manual_seed(9), 2000, n, train=False)
+    counts = nn.functional.one_hot(b.tokens, task.vocab_size).sum(1, keepdim=True)  # (B, 1, V)
+    others = counts - nn.functional.one_hot(b.tokens, task.vocab_size)  # (B, n, V): minus x_t
+    best = others.max(-1).values / (n - 1)  # (B, n)
+    return float(best[b.targets >= 0].mean())
+
+
+def test_without_positions_bidirectional_attention_cannot_look_back():
+    """Permutation equivariance (the tutorial's 1.1): with no encoding and no causal mask, the
+    output at t depends on x_t and the multiset of tokens only, so x_{t-3} can only be guessed
+    from the multiset (about 0.2 here, chance 1/16 without it); the same model with RoPE learns
+    the task in the same budget."""
+    bound = _best_without_order(make_task("lookback", 16, 16), 16)
+    assert 0.1 < bound < 0.3
+    assert _trained("nope", causal=False) < bound + 0.02
+    assert _trained("rope", causal=False) > 0.9
+
+
+def _probe(*args):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "bench.probe", "probe=tiny", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_probe_end_to_end_writes_rows_table_and_plot(tmp_path):
+    out = tmp_path / "probe"
+    proc = _probe("encodings=[learnable,rope,t5]", "tasks=[lookback,reverse]",
+                  "rope_eval_scalings=[linear,dynamic]", f"hydra.run.dir={out}")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = _rows(out / "probe.csv")
+    # (learnable + t5 + rope x 3 schedules) x 2 tasks x 2 lengths x 1 seed
+    assert len(rows) == 5 * 2 * 2
+    assert {r["status"] for r in rows if r["encoding"] != "learnable"} == {"ok"}
+    na = [r for r in rows if r["status"] == "n/a"]
+    assert {(r["encoding"], r["eval_len"]) for r in na} == {("learnable", "32")}
+    table = (out / "probe.md").read_text()
+    assert "rope+dynamic" in table and "n/a" in table and "## reverse" in table
+    assert (out / "probe.png").stat().st_size > 0
+    env = json.loads((out / "env.json").read_text())
+    assert env["wall_s"] > 0 and "git_sha" in env
+
+
+def test_a_resumed_probe_trains_only_what_is_missing(tmp_path):
+    out = tmp_path / "probe"
+    first = _probe("encodings=[alibi]", "tasks=[lookback]", f"hydra.run.dir={out}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = _probe("encodings=[alibi,nope]", "tasks=[lookback]", "resume=true",
+                   f"hydra.run.dir={out}")  # fmt: skip
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "1 cells" in again.stdout
+    rows = _rows(out / "probe.csv")
+    assert sorted(r["encoding"] for r in rows) == ["alibi", "alibi", "nope", "nope"]
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("encodings=[rope,xpos]", "encodings"), ("tasks=[sort]", "tasks"),
+    ("eval_factors=[0]", "eval_factors"), ("train.num_heads=3", "train.d_model"),
+    ("rope_eval_scalings=[ntk]", "rope_eval_scalings"), ("device=tpu", "device"),
+])  # fmt: skip
+def test_a_bad_key_is_named_and_nothing_runs(tmp_path, override, key):
+    out = tmp_path / "bad"
+    proc = _probe(override, f"hydra.run.dir={out}")
+    assert proc.returncode == 2
+    assert "invalid configuration" in proc.stderr and key in proc.stderr
+    assert not out.exists()
