@@ -203,3 +203,19 @@ def test_a_bad_key_is_named_and_nothing_runs(tmp_path, override, key):
     assert proc.returncode == 2
     assert "invalid configuration" in proc.stderr and key in proc.stderr
     assert not out.exists()
+
+
+def test_the_committed_probe_table_is_made_from_its_csv(tmp_path):
+    """results/reference/probe-cpu: probe.md (quoted in the README and docs/probe.md) is what
+    the report makes from the committed probe.csv, and the run is the default configuration."""
+    import shutil
+
+    from bench.probe import report
+
+    ref = ROOT / "results" / "reference" / "probe-cpu"
+    shutil.copy(ref / "probe.csv", tmp_path / "probe.csv")
+    report.build(tmp_path)
+    assert (tmp_path / "probe.md").read_text() == (ref / "probe.md").read_text()
+    rows = _rows(ref / "probe.csv")
+    assert len(rows) == (6 + 4) * 3 * 4 * 3  # (6 encodings + rope x 4 schedules) x tasks x ...
+    assert {r["status"] for r in rows} == {"ok", "n/a"}
