@@ -92,7 +92,7 @@ def _cell(**over) -> dict:
         "seed": 0,
         "train_len": 16,
         "eval_factors": [1, 2],
-        "rope_eval_scalings": ["yarn"],
+        "rope_eval_scalings": ["yarn", "llama3"],
         "eval_examples": 16,
         "causal": True,
         "device": "cpu",

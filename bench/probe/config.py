@@ -16,8 +16,9 @@ from bench.probe.tasks import TASKS
 from bench.probe.train import TrainConfig
 
 # RoPE's long-context schedules applied to a RoPE model at evaluation (never in training), each
-# with factor = eval_len / train_len and original_max_position_embeddings = train_len
-EVAL_SCALINGS = ("linear", "dynamic", "yarn")
+# with factor = eval_len / train_len and original_max_position_embeddings = train_len; the
+# default evaluates the first three (llama3 on request: rope_eval_scalings=[yarn,llama3])
+EVAL_SCALINGS = ("linear", "dynamic", "yarn", "llama3")
 
 
 @dataclass
@@ -25,7 +26,7 @@ class ProbeConfig:
     size_name: str = "cpu"
     encodings: Any = field(default_factory=lambda: list(ENCODINGS))
     tasks: Any = field(default_factory=lambda: ["lookback", "recall", "copy"])
-    rope_eval_scalings: Any = field(default_factory=lambda: list(EVAL_SCALINGS))
+    rope_eval_scalings: Any = field(default_factory=lambda: ["linear", "dynamic", "yarn"])
     train_len: int = 32
     eval_factors: Any = field(default_factory=lambda: [1, 2, 4, 8])
     seeds: Any = field(default_factory=lambda: [0, 1, 2])

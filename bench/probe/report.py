@@ -89,7 +89,13 @@ def plot(df: pd.DataFrame, path: Path) -> None:
         for line in _order(st["line"]):
             g = st[st["line"] == line].sort_values("eval_len")
             enc, _, schedule = line.partition("+")
-            style = {"": "-", "linear": ":", "dynamic": "--", "yarn": "-."}.get(schedule, "-")
+            style = {
+                "": "-",
+                "linear": ":",
+                "dynamic": "--",
+                "yarn": "-.",
+                "llama3": (0, (5, 1, 1, 1)),
+            }.get(schedule, "-")
             ax.plot(g["eval_len"], g["mean"], style, marker="o", ms=3, label=line,
                     color=colours.get(enc))  # fmt: skip
             ax.fill_between(g["eval_len"], g["min"], g["max"], alpha=0.12,
@@ -98,6 +104,8 @@ def plot(df: pd.DataFrame, path: Path) -> None:
         ax.axhline(chance, color="grey", lw=0.8, ls=":")
         ax.axvline(int(df["train_len"].iloc[0]), color="black", lw=0.8, ls="--")
         ax.set_xscale("log", base=2)
+        lengths = sorted(df["eval_len"].unique())
+        ax.set_xticks(lengths, [str(n) for n in lengths])
         ax.set(title=task, xlabel="evaluation length (tokens; dashed: training length)",
                ylabel="exact-match accuracy", ylim=(-0.03, 1.03))  # fmt: skip
     axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
