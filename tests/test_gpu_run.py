@@ -28,9 +28,11 @@ def test_smoke_visit_returns_every_part_in_one_archive(tmp_path):
     out, res = _run(tmp_path, 400)
     assert sorted(p.name for p in out.iterdir()) == ["gpu_run.log", "results.tgz"]
     status = (res / "status.txt").read_text()
-    for part in ("tests", "sweep", "cpu_cuda", "profile", "tiles"):
+    for part in ("tests", "sweep", "cpu_cuda", "profile", "tiles", "probe"):
         assert f"== {part}: exit 0" in status, status
     assert "== audit: skipped" in status
+    probe = pd.read_csv(res / "probe-tiny" / "probe.csv", keep_default_na=False)
+    assert set(probe["status"]) == {"ok", "n/a"} and set(probe["device"]) == {"cpu"}
     rows = pd.read_csv(res / "sweep-gpu" / "results.csv")
     triton = rows[rows["impl"] == "triton"]
     assert set(triton["case"]) == {"rope", "alibi_attention", "t5_attention",

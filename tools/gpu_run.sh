@@ -129,6 +129,8 @@ if [ -f "$AUDIT_PY" ]; then
 else
     echo "== audit: skipped, $AUDIT_PY not carried" | tee -a "$RES/status.txt"
 fi
+# the length-generalization probe's device path at its tiny size (7 s on a 2-core CPU)
+part probe 40 15 $PY -m bench.probe probe=tiny device=$DEVICE hydra.run.dir="$RES/probe-tiny"
 part tiles 200 40 $PY -m bench sweep=gpu_tiles device=$DEVICE "${SMALL[@]}" "${TILES[@]}" \
     hydra.run.dir="$RES/sweep-tiles"
 echo "gpu_run.sh: done in $(($(date +%s) - START))s; $OUT/results.tgz"
