@@ -66,7 +66,7 @@ class Oracle(nn.Module):
 @pytest.mark.parametrize(("name", "wrong", "accuracy"), [
     ("copy", (), 1.0), ("copy", (40,), 0.0),  # one wrong token: the whole string wrong
     ("reverse", (61,), 0.0), ("recall", (62,), 3 / 4),  # 4 queries, one wrong
-    ("lookback", (60,), 12 / 13),  # positions 51 .. 63 scored, one wrong
+    ("lookback", (60,), 14 / 15),  # positions 49 .. 63 scored, one wrong
 ])  # fmt: skip
 def test_exact_match_counts_an_answer_right_only_when_all_of_it_is(
     name, wrong, accuracy, monkeypatch
@@ -143,7 +143,7 @@ def _best_without_order(task, n: int) -> float:
 
 def test_without_positions_bidirectional_attention_cannot_look_back():
     """Permutation equivariance (the tutorial's 1.1): with no encoding and no causal mask, the
-    output at t depends on x_t and the multiset of tokens only, so x_{t-3} can only be guessed
+    output at t depends on x_t and the multiset of tokens only, so x_{t-1} can only be guessed
     from the multiset (about 0.2 here, chance 1/16 without it); the same model with RoPE learns
     the task in the same budget."""
     bound = _best_without_order(make_task("lookback", 16, 16), 16)

@@ -40,11 +40,12 @@ class Lookback:
 
     Needs relative position only (the offset k is fixed), so an encoding that represents
     j - i should carry it to any length; the tutorial's 1.1: without positions attention cannot
-    tell x_{t-k} from any other token."""
+    tell x_{t-k} from any other token. k = 1 by default: with k = 3, in 700 steps, NoPE
+    reached 0.38 and ALiBi 0.80 at the training length (k = 1: 0.96 and 1.00, one seed)."""
 
     name = "lookback"
 
-    def __init__(self, train_len: int, max_len: int, vocab: int = 16, k: int = 3):
+    def __init__(self, train_len: int, max_len: int, vocab: int = 16, k: int = 1):
         self.train_len, self.vocab_size, self.k = train_len, vocab, k
         self.chance = 1.0 / vocab
 
