@@ -30,7 +30,7 @@ class ProbeConfig:
     train_len: int = 32
     eval_factors: Any = field(default_factory=lambda: [1, 2, 4, 8])
     seeds: Any = field(default_factory=lambda: [0, 1, 2])
-    eval_examples: int = 256
+    eval_examples: int = 128
     causal: bool = True
     device: str = "cpu"
     workers: int = 0  # cells trained at once (0: one per CPU core; 1 on a GPU)
