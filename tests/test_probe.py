@@ -190,6 +190,10 @@ def test_a_resumed_probe_trains_only_what_is_missing(tmp_path):
     assert "1 cells" in again.stdout
     rows = _rows(out / "probe.csv")
     assert sorted(r["encoding"] for r in rows) == ["alibi", "alibi", "nope", "nope"]
+    other = _probe("encodings=[alibi]", "tasks=[lookback]", "train.steps=7", "resume=true",
+                   f"hydra.run.dir={out}")  # fmt: skip
+    assert other.returncode == 2 and "train" in other.stderr and "resume" in other.stderr
+    assert len(_rows(out / "probe.csv")) == 4  # nothing mixed in
 
 
 @pytest.mark.parametrize(("override", "key"), [

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -50,6 +51,26 @@ def _done(cell: dict, existing: set) -> bool:
         (cell["encoding"], "none", cell["task"], str(cell["seed"]), str(f * cell["train_len"]))
         in existing for f in cell["eval_factors"]
     )  # fmt: skip
+
+
+# keys a resumed run may change: which cells exist, and how many run at once
+FREE_ON_RESUME = ("resume", "encodings", "tasks", "seeds", "workers", "threads")
+
+
+def _unlike(cfg: DictConfig, out_dir: Path) -> str | None:
+    """Why resuming out_dir with cfg would mix unlike rows (None if it would not): any
+    training or evaluation setting other than the saved run's."""
+    saved_path = out_dir / "config.yaml"
+    if not saved_path.exists():
+        return None
+    saved = OmegaConf.to_container(OmegaConf.load(saved_path))
+    now = OmegaConf.to_container(cfg)
+    changed = [k for k in sorted(set(saved) | set(now))
+               if k not in FREE_ON_RESUME and saved.get(k) != now.get(k)]  # fmt: skip
+    if not changed:
+        return None
+    diffs = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed[:3])
+    return f"resume=true: {out_dir} was trained with another configuration ({diffs})"
 
 
 def _execute(cells: list[dict], workers: int, writer: ResultsWriter) -> int:
@@ -89,9 +110,10 @@ def main(cfg: DictConfig) -> None:
     except ValueError as exc:
         print(f"invalid configuration: {exc}", file=sys.stderr)
         if out_dir.is_dir() and not (out_dir / "probe.csv").exists():
-            import shutil
-
             shutil.rmtree(out_dir, ignore_errors=True)
+        sys.exit(2)
+    if cfg.resume and (why := _unlike(cfg, out_dir)):
+        print(f"invalid configuration: {why}", file=sys.stderr)
         sys.exit(2)
     writer = ResultsWriter(out_dir / "probe.csv", COLUMNS, KEY)
     cells = [c for c in _cells(cfg, plan) if not (cfg.resume and _done(c, writer.existing))]
