@@ -54,15 +54,8 @@ def _resumable(cfg: DictConfig, out_dir: Path) -> str | None:
     if not (out_dir / "results.csv").exists() and not (out_dir / "pooled.json").exists():
         return (f"resume=true: {out_dir} holds no results.csv; pass the run to resume as "
                 "hydra.run.dir=results/runs/<run>")  # fmt: skip
-    saved_path = out_dir / "config.yaml"
-    if not saved_path.exists():
-        return None
-    saved = OmegaConf.to_container(OmegaConf.load(saved_path))
-    now = OmegaConf.to_container(cfg)
-    changed = [k for k in sorted(set(saved) | set(now))
-               if k not in IGNORED and saved.get(k) != now.get(k)]  # fmt: skip
-    if changed:
-        diffs = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed[:4])
+    diffs = bench_config.changed_since(out_dir / "config.yaml", cfg, IGNORED)
+    if diffs:
         return f"resume=true: the run was made with another configuration ({diffs})"
     return None
 

@@ -16,10 +16,12 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 from bench.cases import CASES
 from bench.cases.rope import SCALINGS
@@ -116,6 +118,20 @@ class Plan:
             if devices is None or d in devices
         }
         return len(keys)
+
+
+def changed_since(saved_path: Path, cfg, free: tuple[str, ...]) -> str | None:
+    """How cfg differs from the config saved at saved_path, outside the keys in `free`
+    ("key: old -> new, ..."), or None: what a resumed run (the harness's, the probe's) refuses."""
+    if not saved_path.exists():
+        return None
+    saved = OmegaConf.to_container(OmegaConf.load(saved_path))
+    now = OmegaConf.to_container(cfg)
+    changed = [k for k in sorted(set(saved) | set(now))
+               if k not in free and saved.get(k) != now.get(k)]  # fmt: skip
+    if not changed:
+        return None
+    return ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed[:4])
 
 
 def _as_list(value) -> list:

@@ -25,6 +25,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from bench.config import changed_since
 from bench.probe import config as probe_config
 from bench.probe import report
 from bench.probe.run import COLUMNS, KEY, run_cell
@@ -60,17 +61,10 @@ FREE_ON_RESUME = ("resume", "encodings", "tasks", "seeds", "workers", "threads")
 def _unlike(cfg: DictConfig, out_dir: Path) -> str | None:
     """Why resuming out_dir with cfg would mix unlike rows (None if it would not): any
     training or evaluation setting other than the saved run's."""
-    saved_path = out_dir / "config.yaml"
-    if not saved_path.exists():
-        return None
-    saved = OmegaConf.to_container(OmegaConf.load(saved_path))
-    now = OmegaConf.to_container(cfg)
-    changed = [k for k in sorted(set(saved) | set(now))
-               if k not in FREE_ON_RESUME and saved.get(k) != now.get(k)]  # fmt: skip
-    if not changed:
-        return None
-    diffs = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed[:3])
-    return f"resume=true: {out_dir} was trained with another configuration ({diffs})"
+    diffs = changed_since(out_dir / "config.yaml", cfg, FREE_ON_RESUME)
+    if diffs:
+        return f"resume=true: {out_dir} was trained with another configuration ({diffs})"
+    return None
 
 
 def _execute(cells: list[dict], workers: int, writer: ResultsWriter) -> int:

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import ListConfig
 
+from bench.config import _as_list, _choices, _positive_ints  # the harness's: errors alike
 from bench.probe.model import ENCODINGS
 from bench.probe.tasks import TASKS
 from bench.probe.train import TrainConfig
@@ -43,37 +43,22 @@ def register() -> None:
     ConfigStore.instance().store(name="probe_schema", node=ProbeConfig)
 
 
-def _as_list(value) -> list:
-    return list(value) if isinstance(value, (list, tuple, ListConfig)) else [value]
-
-
-def _names(value, key: str, allowed) -> list[str]:
+def _seeds(value) -> list[int]:
     values = _as_list(value)
-    if not values:
-        raise ValueError(f"{key}: empty; choose from {', '.join(allowed)}")
-    for v in values:
-        if v not in allowed:
-            raise ValueError(f"{key}: unknown {v!r}; choose from {', '.join(allowed)}")
-    return [str(v) for v in values]
-
-
-def _ints(value, key: str, minimum: int) -> list[int]:
-    values = _as_list(value)
-    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < minimum
-                         for v in values):  # fmt: skip
-        raise ValueError(f"{key}: expected integers >= {minimum}, got {value!r}")
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in values):
+        raise ValueError(f"seeds: expected integers >= 0, got {value!r}")
     return values
 
 
 def validate(cfg) -> dict:
     """The checked plan: lists of encodings, tasks, schedules, factors, seeds."""
     plan = {
-        "encodings": _names(cfg.encodings, "encodings", ENCODINGS),
-        "tasks": _names(cfg.tasks, "tasks", tuple(TASKS)),
-        "rope_eval_scalings": (_names(cfg.rope_eval_scalings, "rope_eval_scalings",
-                                      EVAL_SCALINGS) if cfg.rope_eval_scalings else []),
-        "eval_factors": _ints(cfg.eval_factors, "eval_factors", 1),
-        "seeds": _ints(cfg.seeds, "seeds", 0),
+        "encodings": _choices(cfg.encodings, "encodings", ENCODINGS),
+        "tasks": _choices(cfg.tasks, "tasks", tuple(TASKS)),
+        "rope_eval_scalings": (_choices(cfg.rope_eval_scalings, "rope_eval_scalings",
+                                        EVAL_SCALINGS) if cfg.rope_eval_scalings else []),
+        "eval_factors": _positive_ints(cfg.eval_factors, "eval_factors"),
+        "seeds": _seeds(cfg.seeds),
     }  # fmt: skip
     for key, minimum in (("train_len", 8), ("eval_examples", 1), ("threads", 1), ("workers", 0)):
         value = cfg[key]
