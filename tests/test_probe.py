@@ -45,9 +45,25 @@ def test_reverse_targets_are_the_string_backwards_one_answer_per_example():
     task = make_task("reverse", 32, 64)
     b = task.sample(GEN().manual_seed(3), 2, 64, train=False)
     ell = (64 - 1) // 2
-    assert b.tokens.shape[1] == 2 * ell + 1 and (b.tokens[:, ell] == task.sep).all()
+    assert (b.tokens[:, ell] == task.sep).all()
     assert torch.equal(b.targets[:, ell : 2 * ell], b.tokens[:, :ell].flip(1))
+    assert (b.targets[:, 2 * ell :] < 0).all() and (b.targets[:, :ell] < 0).all()
     assert set(b.items[b.targets >= 0].tolist()) == {0}
+
+
+@pytest.mark.parametrize("name", ["copy", "reverse"])
+def test_training_strings_have_a_length_per_row_every_one_scored_whole(name):
+    task = make_task(name, 32, 64)
+    b = task.sample(GEN().manual_seed(4), 64, 32, train=True)
+    lengths = set()
+    for tokens, targets in zip(b.tokens, b.targets, strict=True):
+        ell = int((tokens == task.sep).nonzero()[0])  # the first separator: after the string
+        lengths.add(ell)
+        string = tokens[:ell] if name == "copy" else tokens[:ell].flip(0)
+        assert torch.equal(targets[ell : 2 * ell], string)  # predicted from the separator on
+        assert torch.equal(tokens[ell + 1 : 2 * ell + 1], string)  # and written after it
+        assert (targets[:ell] < 0).all() and (targets[2 * ell :] < 0).all()  # fill: unscored
+    assert min(lengths) >= 1 and max(lengths) <= 15 and len(lengths) > 8
 
 
 class Oracle(nn.Module):
@@ -120,6 +136,46 @@ def test_the_learned_table_is_not_applicable_past_its_length():
     rows = run_cell(_cell(encoding="learnable"))
     status = {r["eval_len"]: (r["status"], r.get("accuracy")) for r in rows}
     assert status[16][0] == "ok" and status[32] == ("n/a", None)
+
+
+def test_bos_lets_causal_attention_without_positions_tell_positions_apart():
+    """A causal NoPE model sees a run of one repeated token the same at every position (each
+    position averages identical values) unless a BOS token anchors the count: then its output
+    changes along the run (the weight on BOS falls with t). Untrained weights; BOS is never a
+    prediction (the logits keep the task's vocabulary)."""
+    tokens = torch.full((2, 12), 3)
+    spread = {}
+    for bos in (False, True):
+        torch.manual_seed(0)
+        model = ProbeModel("nope", 16, d_model=16, num_heads=2, layers=1, train_len=12,
+                           max_len=12, bos=bos)  # fmt: skip
+        with torch.no_grad():
+            out = model(tokens)
+        assert out.shape == (2, 12, 16)
+        spread[bos] = float((out - out[:, :1]).abs().max())
+    assert spread[False] < 1e-5 < 1e-2 < spread[True]
+
+
+def test_training_stops_once_the_check_reaches_the_target_on_unseen_sequences(monkeypatch):
+    task = make_task("lookback", 16, 16)
+
+    def fit(target: float) -> dict:
+        torch.manual_seed(0)
+        model = ProbeModel("rope", task.vocab_size, d_model=32, num_heads=2, layers=1,
+                           train_len=16, max_len=16)  # fmt: skip
+        cfg = TrainConfig(steps=400, batch=32, warmup=10, target=target, check_every=20)
+        return train(model, task, cfg, seed=0)
+
+    early, full = fit(0.9), fit(0.0)
+    assert early["steps"] < 400 and early["steps"] % 20 == 0 and early["check_accuracy"] >= 0.9
+    assert full["steps"] == 400 and full["check_accuracy"] != full["check_accuracy"]  # nan
+    drawn, sample = [], task.sample
+    monkeypatch.setattr(task, "sample", lambda *a, **k: drawn.append(sample(*a, **k)) or drawn[-1])
+    model = ProbeModel("nope", task.vocab_size, d_model=16, num_heads=2, layers=1, train_len=16,
+                       max_len=16)  # fmt: skip
+    evaluate(model, task, 16, 8, seed=0, check=True)
+    evaluate(model, task, 16, 8, seed=0)
+    assert not torch.equal(drawn[0].tokens, drawn[1].tokens)  # the check never sees the test
 
 
 def _trained(encoding: str, causal: bool) -> float:
@@ -200,6 +256,7 @@ def test_a_resumed_probe_trains_only_what_is_missing(tmp_path):
     ("encodings=[rope,xpos]", "encodings"), ("tasks=[sort]", "tasks"),
     ("eval_factors=[0]", "eval_factors"), ("train.num_heads=3", "train.d_model"),
     ("rope_eval_scalings=[ntk]", "rope_eval_scalings"), ("device=tpu", "device"),
+    ("train.target=1.5", "train.target"), ("train.check_every=0", "train.check_every"),
 ])  # fmt: skip
 def test_a_bad_key_is_named_and_nothing_runs(tmp_path, override, key):
     out = tmp_path / "bad"

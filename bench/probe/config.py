@@ -71,6 +71,12 @@ def validate(cfg) -> dict:
     if t.d_model % t.num_heads or (t.d_model // t.num_heads) % 2:
         raise ValueError(f"train.d_model={t.d_model} must split into num_heads={t.num_heads} "
                          "heads of an even width (RoPE rotates pairs)")  # fmt: skip
+    for key in ("check_every", "check_examples"):
+        if not isinstance(t[key], int) or t[key] < 1:
+            raise ValueError(f"train.{key}: expected a positive integer, got {t[key]!r}")
+    if not 0 <= t.target <= 1:
+        raise ValueError(f"train.target: expected an accuracy in [0, 1] (0: no early stop), "
+                         f"got {t.target!r}")  # fmt: skip
     if not t.lr > 0 or t.warmup < 0:
         raise ValueError(f"train.lr must be > 0 and train.warmup >= 0, got {t.lr}, {t.warmup}")
     if cfg.device not in ("cpu", "cuda"):

@@ -46,17 +46,23 @@ class ProbeModel(nn.Module):
     max_len: the longest sequence the tables are built for (evaluation's, not training's),
     except `learnable`, whose table has train_len rows: longer inputs raise ValueError.
     causal: mask j > i (the probe's default); bidirectional for the permutation sanity check.
+    bos: put a beginning-of-sequence token before every input (its output is dropped), as
+    language models do; it gives causal attention a fixed anchor to count positions from
+    (NoPE's route to position, Kazemnejad et al. 2023). The tables then hold one more row.
     """
 
     def __init__(
         self, encoding: str, vocab: int, *, d_model: int = 64, num_heads: int = 4,
         layers: int = 2, train_len: int, max_len: int, causal: bool = True,
-        shaw_max_relative: int = 32, rope_scaling: dict | None = None,
+        shaw_max_relative: int = 32, rope_scaling: dict | None = None, bos: bool = True,
     ):  # fmt: skip
         super().__init__()
         if encoding not in ENCODINGS:
             raise ValueError(f"encodings: unknown {encoding!r}; encodings: {', '.join(ENCODINGS)}")
         self.encoding, self.causal, self.num_heads = encoding, causal, num_heads
+        self.bos = vocab if bos else None  # the BOS token's id: one past the task's symbols
+        if bos:
+            vocab, train_len, max_len = vocab + 1, train_len + 1, max_len + 1
         self.embed = nn.Embedding(vocab, d_model)
         self.absolute = None
         if encoding == "sinusoidal":
@@ -104,10 +110,15 @@ class ProbeModel(nn.Module):
         return bias.masked_fill(future, float("-inf")) if self.causal else bias
 
     def forward(self, tokens: Tensor) -> Tensor:
-        x = self.embed(tokens)  # (B, n, d)
+        if self.bos is not None:
+            tokens = torch.cat([tokens.new_full((tokens.shape[0], 1), self.bos), tokens], 1)
+        x = self.embed(tokens)  # (B, n, d), or (B, n + 1, d) with BOS
         if self.absolute is not None:
             x = self.absolute(x)
         mask = self.mask(tokens.shape[1], tokens.device)
         for block in self.blocks:
             x = block(x, mask)
-        return self.head(self.norm(x))  # (B, n, vocab)
+        logits = self.head(self.norm(x))
+        if self.bos is not None:  # no prediction at BOS, and BOS is never a prediction
+            logits = logits[:, 1:, : self.bos]
+        return logits  # (B, n, vocab)

@@ -1,7 +1,9 @@
 """One probe cell (encoding x task x seed): train at train_len, then evaluate at every length,
 RoPE also under each long-context schedule. Runs in a worker process; returns its rows.
 
-Row schema (probe.csv): one row per (encoding, eval_scaling, task, eval_len, seed).
+Row schema (probe.csv): one row per (encoding, eval_scaling, task, eval_len, seed); `steps` is
+the steps trained (train.steps, or fewer once the check reached train.target) and
+`check_accuracy` that check's last accuracy at train_len (empty when no check ran).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from bench.probe.train import TrainConfig, evaluate, train
 COLUMNS = (
     "encoding", "eval_scaling", "task", "seed", "train_len", "eval_len", "factor", "status",
     "accuracy", "token_accuracy", "answers", "chance", "train_loss", "train_s", "steps",
+    "check_accuracy",
     "d_model", "num_heads", "layers", "causal", "device", "message", "timestamp",
 )  # fmt: skip
 KEY = ("encoding", "eval_scaling", "task", "seed", "eval_len")
@@ -25,7 +28,8 @@ STATUSES = ("ok", "n/a", "error")
 
 
 def _schedule(kind: str, factor: int, train_len: int) -> dict | None:
-    """RoPE's schedule `kind` stretching a train_len context by `factor` (None: plain RoPE)."""
+    """RoPE's schedule `kind` stretching a train_len context by `factor` (None: plain RoPE);
+    train_len counts every position the model trained on (BOS included)."""
     if kind == "none":
         return None
     if kind == "linear":
@@ -38,7 +42,7 @@ def _model(encoding: str, task, cell: dict, max_len: int, scaling: dict | None =
     return ProbeModel(
         encoding, task.vocab_size, d_model=t.d_model, num_heads=t.num_heads, layers=t.layers,
         train_len=cell["train_len"], max_len=max_len, causal=cell["causal"],
-        shaw_max_relative=t.shaw_max_relative, rope_scaling=scaling,
+        shaw_max_relative=t.shaw_max_relative, rope_scaling=scaling, bos=t.bos,
     )  # fmt: skip
 
 
@@ -62,7 +66,7 @@ def _run_cell(cell: dict) -> list[dict]:
     scalings = ["none"] + (list(cell["rope_eval_scalings"]) if enc == "rope" else [])
     base = {
         "encoding": enc, "task": task.name, "seed": seed, "train_len": train_len,
-        "chance": task.chance, "steps": cfg.steps, "d_model": cfg.d_model,
+        "chance": task.chance, "d_model": cfg.d_model,
         "num_heads": cfg.num_heads, "layers": cfg.layers, "causal": cell["causal"],
         "device": cell["device"],
     }  # fmt: skip
@@ -92,7 +96,9 @@ def _run_cell(cell: dict) -> list[dict]:
             try:
                 evaluated = model
                 if scaling != "none":  # the same weights, tables rebuilt under the schedule
-                    evaluated = _model(enc, task, cell, n, _schedule(scaling, factor, train_len))
+                    trained_len = train_len + cfg.bos  # the RoPE positions seen in training
+                    evaluated = _model(enc, task, cell, n,
+                                       _schedule(scaling, factor, trained_len))  # fmt: skip
                     evaluated.load_state_dict(model.state_dict())
                     evaluated.to(cell["device"])
                 got = evaluate(evaluated, task, n, cell["eval_examples"], seed)

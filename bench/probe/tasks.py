@@ -101,12 +101,14 @@ class Recall:
 class Copy:
     """copy: s_1 .. s_l (uniform over `vocab` symbols), a separator, then s_1 .. s_l again; the
     targets are the copy (predicted from the separator on), one answer: the whole string.
-    n = 2 l + 1; training draws l uniformly from 1 .. (train_len - 1) // 2 per batch,
-    evaluation uses l = (n - 1) // 2. Chance: vocab^-l.
+    Training draws l uniformly from 1 .. (n - 1) // 2 for every row and fills the rest of the
+    row with unscored symbols (a causal model never sees them while answering); evaluation uses
+    l = (n - 1) // 2 in every row. Chance: vocab^-l.
 
     Needs order and counting: every output copies the token l + 1 places back, an offset the
     model must take from where the separator is (a token-matching shortcut fails on repeated
-    symbols)."""
+    symbols). One length per row rather than per batch: every step sees every length, which
+    took rope's exact copy from 0.69 to 0.80 in 700 steps (one seed)."""
 
     name = "copy"
 
@@ -114,19 +116,26 @@ class Copy:
         self.train_len, self.vocab_size, self.sep = train_len, vocab + 1, vocab
         self.chance = 0.0
 
-    def _answer(self, s: Tensor) -> Tensor:
-        return s
+    def _source(self, i: Tensor, ell: Tensor) -> Tensor:
+        """The string position (0-based) the i-th output copies."""
+        return i
 
     def sample(self, gen: torch.Generator, batch: int, n: int, *, train: bool) -> Batch:
         longest = (n - 1) // 2
         if longest < 1:
             raise ValueError(f"{self.name} needs n >= 3, got {n}")
-        ell = int(torch.randint(1, longest + 1, (1,), generator=gen)) if train else longest
-        s = torch.randint(self.sep, (batch, ell), generator=gen)
-        answer = self._answer(s)
-        tokens = torch.cat([s, torch.full((batch, 1), self.sep), answer], dim=1)
-        targets = torch.full_like(tokens, -1)
-        targets[:, ell : 2 * ell] = answer
+        if train:
+            ell = torch.randint(1, longest + 1, (batch, 1), generator=gen)  # (B, 1)
+        else:
+            ell = torch.full((batch, 1), longest)
+        tokens = torch.randint(self.sep, (batch, n), generator=gen)  # the string and the fill
+        t = torch.arange(n).expand(batch, n)
+        answer = (t > ell) & (t <= 2 * ell)  # where the copy is written
+        src = self._source((t - ell - 1).clamp(min=0), ell).clamp(max=n - 1)
+        tokens = torch.where(answer, tokens.gather(1, src), tokens)
+        tokens = tokens.scatter(1, ell, self.sep)
+        # position t predicts tokens[t + 1]: the targets run from the separator to 2 l - 1
+        targets = torch.where((t >= ell) & (t < 2 * ell), tokens.roll(-1, dims=1), -1)
         return _batch(tokens, targets, torch.zeros_like(tokens))
 
 
@@ -137,8 +146,8 @@ class Reverse(Copy):
 
     name = "reverse"
 
-    def _answer(self, s: Tensor) -> Tensor:
-        return s.flip(1)
+    def _source(self, i: Tensor, ell: Tensor) -> Tensor:
+        return (ell - 1 - i).clamp(min=0)
 
 
 TASKS = {t.name: t for t in (Lookback, Recall, Copy, Reverse)}

@@ -21,15 +21,21 @@ from bench.probe.tasks import Batch
 
 @dataclass
 class TrainConfig:
-    steps: int = 700
+    steps: int = 700  # the most steps a cell trains for
     batch: int = 32
     lr: float = 3e-3
     warmup: int = 70
     weight_decay: float = 0.01
+    # stop early once the exact-match accuracy at train_len reaches `target` on check_examples
+    # held-out sequences, checked every check_every steps (target 0: always train `steps`)
+    target: float = 0.0
+    check_every: int = 100
+    check_examples: int = 64
     d_model: int = 64
     num_heads: int = 4
     layers: int = 2
     shaw_max_relative: int = 32
+    bos: bool = True
 
 
 def _generator(*parts: int) -> torch.Generator:
@@ -54,9 +60,13 @@ def loss_of(model: ProbeModel, batch: Batch) -> Tensor:
 
 
 def train(model: ProbeModel, task, cfg: TrainConfig, seed: int) -> dict:
-    """AdamW, linear warmup then cosine decay to 0; returns the last 20 steps' mean loss."""
+    """AdamW, linear warmup then cosine decay to 0 at cfg.steps, stopping early at cfg.target
+    (checked on sequences no evaluation uses). Returns the last 20 steps' mean loss, the steps
+    taken and the check's last accuracy (nan when no check ran)."""
     gen = _generator(seed, TASK_IDS[task.name], 0)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    # fused: one kernel for all parameters (about 5% of a CPU step here, measured side by side)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                            fused=True)  # fmt: skip
 
     def lr_at(step: int) -> float:
         if step < cfg.warmup:
@@ -65,24 +75,33 @@ def train(model: ProbeModel, task, cfg: TrainConfig, seed: int) -> dict:
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     model.train()
-    start, tail = time.perf_counter(), []
+    start, tail, checked, steps = time.perf_counter(), [], math.nan, cfg.steps
     for step in range(cfg.steps):
         loss = loss_of(model, _on(task.sample(gen, cfg.batch, task.train_len, train=True), model))
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         opt.step()
         sched.step()
-        if step >= cfg.steps - 20:
-            tail.append(loss.item())
-    return {"train_loss": sum(tail) / max(1, len(tail)), "train_s": time.perf_counter() - start}
+        tail = [*tail[-19:], loss.detach()]  # no .item() per step: no device sync
+        if cfg.target > 0 and (step + 1) % cfg.check_every == 0 and step + 1 < cfg.steps:
+            got = evaluate(model, task, task.train_len, cfg.check_examples, seed, check=True)
+            checked = got["accuracy"]
+            model.train()
+            if checked >= cfg.target:
+                steps = step + 1
+                break
+    return {"train_loss": float(sum(tail)) / len(tail), "train_s": time.perf_counter() - start,
+            "steps": steps, "check_accuracy": checked}  # fmt: skip
 
 
 @torch.no_grad()
-def evaluate(model: ProbeModel, task, n: int, examples: int, seed: int, batch: int = 64) -> dict:
+def evaluate(model: ProbeModel, task, n: int, examples: int, seed: int, batch: int = 64,
+             check: bool = False) -> dict:  # fmt: skip
     """Exact-match accuracy over answers at length n (and per-token accuracy), on `examples`
-    sequences drawn from a generator that depends on (seed, task, n) only."""
-    gen = _generator(seed, TASK_IDS[task.name], n)
+    sequences drawn from a generator that depends on (seed, task, n) only; check=True draws
+    from another one (training's early-stopping check: never the evaluation's sequences)."""
+    gen = _generator(seed, TASK_IDS[task.name], n, *((1,) if check else ()))
     model.eval()
     right = answers = tok_right = toks = 0
     for lo in range(0, examples, batch):
