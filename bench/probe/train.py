@@ -21,19 +21,19 @@ from bench.probe.tasks import Batch
 
 @dataclass
 class TrainConfig:
-    steps: int = 700  # the most steps a cell trains for
+    steps: int = 1000  # the most steps a cell trains for
     batch: int = 32
     lr: float = 3e-3
     warmup: int = 70
     weight_decay: float = 0.01
     # stop early once the exact-match accuracy at train_len reaches `target` on check_examples
     # held-out sequences, checked every check_every steps (target 0: always train `steps`)
-    target: float = 0.0
+    target: float = 0.95
     check_every: int = 100
     check_examples: int = 64
     d_model: int = 64
     num_heads: int = 4
-    layers: int = 2
+    layers: int = 3
     shaw_max_relative: int = 32
     bos: bool = True
 
