@@ -113,8 +113,17 @@ def _cell(**over) -> dict:
         "causal": True,
         "device": "cpu",
         "threads": 1,
-        "train": TrainConfig(steps=6, batch=4, warmup=2, d_model=16, num_heads=2, layers=1,
-                             target=0.99, check_every=2, check_examples=8),
+        "train": TrainConfig(
+            steps=6,
+            batch=4,
+            warmup=2,
+            d_model=16,
+            num_heads=2,
+            layers=1,
+            target=0.99,
+            check_every=2,
+            check_examples=8,
+        ),
     }
     return {**cell, **over}  # fmt: skip
 
