@@ -91,8 +91,8 @@ class ProbeModel(nn.Module):
         """Learned position parameters (the learnable table, Shaw's a^K and a^V, T5's bias)
         start at N(0, 0.02) rather than nn.Embedding's N(0, 1): as noise as large as the token
         embeddings they kept recall at 0.17 (learnable) and 0.55 (Shaw) after 700 steps (mean
-        of 3 seeds), 0.87 and 0.71 with this start (results/reference/probe-cpu); the model
-        starts close to NoPE and learns what positions it needs."""
+        of 3 seeds, the 2-layer default of commit 593cb0e), 0.87 and 0.71 with this start; the
+        model starts close to NoPE and learns what positions it needs."""
         for name, p in self.named_parameters():
             if (
                 "pos_embedding" in name

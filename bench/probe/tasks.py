@@ -40,7 +40,7 @@ class Lookback:
 
     Needs relative position only (the offset k is fixed), so an encoding that represents
     j - i should carry it to any length; the tutorial's 1.1: without positions attention cannot
-    tell x_{t-k} from any other token. k = 1 by default: with k = 3, in 700 steps, NoPE
+    tell x_{t-k} from any other token. k = 1 by default: with k = 3, in 700 steps (2 layers), NoPE
     reached 0.38 and ALiBi 0.80 at the training length (k = 1: 0.96 and 1.00, one seed)."""
 
     name = "lookback"
@@ -108,7 +108,7 @@ class Copy:
     Needs order and counting: every output copies the token l + 1 places back, an offset the
     model must take from where the separator is (a token-matching shortcut fails on repeated
     symbols). One length per row rather than per batch: every step sees every length, which
-    took rope's exact copy from 0.69 to 0.80 in 700 steps (one seed)."""
+    took rope's exact copy from 0.69 to 0.80 in 700 steps (one seed, 2 layers, no BOS)."""
 
     name = "copy"
 
