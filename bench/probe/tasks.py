@@ -141,8 +141,9 @@ class Copy:
 
 class Reverse(Copy):
     """reverse: as copy, the string written backwards: the i-th output copies the token
-    2 i - 1 places back, an offset that changes with every step. Harder than copy: in the
-    default CPU budget only Shaw's encoding learned it (not in the default tasks)."""
+    2 i - 1 places back, an offset that changes with every step. Not in the default tasks;
+    in the default budget every encoding learned it at the training length (0.94-1.00, seed
+    0) and none past it (0.00 at 2x)."""
 
     name = "reverse"
 
