@@ -16,8 +16,9 @@ from bench.probe.tasks import TASKS
 from bench.probe.train import TrainConfig
 
 # RoPE's long-context schedules applied to a RoPE model at evaluation (never in training), each
-# with factor = eval_len / train_len and original_max_position_embeddings = train_len; the
-# default evaluates the first three (llama3 on request: rope_eval_scalings=[yarn,llama3])
+# with factor = eval_len / train_len and original_max_position_embeddings = the positions
+# trained on (train_len, plus one with BOS); the default evaluates the first three (llama3 on
+# request: rope_eval_scalings=[yarn,llama3])
 EVAL_SCALINGS = ("linear", "dynamic", "yarn", "llama3")
 
 
@@ -65,15 +66,14 @@ def validate(cfg) -> dict:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ValueError(f"{key}: expected an integer >= {minimum}, got {value!r}")
     t = cfg.train
-    for key in ("steps", "batch", "d_model", "num_heads", "layers", "shaw_max_relative"):
+    positive = ("steps", "batch", "d_model", "num_heads", "layers", "shaw_max_relative",
+                "check_every", "check_examples")  # fmt: skip
+    for key in positive:
         if not isinstance(t[key], int) or t[key] < 1:
             raise ValueError(f"train.{key}: expected a positive integer, got {t[key]!r}")
     if t.d_model % t.num_heads or (t.d_model // t.num_heads) % 2:
         raise ValueError(f"train.d_model={t.d_model} must split into num_heads={t.num_heads} "
                          "heads of an even width (RoPE rotates pairs)")  # fmt: skip
-    for key in ("check_every", "check_examples"):
-        if not isinstance(t[key], int) or t[key] < 1:
-            raise ValueError(f"train.{key}: expected a positive integer, got {t[key]!r}")
     if not 0 <= t.target <= 1:
         raise ValueError(f"train.target: expected an accuracy in [0, 1] (0: no early stop), "
                          f"got {t.target!r}")  # fmt: skip

@@ -53,7 +53,7 @@ class ProbeModel(nn.Module):
 
     def __init__(
         self, encoding: str, vocab: int, *, d_model: int = 64, num_heads: int = 4,
-        layers: int = 2, train_len: int, max_len: int, causal: bool = True,
+        layers: int = 3, train_len: int, max_len: int, causal: bool = True,
         shaw_max_relative: int = 32, rope_scaling: dict | None = None, bos: bool = True,
     ):  # fmt: skip
         super().__init__()

@@ -24,7 +24,6 @@ COLUMNS = (
     "d_model", "num_heads", "layers", "causal", "device", "message", "timestamp",
 )  # fmt: skip
 KEY = ("encoding", "eval_scaling", "task", "seed", "eval_len")
-STATUSES = ("ok", "n/a", "error")
 
 
 def _schedule(kind: str, factor: int, train_len: int) -> dict | None:

@@ -10,7 +10,7 @@ Each task needs position in its own way:
   lookback  relative position only: copy the token k steps back.
   recall    content over distance: find the key, read the value stored after it.
   copy      order and counting: write again the string before the separator (reverse:
-            backwards, harder; not in the default tasks).
+            backwards; not in the default tasks).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class Recall:
 
     Needs content matching at any distance and nothing else: the key and its value share a
     token, so the lookup is one attention hop (a two-token pair needs an induction circuit,
-    which this model did not form in 800 steps). What it probes is whether the encoding lets
+    which the 2-layer model did not form in 800 steps). What it probes is whether the encoding lets
     attention reach, and single out, a token however far away. Vocabulary: keys x values
     pair tokens, then keys query tokens, then the fillers."""
 
