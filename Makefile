@@ -21,7 +21,7 @@ help:
 	@echo "make probe   same set-up, then python -m bench.probe \$$ARGS: the length-generalization probe (about 9 min)"
 	@echo "make gpu-compile  every kernel the GPU runs launch, compiled for sm_90a and sm_80 here (Triton 3.9 and 3.6)"
 	@echo "make gpu-check  on a CUDA machine: the kernel tests on the GPU, then python -m bench sweep=gpu"
-	@echo "make gpu-run   the whole GPU visit in one call: tools/gpu_run.sh (docs/gpu.md)"
+	@echo "make gpu-run   the whole GPU visit in one call: python3 -m bench.visit (docs/gpu.md)"
 	@echo "make gpu-prep  what that call carries: .whl/ (make gpu-wheels) and .audit/audit.py"
 	@echo "make gpu-wheels  wheels of hydra-core, omegaconf, antlr4, liger-kernel (Python 3.12) into .whl/"
 	@echo "make regress  the CPU timing suite vs results/baselines/cpu.json (exit 1 on regression)"
@@ -77,7 +77,7 @@ gpu-check: $(STAMP)
 	$(PY) -m bench sweep=gpu
 
 gpu-run:
-	PY=$(PYTHON) tools/gpu_run.sh
+	$(PYTHON) -m bench.visit
 
 # What a device call carries besides the working tree (docs/gpu.md): the wheels, and a copy of
 # the shared independent audit (../shared does not travel).

@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import csv
 import importlib
+import itertools
 import os
 import re
 import subprocess
@@ -44,7 +45,8 @@ COLUMNS = (
     "kernel", "target", "triton", "family", "dtype", "head_dim", "causal", "variant", "tiles",
     "default_tiles", "num_warps", "num_stages", "registers", "stack_bytes", "spill_stores",
     "spill_loads", "shared_bytes", "blocks_per_sm", "dots", "wgmma_dots", "mma_dots",
-    "tensor_core_insts", "vector_global_insts", "narrow_global_insts", "atomics", "problem",
+    "tensor_core_insts", "vector_global_insts", "narrow_global_insts", "atomics", "compile_s",
+    "problem",
 )  # fmt: skip
 
 
@@ -196,6 +198,73 @@ def capture(spec: Spec, capability: int) -> list[dict]:
                          attrs=attrs, options=dict(options.__dict__), capability=capability,
                          block=(kwargs.get("BLOCK_M"), kwargs.get("BLOCK_N"))))  # fmt: skip
     return jobs
+
+
+def plan_launches(plan, capability: int = 90) -> dict[str, int]:
+    """Distinct Triton compiles per kernel that the `triton` rows of a harness plan launch on a
+    GPU of `capability`: each row's call (and its gradient, in the backward modes) run on meta
+    tensors at its real shape, every launch bound by Triton's binder as the JIT keys it."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    from bench import check
+    from bench.cases import CASES
+    from bench.config import DTYPES
+    from bench.tasks import Task, leaves_of, make_call, run_for_check
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        raise RuntimeError("plan_launches records the JIT's launches: unset TRITON_INTERPRET")
+    meta = torch.device("meta")
+    with recording(capability) as launches, _rope_launches_on_meta():
+        for entry in plan.entries:
+            case = CASES[entry.case]
+            if "triton" not in entry.impls:
+                continue
+            for point, mode, dtype in itertools.product(entry.points, entry.modes, entry.dtypes):
+                if case.check(point) or case.impls["triton"].supports(point):
+                    continue
+                inputs = case.build(point, meta, DTYPES[dtype])
+                for t in check.leaves(inputs, case.grad_inputs).values():
+                    t.requires_grad_(mode != "forward")
+                task = Task(case, "triton", mode, point, meta, DTYPES[dtype])
+                call = make_call(task, inputs)
+                leaves = leaves_of(call, inputs, case)
+                outs = tuple(torch.empty_like(o) for o in _as_tuple(call.fn()))
+                run_for_check(call, leaves, task.grad, outs if task.grad else None)
+    backend = make_backend(GPUTarget("cuda", capability, 32))
+    keys: dict[str, set[str]] = {}
+    for fn, args, kwargs in launches:
+        binder = create_function_from_signature(fn.signature, fn.params, backend)
+        _bound, specialization, options = binder(*args, **kwargs)
+        keys.setdefault(fn.__name__, set()).add(repr((specialization, options)))
+    return {name: len(v) for name, v in sorted(keys.items())}
+
+
+@contextlib.contextmanager
+def _rope_launches_on_meta():
+    """kernels.rope's custom ops describe meta outputs without launching: for the recorder,
+    the ops launch (into empty outputs) as they do on a GPU."""
+    from kernels import rope
+
+    def launching(q, k, cos, sin, pos, offset, interleaved, backward):
+        q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+        rope._launch(q, k, q_out, k_out, cos, sin, pos, offset, interleaved, backward)
+        return q_out, k_out
+
+    def launching_inplace(q, k, cos, sin, pos, offset, interleaved, backward):
+        rope._launch(q, k, q, k, cos, sin, pos, offset, interleaved, backward)
+
+    saved = rope._rope_op, rope._rope_inplace_op
+    rope._rope_op, rope._rope_inplace_op = launching, launching_inplace
+    try:
+        yield
+    finally:
+        rope._rope_op, rope._rope_inplace_op = saved
+
+
+def _as_tuple(out) -> tuple:
+    return out if isinstance(out, tuple) else (out,)
 
 
 def _plain(value):
@@ -405,11 +474,14 @@ def main(argv: list[str] | None = None) -> int:
     work = [(s, t) for t in targets for s in specs(args.only)]
     if not args.no_candidates and "sm_90a" in targets and args.only != "rope":
         work += [(s, "sm_90a") for s in tile_candidates()]
+    # a fresh cache: every kernel compiled cold, so compile_s is what the GPU's JIT would pay
     start = time.perf_counter()
     captured = [(s, t, capture(s, TARGETS[t])) for s, t in work]
     flat = [job for _, _, jobs in captured for job in jobs]
-    with ProcessPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(compile_job, flat))
+    with tempfile.TemporaryDirectory(prefix="gpu-compile-cache-") as cache:
+        os.environ["TRITON_CACHE_DIR"] = cache  # read by the workers' Triton
+        with ProcessPoolExecutor(args.jobs) as pool:
+            results = list(pool.map(compile_job, flat))
     rows, i = [], 0
     for s, t, jobs in captured:
         rows += rows_for(s, t, jobs, results[i : i + len(jobs)])

@@ -17,7 +17,7 @@ def row_metrics(cost: Cost, t: Timing, calib: dict, copy_t: Timing | None) -> di
     row = dict(
         p20_ms=t.p20, p50_ms=t.p50, p80_ms=t.p80, p50_ci_lo_ms=lo, p50_ci_hi_ms=hi,
         n_samples=t.n, gbps=gbps, tflops=tflops, bytes_moved=cost.bytes, flops=cost.flops,
-        timing_method=t.method, cpu_util=t.cpu_util,
+        timing_method=t.method, cpu_util=t.cpu_util, first_call_ms=t.first_ms,
         pct_peak_bw=100 * gbps / calib["calib_copy_gbps"] if calib and gbps else None,
         pct_peak_flops=100 * tflops / calib["calib_matmul_tflops"] if calib and tflops else None,
     )  # fmt: skip

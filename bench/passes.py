@@ -34,12 +34,13 @@ class Pool:
         if state["passes"] != self.passes:
             raise ValueError(f"timing.passes={self.passes}, but {self.path} was saved by a run "
                              f"with timing.passes={state['passes']}: resume with that")  # fmt: skip
-        for key, row, copy, fields in state["rows"]:
-            self.rows[tuple(key)] = {"row": row, "copy": copy, "fields": fields}
+        for key, row, copy, fields, *first in state["rows"]:
+            self.rows[tuple(key)] = {"row": row, "copy": copy, "fields": fields,
+                                     "first_ms": first[0] if first else None}  # fmt: skip
         return state["passes_done"]
 
     def save(self, passes_done: int) -> None:
-        rows = [[list(key), p["row"], p["copy"], p.get("fields", {})]
+        rows = [[list(key), p["row"], p["copy"], p.get("fields", {}), p.get("first_ms")]
                 for key, p in self.rows.items()]  # fmt: skip
         state = {"passes": self.passes, "passes_done": passes_done, "rows": rows}
         tmp = self.path.with_suffix(".tmp")
@@ -61,12 +62,13 @@ class Pool:
         if self.passes == 1:
             return t, copy_t
         pooled = self.rows.setdefault(key, {"row": [], "copy": []})
+        pooled.setdefault("first_ms", t.first_ms)  # the first pass's: the compile, if any
         pooled["row"].extend(t.samples_ms)
         if copy_t is not None:
             pooled["copy"].extend(copy_t.samples_ms)
         method = copy_t.method if copy_t is not None else t.method
         copy = Timing(tuple(pooled["copy"]), method) if pooled["copy"] else None
-        return Timing(tuple(pooled["row"]), t.method, t.cpu_util), copy
+        return Timing(tuple(pooled["row"]), t.method, t.cpu_util, pooled["first_ms"]), copy
 
     def written(self, key: tuple) -> None:
         self.rows.pop(key, None)

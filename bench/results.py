@@ -23,7 +23,8 @@ COLUMNS = (
     "peak_mem_bytes", "max_abs_err", "status", "message", "timestamp",
     "tutorial_ms_per_100", "calib_copy_gbps", "calib_matmul_tflops", "threads",
     "peak_reserved_bytes", "copy_ms", "pct_copy_bw", "p50_ci_lo_ms", "p50_ci_hi_ms",
-    "err_ratio", "bytes_moved", "flops", "timing_method", "cpu_util",
+    "err_ratio", "bytes_moved", "flops", "timing_method", "cpu_util", "first_call_ms",
+    "others_cpu", "contended",
 )  # fmt: skip
 KEY = ("case", "impl", "mode", "device", "dtype", "batch", "seq_len", "d_model", "num_heads",
        "params")  # fmt: skip

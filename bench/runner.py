@@ -37,6 +37,21 @@ from bench.tasks import Task, leaves_of, make_call, run_for_check, timed_call
 from bench.timing import GRAPH_BELOW_MS, Timing, l2_flusher, measure_side_by_side
 
 COPY = "(copy)"  # the same-size copy in each side-by-side group; no impl name has parentheses
+# Dynamo's limits during a run. Every compiled implementation compiles one code object per point
+# and mode (static shapes: bench/cases/_common.py), so a sweep passes Dynamo's default of 8
+# recompiles per code object (FlexAttention over 3 families x 2 causal x 2 modes is 12), after
+# which Dynamo would silently run the frame eagerly and the rows would time eager code under a
+# compiled name. Raised here, and a hit raises, so it becomes the row's error.
+RECOMPILE_LIMIT = 512
+
+
+def _dynamo_limits():
+    import torch._dynamo
+
+    wanted = dict(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=4 * RECOMPILE_LIMIT,
+                  fail_on_recompile_limit_hit=True)  # fmt: skip
+    known = {k: v for k, v in wanted.items() if hasattr(torch._dynamo.config, k)}
+    return torch._dynamo.config.patch(**known)
 
 
 @dataclass
@@ -128,21 +143,25 @@ class Runner:
         self._bar = tqdm(total=self.total() * self.passes, disable=None, unit="row",
                          dynamic_ncols=True)  # fmt: skip
         try:
-            self._bar.update(self.total() * self._first_pass)
-            for k in range(self._first_pass, self.passes):
-                self._pass = k
-                if self.passes > 1 and self._bar.disable:  # plain lines: rows come at the end
-                    print(f"pass {k + 1} of {self.passes}", flush=True)
-                self._sweep()
-                if k < self.passes - 1:
-                    self.pool.save(passes_done=k + 1)
-            self.pool.finish()
+            with _dynamo_limits():
+                self._passes()
         finally:
             self._bar.close()
             self.writer.close()
         summary = dict(self.clock.summary(), passes=self.passes, rows_before=already)
         (self.out_dir / "timing_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
+
+    def _passes(self) -> None:
+        self._bar.update(self.total() * self._first_pass)
+        for k in range(self._first_pass, self.passes):
+            self._pass = k
+            if self.passes > 1 and self._bar.disable:  # plain lines: rows come at the end
+                print(f"pass {k + 1} of {self.passes}", flush=True)
+            self._sweep()
+            if k < self.passes - 1:
+                self.pool.save(passes_done=k + 1)
+        self.pool.finish()
 
     def _sweep(self) -> None:
         for entry in self.plan.entries:

@@ -25,6 +25,9 @@ class Timing:
     # number of busy threads when the machine is free; well under 1 means another process took
     # the CPU while this row was timed (bench.report marks such rows)
     cpu_util: float | None = None
+    # the first call of the warm-up, in ms: what a user pays once (compiles, autotuning, the
+    # allocator's first blocks); the GPU visit's part limits are estimated from it
+    first_ms: float | None = None
 
     @property
     def n(self) -> int:
@@ -181,7 +184,7 @@ def measure_side_by_side(
         first = turn % len(active)
         turn += 1
         for name in active[first:] + active[:first]:
-            _method, calls, timed = prepared[name]
+            _method, calls, timed, _first = prepared[name]
             end, taken = clock() + slice_s, 0
             try:
                 while True:
@@ -200,7 +203,7 @@ def measure_side_by_side(
     return {
         name: p if isinstance(p, Exception) else Timing(
             tuple(samples[name]), p[0],
-            cpu[name][0] / cpu[name][1] if p[0] == "host" and cpu[name][1] > 0 else None)
+            cpu[name][0] / cpu[name][1] if p[0] == "host" and cpu[name][1] > 0 else None, p[3])
         for name, p in prepared.items()
     }  # fmt: skip
 
@@ -212,11 +215,11 @@ def _prepare_group(fns, device, warmup_s, graph_below_ms, clock) -> dict:
     (L2 then stays warm within a replay), else CUDA events for every call (each sample after
     before_each, e.g. a cold-L2 flush); on the CPU, the host clock. A call that raises is
     returned as its exception."""
-    prepared: dict[str, tuple[str, int, Callable[[], object]] | Exception] = {}
+    prepared: dict[str, tuple[str, int, Callable[[], object], float] | Exception] = {}
     for name, fn in fns.items():
         try:
-            _warm_up(fn, device, warmup_s, clock)
-            prepared[name] = ("host" if device.type != "cuda" else "events", 1, fn)
+            first = _warm_up(fn, device, warmup_s, clock)
+            prepared[name] = ("host" if device.type != "cuda" else "events", 1, fn, first)
         except Exception as exc:
             prepared[name] = exc
     live = {n: p for n, p in prepared.items() if not isinstance(p, Exception)}
@@ -227,23 +230,25 @@ def _prepare_group(fns, device, warmup_s, graph_below_ms, clock) -> dict:
     if min(probes.values()) >= graph_below_ms:
         return prepared
     graphed = {}
-    for name, (_, _, fn) in live.items():
+    for name, (_, _, fn, first) in live.items():
         calls = max(1, min(1000, round(0.5 / max(probes[name], 1e-4))))  # ~0.5 ms per replay
         replay = _graphed(fn, device, calls)
         if replay is None:  # one call cannot be captured: the whole group keeps events
             return prepared
-        graphed[name] = ("cuda_graph", calls, replay)
+        graphed[name] = ("cuda_graph", calls, replay, first)
     return {**prepared, **graphed}
 
 
-def _warm_up(fn: Callable[[], object], device: torch.device, warmup_s: float, clock) -> None:
-    """Calls fn until warmup_s has passed, at least once (compiles, allocator, caches)."""
-    start = clock()
+def _warm_up(fn: Callable[[], object], device: torch.device, warmup_s: float, clock) -> float:
+    """Calls fn until warmup_s has passed, at least once (compiles, allocator, caches) -> the
+    first call's ms."""
+    start, first = clock(), None
     while True:
         fn()
         _sync(device)
+        first = (clock() - start) * 1e3 if first is None else first
         if clock() - start >= warmup_s:
-            break
+            return first
 
 
 def _graphed(fn: Callable[[], object], device: torch.device, calls: int):

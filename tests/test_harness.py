@@ -372,3 +372,53 @@ def test_an_axis_pinned_on_the_command_line_wins_over_the_grids():
     plan = make_plan(_cfg(grids=overlapping, batch=1, d_model=32, num_heads=4, device="cpu",
                           impls=["reference"], mode="forward"))  # fmt: skip
     assert plan.rows() == 2  # the point both grids list counts once
+
+
+def _doubled(x):
+    return 2 * x  # one code object: every point recompiles it (static shapes)
+
+
+def _compiled_toy(monkeypatch):
+    from torch._dynamo.testing import CompileCounter
+
+    from bench.cases import _common
+
+    counter = CompileCounter()  # a cheap backend that counts the frames it compiles
+    monkeypatch.setattr(_common, "COMPILE_BACKEND", counter)
+
+    def make(inputs):
+        fn = _common.compile_impl(_doubled)
+        return lambda: fn(inputs["x"])
+
+    impls = {"good": Impl(lambda i: lambda: 2 * i["x"]), "compiled": Impl(make, compiled=True)}
+    return _toy_case(impls), counter
+
+
+TWELVE = tuple(Point(1, 8 + i, 4, 2) for i in range(12))  # past Dynamo's default of 8
+
+
+def test_compiled_rows_past_dynamos_recompile_limit_stay_compiled(tmp_path, monkeypatch):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    case, counter = _compiled_toy(monkeypatch)
+    rows = _run(tmp_path, case, monkeypatch, points=TWELVE, modes=("forward",))
+    compiled = [r for r in rows if r["impl"] == "compiled"]
+    assert len(compiled) == 12 and {r["status"] for r in compiled} == {"ok"}
+    assert counter.frame_count == 12  # one static compile per point, none fell back to eager
+
+
+def test_a_recompile_limit_hit_is_a_row_error_not_an_eager_row(tmp_path, monkeypatch):
+    import torch._dynamo
+
+    from bench import runner
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(runner, "RECOMPILE_LIMIT", 4)
+    case, counter = _compiled_toy(monkeypatch)
+    rows = _run(tmp_path, case, monkeypatch, points=TWELVE, modes=("forward",))
+    status = [r["status"] for r in rows if r["impl"] == "compiled"]
+    assert status == ["ok"] * 4 + ["error"] * 8, status
+    failed = next(r for r in rows if r["impl"] == "compiled" and r["status"] == "error")
+    assert "recompile" in failed["message"].lower(), failed["message"]
+    assert counter.frame_count == 4

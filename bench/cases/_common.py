@@ -16,6 +16,17 @@ MODES = ("forward", "backward", "forward+backward")
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 TRITON_DEVICES = ("cpu", "cuda") if INTERPRET else ("cuda",)
 TRITON_NOTE = "Triton's interpreter on the CPU" if INTERPRET else ""
+# The backend of every compiled implementation (tests swap in a counting one).
+COMPILE_BACKEND = "inductor"
+
+
+def compile_impl(fn):
+    """torch.compile as every compiled implementation uses it: static shapes, so each point is
+    compiled for its own shape as a user running that shape would get, whatever points came
+    before it (with dynamic=None a code object's second shape turns it dynamic for the rest of
+    the sweep, and rows would depend on the order of the plan). The runner raises Dynamo's
+    recompile limit and turns a hit into a row error (bench/runner.py: DYNAMO)."""
+    return torch.compile(fn, dynamic=False, backend=COMPILE_BACKEND)
 
 
 def parameters(module: nn.Module, device, dtype) -> dict[str, nn.Parameter]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 import posenc
-from bench.cases._common import bind, parameters, per_mode
+from bench.cases._common import bind, compile_impl, parameters, per_mode
 from bench.registry import Case, Cost, Impl, Point
 from posenc import functional as F
 from posenc import seed
@@ -43,7 +43,7 @@ def _module(cls, inputs):
 def _forward(cls, compiled: bool = False):
     def make(inputs):
         module = _module(cls, inputs)
-        fn = torch.compile(module) if compiled else module
+        fn = compile_impl(module) if compiled else module
         return lambda: fn(inputs["x"])
 
     return make

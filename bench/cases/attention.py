@@ -18,7 +18,7 @@ import os
 import torch
 
 import posenc
-from bench.cases._common import bind, parameters, per_mode
+from bench.cases._common import bind, compile_impl, parameters, per_mode
 from bench.registry import Case, Cost, Impl, Point
 from posenc import seed
 
@@ -46,7 +46,7 @@ def _call(module, x, **kwargs):
 def _impl(factory, *, compiled=False, **kwargs):
     def make(inputs):
         module = _module(factory, inputs)
-        fn = torch.compile(module) if compiled else module
+        fn = compile_impl(module) if compiled else module
         x = inputs["x"]
         return lambda: _call(fn, x, **kwargs)
 

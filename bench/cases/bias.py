@@ -30,7 +30,14 @@ import torch.nn.functional as nnf
 
 import kernels
 import posenc
-from bench.cases._common import TRITON_DEVICES, TRITON_NOTE, bind, parameters, per_mode
+from bench.cases._common import (
+    TRITON_DEVICES,
+    TRITON_NOTE,
+    bind,
+    compile_impl,
+    parameters,
+    per_mode,
+)
 from bench.registry import Case, Cost, Impl, Point
 from posenc import functional as F
 
@@ -92,7 +99,7 @@ def _eager(family: str, inputs: dict, causal: bool):
 def _reference(family: str, compiled: bool = False):
     def make(inputs):
         fn = _eager(family, inputs, inputs["causal"])
-        fn = torch.compile(fn) if compiled else fn
+        fn = compile_impl(fn) if compiled else fn
         q, k, v = inputs["q"], inputs["k"], inputs["v"]
         return lambda: fn(q, k, v)
 
@@ -168,7 +175,7 @@ def _flex(family: str):
         if inputs["causal"]:
             block_mask = create_block_mask(lambda b, h, i, j: j <= i, None, None, q.shape[2],
                                            k.shape[2], device=q.device)  # fmt: skip
-        fn = torch.compile(flex_attention, dynamic=False)
+        fn = compile_impl(flex_attention)
         score_mod = _score_mod(family, inputs)
         return lambda: fn(q, k, v, score_mod=score_mod, block_mask=block_mask)
 

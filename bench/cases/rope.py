@@ -16,7 +16,7 @@ import torch
 
 import kernels
 import posenc
-from bench.cases._common import TRITON_DEVICES, TRITON_NOTE, per_mode
+from bench.cases._common import TRITON_DEVICES, TRITON_NOTE, compile_impl, per_mode
 from bench.registry import Call, Case, Cost, Impl, Point
 from posenc import functional as F
 from posenc import seed
@@ -110,7 +110,7 @@ def _reference_out(inputs):
 
 
 def _compiled(inputs):
-    fn = torch.compile(_reference_fn)
+    fn = compile_impl(_reference_fn)
     q, k, cos, sin = inputs["q"], inputs["k"], inputs["cos"], inputs["sin"]
     return lambda: fn(q, k, cos, sin)
 
@@ -233,7 +233,7 @@ def _module_out(inputs):
 
 def _module_compiled(inputs):
     x = inputs["x"]
-    module = torch.compile(posenc.RoPEPositionalEncoding(x.shape[-1], x.shape[1]).to(x.device))
+    module = compile_impl(posenc.RoPEPositionalEncoding(x.shape[-1], x.shape[1]).to(x.device))
     return lambda: module(x)
 
 

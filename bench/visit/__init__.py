@@ -1,0 +1,7 @@
+"""The GPU visit: everything the project measures on a lent GPU, in one call that returns the
+most valuable figures first and survives being cut at any point (docs/gpu.md).
+
+    python3 -m bench.visit            on a CUDA box, within --budget seconds (540)
+    python3 -m bench.visit --smoke    the same parts on a CPU, at tiny sizes (CI rehearses it)
+    python -m bench.visit --plan      what each part launches, its estimate and its limit
+"""

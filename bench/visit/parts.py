@@ -1,0 +1,97 @@
+"""The parts of the GPU visit, in the order they run: by value, and by what can fail.
+
+Each part is a command with a time limit, and skipped when less than its minimum is left. The
+limits are checked against the estimates of what each part launches (bench/visit/estimate.py,
+`python -m bench.visit --plan`; docs/gpu.md has the table). Standard library only: the driver
+runs on the GPU box before anything it carries is unpacked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The sweep's implementations that compile nothing but Triton kernels (eager PyTorch, SDPA,
+# Liger, the fused kernels): the core rows, measured before any torch.compile runs.
+CORE_IMPLS = "[reference,reference_out,triton,liger,liger_copy,sdpa,sdpa_nobias]"
+# The targets' shapes for the compiled baselines: L=4096, forward and forward+backward; RoPE in
+# bshd memory, ALiBi and T5 attention not causal.
+TARGETS = ("seq_len=4096", "causal=false", "layout=bshd", "mode=[forward,forward+backward]")
+# The smoke rehearsal's sizes: tiny points, one length and causality, short timing.
+SMOKE = ("smoke=true", "timing.warmup_s=0", "timing.min_reps=1", "timing.max_reps=2",
+         "timing.budget_s=0", "calibrate=false")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Part:
+    """One command of the visit. argv follows the Python interpreter; {res} is the folder the
+    archive holds, {device} cuda (or cpu in the smoke rehearsal), {audit} the audit's copy."""
+
+    name: str
+    limit_s: int  # the most it may run
+    min_s: int  # skipped when less than this is left
+    argv: tuple[str, ...]
+    smoke_argv: tuple[str, ...] | None = None  # the rehearsal's command (None: argv + SMOKE)
+    what: str = ""
+    # True: its limit is reserved in the budget (the parts before the first open-ended one);
+    # False: it runs with what is left, and is skipped when that is under its minimum
+    reserved: bool = True
+
+
+def _bench(*args: str) -> tuple[str, ...]:
+    return ("-m", "bench", "device={device}", *args)
+
+
+PARTS = (
+    Part("tests", 65, 30,
+         ("-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "8", "tests/kernels",
+          "tests/test_bench_timing.py", "--junitxml={res}/tests.xml"),
+         ("-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/kernels/test_rope.py", "-k",
+          "llama-like", "--junitxml={res}/tests.xml"),
+         "the kernel tests on the GPU, each outcome printed as it finishes"),
+    Part("sweep", 145, 60,
+         _bench("sweep=gpu", f"impls={CORE_IMPLS}", "hydra.run.dir={res}/sweep-gpu"),
+         _bench("sweep=gpu", f"impls={CORE_IMPLS}", "seq_len=16", "causal=false",
+                "mode=[forward,forward+backward]", *SMOKE, "hydra.run.dir={res}/sweep-gpu"),
+         "sweep=gpu without torch.compile: the fused kernels, eager, SDPA, Liger"),
+    Part("audit", 95, 50, ("{audit}", "--out", "{res}/audit"),
+         ("{audit}", "--dry", "--out", "{res}/audit"),
+         "the independent audit (a copy of shared/gpu/audit.py), when carried"),
+    Part("flex", 145, 40,
+         _bench("sweep=gpu", "impls=[triton,flex]", "cases=[alibi_attention,t5_attention]",
+                *TARGETS, "hydra.run.dir={res}/sweep-flex"),
+         _bench("sweep=gpu", "impls=[triton,flex]", "cases=[alibi_attention]", "seq_len=16",
+                "causal=false", "mode=forward", *SMOKE, "hydra.run.dir={res}/sweep-flex"),
+         "FlexAttention beside the kernel: ALiBi and T5 at the targets' shape"),
+    Part("compiled", 75, 30,
+         _bench("sweep=gpu", "impls=[triton,compiled]", "cases=[rope]", *TARGETS,
+                "hydra.run.dir={res}/sweep-compiled"),
+         _bench("sweep=gpu", "impls=[triton,compiled]", "cases=[rope]", "seq_len=16",
+                "layout=bshd", "mode=forward", *SMOKE, "hydra.run.dir={res}/sweep-compiled"),
+         "torch.compile of the eager RoPE beside the kernel at the target's shape"),
+    Part("cpu_cuda", 45, 20,
+         ("-m", "bench", "sweep=cpu_vs_cuda", "cases=[rope,alibi_attention,shaw_kv_attention]",
+          "impls=[reference,triton]", "timing.budget_s=0.1", "hydra.run.dir={res}/cpu_vs_cuda"),
+         ("-m", "bench", "sweep=cpu_vs_cuda", "cases=[rope,alibi_attention]", "batch=1",
+          "seq_len=128", *SMOKE, "hydra.run.dir={res}/cpu_vs_cuda"),
+         "the same points on the box's CPU and its GPU", reserved=False),
+    Part("profile-rope", 20, 10,
+         _bench("profile=true", "sweep=gpu", "cases=[rope]", "impls=[triton]", "seq_len=4096",
+                "layout=bshd", "hydra.run.dir={res}/profile-rope"),
+         None, "torch.profiler at one RoPE point: top operators, kernel registers",
+         reserved=False),
+    Part("profile-attention", 20, 10,
+         _bench("profile=true", "sweep=gpu", "cases=[alibi_attention]", "impls=[triton]",
+                "seq_len=4096", "hydra.run.dir={res}/profile-attention"),
+         None, "the same at one attention point", reserved=False),
+    Part("probe", 25, 15,
+         ("-m", "bench.probe", "probe=tiny", "device={device}", "hydra.run.dir={res}/probe-tiny"),
+         ("-m", "bench.probe", "probe=tiny", "device={device}", "hydra.run.dir={res}/probe-tiny"),
+         "the length-generalization probe's CUDA path, at its tiny size", reserved=False),
+    Part("tiles", 200, 40,
+         _bench("sweep=gpu_tiles", "hydra.run.dir={res}/sweep-tiles"),
+         _bench("sweep=gpu_tiles", "cases=[alibi_attention]", "fwd_tiles=[64x64x4x3]",
+                "bwd_tiles=[32x32x4x1]", *SMOKE, "hydra.run.dir={res}/sweep-tiles"),
+         "the attention kernel over candidate tiles", reserved=False),
+)  # fmt: skip
+BUDGET_S = 540  # the whole call; the device call's timeout_s is 570
+ENV_S = 10  # the env part (nvidia-smi, wheels, versions) before the first limit starts

@@ -1,0 +1,122 @@
+"""The GPU visit (python -m bench.visit): rehearsed on the CPU (--smoke: Triton's interpreter,
+tiny points) in the same order with the same parts, so that the driver itself cannot be what
+fails on a lent GPU; its limits checked against the estimates of what each part launches."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.visit.parts import BUDGET_S, ENV_S, PARTS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+FAKE_AUDIT = """import argparse, pathlib
+p = argparse.ArgumentParser(); p.add_argument("--out"); p.add_argument("--dry", action="store_true")
+a = p.parse_args(); assert a.dry
+(pathlib.Path(a.out) / "audit.csv").write_text("group,impl\\nrope,fake\\n")
+"""
+
+
+def _visit(tmp_path, *args, audit=None):
+    """The smoke visit; the audit a stand-in that writes its CSV (the shared one is not in the
+    repository), or absent."""
+    out = tmp_path / "out"
+    if audit is None:
+        audit = tmp_path / "audit.py"
+        audit.write_text(FAKE_AUDIT)
+    cmd = [sys.executable, "-m", "bench.visit", "--smoke", "--out", str(out),
+           "--audit", str(audit), *args]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with tarfile.open(out / "results.tgz") as tar:
+        tar.extractall(tmp_path / "x", filter="data")
+    return out, tmp_path / "x" / "gpu", proc.stdout
+
+
+def test_smoke_visit_runs_every_part_in_order_into_one_archive(tmp_path):
+    out, res, stdout = _visit(tmp_path)
+    assert sorted(p.name for p in out.iterdir()) == ["results.tgz", "visit.log"]
+    status = (res / "status.txt").read_text()
+    ran = re.findall(r"^== ([\w-]+): (?:exit 0|done)", status, re.M)
+    assert ran == ["env", *(p.name for p in PARTS)], status  # the same order as on the GPU
+    assert (res / "audit" / "audit.csv").read_text().startswith("group,impl")
+    # the test part names each outcome as it finishes (a part cut at its limit keeps them)
+    assert re.search(r"test_rope\.py::.+ PASSED", (out / "visit.log").read_text())
+    core = pd.read_csv(res / "sweep-gpu" / "results.csv")
+    triton = core[core["impl"] == "triton"]
+    assert set(triton["case"]) == {"rope", "alibi_attention", "t5_attention",
+                                   "shaw_bias_attention", "shaw_kv_attention"}  # fmt: skip
+    assert set(triton["status"]) == {"ok"}
+    assert not set(core["impl"]) & {"compiled", "flex"}  # those come after the audit
+    flex = pd.read_csv(res / "sweep-flex" / "results.csv")
+    assert set(flex["impl"]) == {"triton", "flex"} and set(flex["status"]) == {"ok"}
+    compiled = pd.read_csv(res / "sweep-compiled" / "results.csv")
+    assert set(compiled["impl"]) == {"triton", "compiled"} and set(compiled["status"]) == {"ok"}
+    probe = pd.read_csv(res / "probe-tiny" / "probe.csv", keep_default_na=False)
+    assert set(probe["status"]) == {"ok", "n/a"}
+    assert (res / "sweep-gpu" / "report.md").exists()
+    assert (res / "profile-rope" / "top_ops.md").exists()
+    assert (res / "tests.xml").read_text().count("<testcase") >= 3
+    assert "torch" in (res / "versions.txt").read_text()
+
+
+def test_a_short_budget_skips_parts_and_still_returns_the_archive(tmp_path):
+    _out, res, _ = _visit(tmp_path, "--budget", "20", audit=tmp_path / "not-carried.py")
+    status = (res / "status.txt").read_text()
+    assert "== tests: skipped" in status and "== sweep: skipped" in status
+    assert "== audit: skipped" in status and "not carried" in status
+    assert (res / "versions.txt").exists()
+
+
+def _compiling(code: str) -> str:
+    """Runs code in a process with Triton's JIT (the estimate records launches that the
+    interpreter, on in this session, would run)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def plan():
+    """(the estimates' Markdown table, {part: (limit, estimate)})."""
+    out = _compiling("import json; from bench.visit import estimate as e; rows = e.estimates(); "
+                     "print(e.markdown(rows)); print('JSON', json.dumps({r.part.name: "
+                     "[r.part.limit_s, r.seconds] for r in rows}))")  # fmt: skip
+    table, _, numbers = out.rpartition("JSON ")
+    return table.rstrip(), json.loads(numbers)
+
+
+def test_every_limit_covers_its_estimate_and_the_parts_fit_the_budget(plan):
+    _, numbers = plan
+    assert list(numbers) == [p.name for p in PARTS]
+    for name, (limit, seconds) in numbers.items():
+        assert limit >= seconds, (name, limit, seconds)
+    reserved = [p.reserved for p in PARTS]
+    assert reserved == sorted(reserved, reverse=True)  # reserved parts first, then the rest
+    assert ENV_S + sum(p.limit_s for p in PARTS if p.reserved) <= BUDGET_S
+
+
+def test_the_sweep_estimate_counts_the_kernels_the_plan_launches():
+    """sweep=gpu's Triton rows: 4 bias families x causal or not x (forward, dq, dk/dv), and
+    RoPE's forward and backward (the layouts and lengths share a specialization)."""
+    out = _compiling("from bench.visit import estimate; from bench.visit.parts import PARTS; "
+                     "from bench.gpu_compile import plan_launches; "
+                     "part = next(p for p in PARTS if p.name == 'sweep'); "
+                     "print(plan_launches(estimate.plan_of(part.argv)[0]))")  # fmt: skip
+    assert eval(out) == {"_relbias_fwd_kernel": 8, "_relbias_bwd_dq_kernel": 8,
+                         "_relbias_bwd_dkdv_kernel": 8, "_rope_kernel": 2}  # fmt: skip
+
+
+def test_docs_show_the_estimates_table(plan):
+    table, _ = plan
+    assert table in (ROOT / "docs" / "gpu.md").read_text(), table
