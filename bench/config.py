@@ -45,7 +45,9 @@ class TimingConfig:
     # known well enough), or once the samples' (p80 - p20) / p50 <= rel_spread; null: never
     rel_ci: float | None = 0.02
     rel_spread: float | None = None
-    threads: int | None = None  # torch.set_num_threads on the CPU (None: torch's default)
+    # torch.set_num_threads: "auto" (the cores less one, less those other processes use when
+    # the run starts: bench/machine.py), a positive number, or null (torch's default)
+    threads: Any = "auto"
     copy_ref: bool = True  # time a copy of each row's modelled bytes in the same group
     # >1: sweep the plan this many times, each pass with 1/passes of the budget and max_reps,
     # pooling each row's samples, so that every median spans the whole run (bench/passes.py)
@@ -201,6 +203,10 @@ def _check_timing(t) -> None:
         raise ValueError("timing: need 1 <= min_reps <= max_reps and budget_s >= 0")
     if isinstance(t["passes"], bool) or not isinstance(t["passes"], int) or t["passes"] < 1:
         raise ValueError(f"timing.passes: must be a positive integer, got {t['passes']!r}")
+    threads = t["threads"]
+    if threads not in ("auto", None) and (isinstance(threads, bool) or not isinstance(threads, int)
+                                          or threads < 1):  # fmt: skip
+        raise ValueError(f"timing.threads: auto, a positive integer or null, got {threads!r}")
     for key in ("rel_ci", "rel_spread"):
         if t[key] is not None and not t[key] > 0:
             raise ValueError(f"timing.{key}: must be positive or null (no early stop), "

@@ -34,14 +34,15 @@ class Pool:
         if state["passes"] != self.passes:
             raise ValueError(f"timing.passes={self.passes}, but {self.path} was saved by a run "
                              f"with timing.passes={state['passes']}: resume with that")  # fmt: skip
-        for key, row, copy, fields, *first in state["rows"]:
+        for key, row, copy, fields, *more in state["rows"]:
+            first, others = (more + [None, None])[:2]
             self.rows[tuple(key)] = {"row": row, "copy": copy, "fields": fields,
-                                     "first_ms": first[0] if first else None}  # fmt: skip
+                                     "first_ms": first, "others_cpu": others}  # fmt: skip
         return state["passes_done"]
 
     def save(self, passes_done: int) -> None:
-        rows = [[list(key), p["row"], p["copy"], p.get("fields", {}), p.get("first_ms")]
-                for key, p in self.rows.items()]  # fmt: skip
+        rows = [[list(key), p["row"], p["copy"], p.get("fields", {}), p.get("first_ms"),
+                 p.get("others_cpu")] for key, p in self.rows.items()]  # fmt: skip
         state = {"passes": self.passes, "passes_done": passes_done, "rows": rows}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
@@ -63,12 +64,16 @@ class Pool:
             return t, copy_t
         pooled = self.rows.setdefault(key, {"row": [], "copy": []})
         pooled.setdefault("first_ms", t.first_ms)  # the first pass's: the compile, if any
+        if t.others_cpu is not None:  # the busiest pass's: a row is marked if any pass was
+            pooled["others_cpu"] = max(pooled.get("others_cpu") or 0.0, t.others_cpu)
         pooled["row"].extend(t.samples_ms)
         if copy_t is not None:
             pooled["copy"].extend(copy_t.samples_ms)
         method = copy_t.method if copy_t is not None else t.method
         copy = Timing(tuple(pooled["copy"]), method) if pooled["copy"] else None
-        return Timing(tuple(pooled["row"]), t.method, t.cpu_util, pooled["first_ms"]), copy
+        timing = Timing(tuple(pooled["row"]), t.method, t.cpu_util, pooled["first_ms"],
+                        pooled.get("others_cpu"))  # fmt: skip
+        return timing, copy
 
     def written(self, key: tuple) -> None:
         self.rows.pop(key, None)

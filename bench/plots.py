@@ -1,10 +1,11 @@
 """PNG plots from result rows (called by bench.report; never from the timing loop).
 
-- time_vs_seq_len_<mode>_<dtype>.png: one panel per case, median ms vs L at the case's most
-  common (B, d_model, H, knobs), one line per impl @ device with its p20-p80 band; one colour
-  per impl @ device in every panel; hollow markers for uncertain medians (bench.report).
-- speedup_<mode>_<dtype>.png: each case's implementations against its baseline (left out: it
-  is the 1.0 line) at the case's largest L, values on the bars.
+- time_vs_seq_len_<mode>_<dtype>.png: one panel per case and knob combination (a sweep of
+  RoPE's schedules gets one per schedule), median ms vs L at its most common (B, d_model, H),
+  one line per impl @ device with its p20-p80 band; one colour per impl @ device in every
+  panel; hollow markers for uncertain, contended or suspect medians (bench.flags).
+- speedup_<mode>_<dtype>.png: each case's implementations against its baseline, named on each
+  bar (left out: it is the 1.0 line) at the panel's largest L, values on the bars.
 - pct_copy_bw_<mode>_<dtype>.png: the encoders' time as % of a same-size copy timed beside
   them (memory-bound work); pct_matmul_<mode>_<dtype>.png: the attention cases' FLOP/s as % of
   the run's measured matmul rate (compute-bound work).
@@ -53,23 +54,42 @@ def _point(case: str, common: tuple) -> str:
     return f"{case} (B={common[0]}, d={common[1]}, H={common[2]}{', ' + extra if extra else ''})"
 
 
-def _time_vs_seq_len(df: pd.DataFrame, colors: dict, path: Path, title: str) -> None:
-    cases = list(dict.fromkeys(df["case"]))
-    cols = min(3, len(cases))
-    rows = math.ceil(len(cases) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.3 * rows), squeeze=False)
-    for ax, case in zip(axes.flat, cases, strict=False):
+def _marked(df: pd.DataFrame) -> pd.Series:
+    """Points not to be read as plain results: uncertain, contended or suspect (bench.flags)."""
+    flag = df["uncertain"].astype(bool)
+    if "contended" in df:
+        flag |= df["contended"].astype(bool)
+    if "suspect" in df:
+        flag |= df["suspect"].fillna("") != ""
+    return flag
+
+
+def _panels(df: pd.DataFrame) -> list[tuple[str, tuple]]:
+    """(case, (B, d_model, H, knobs)) per panel: each case's knob combinations (a sweep over
+    RoPE's schedules plots every schedule), each at its most common (B, d_model, H)."""
+    out = []
+    for case in dict.fromkeys(df["case"]):
         g = df[df["case"] == case]
-        common = _common(g)
-        g = _at(g, common)
+        for params in dict.fromkeys(g["params"]):
+            out.append((case, _common(g[g["params"] == params])))
+    return out
+
+
+def _time_vs_seq_len(df: pd.DataFrame, colors: dict, path: Path, title: str) -> None:
+    panels = _panels(df)
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.3 * rows), squeeze=False)
+    for ax, (case, common) in zip(axes.flat, panels, strict=False):
+        g = _at(df[df["case"] == case], common)
         for label, line in g.groupby(_label(g)):
             line = line.sort_values("seq_len")
             color = colors[label]
             ax.plot(line["seq_len"], line["p50_ms"], color=color, label=label)
             ax.fill_between(line["seq_len"], line["p20_ms"], line["p80_ms"], color=color,
                             alpha=0.15)  # fmt: skip
-            sure = line[~line["uncertain"]]
-            unsure = line[line["uncertain"]]
+            sure = line[~_marked(line)]
+            unsure = line[_marked(line)]
             ax.scatter(sure["seq_len"], sure["p50_ms"], color=color, s=14, zorder=3)
             ax.scatter(unsure["seq_len"], unsure["p50_ms"], facecolors="none", edgecolors=color,
                        s=24, zorder=3)  # fmt: skip
@@ -79,21 +99,40 @@ def _time_vs_seq_len(df: pd.DataFrame, colors: dict, path: Path, title: str) -> 
         ax.set_xlabel("seq_len")
         ax.set_ylabel("ms (median; band p20-p80)")
         ax.legend(fontsize=6)
-    for ax in list(axes.flat)[len(cases) :]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    fig.suptitle(f"{title}; hollow: uncertain median", fontsize=9)
+    fig.suptitle(f"{title}; hollow: uncertain, contended or suspect (report.md)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
 def _largest_points(df: pd.DataFrame) -> pd.DataFrame:
-    """Per case: rows at the most common (B, d_model, H, knobs) and that case's largest L."""
+    """Per panel (case and knob combination): its rows at the panel's largest L."""
     keep = []
-    for _, g in df.groupby("case"):
-        g = _at(g, _common(g))
+    for case, common in _panels(df):
+        g = _at(df[df["case"] == case], common)
         keep.append(g[g["seq_len"] == g["seq_len"].max()])
     return pd.concat(keep) if keep else df.iloc[:0]
+
+
+def bar_label(row) -> str:
+    """case / impl @ device [vs its baseline] (B, L[, knobs])."""
+    return (f"{row['case']} / {row['impl']} @ {row['device']}{_versus(row)} (B={row['batch']}, "
+            f"L={row['seq_len']}{_knobs(row)})")  # fmt: skip
+
+
+def _versus(row) -> str:
+    """The baseline a speedup bar is against (its `baseline` column, when the plot has one)."""
+    base = row.get("baseline")
+    return f" vs {base}" if isinstance(base, str) and base else ""
+
+
+def _knobs(row) -> str:
+    from bench.report import knobs
+
+    extra = knobs(row.get("params", "{}"))
+    return f", {extra}" if extra else ""
 
 
 def _bars(values: pd.DataFrame, column: str, colors: dict, path: Path, title: str,
@@ -103,12 +142,11 @@ def _bars(values: pd.DataFrame, column: str, colors: dict, path: Path, title: st
     values = values[values[column].notna()]
     if values.empty:
         return False
-    labels = [f"{r['case']} / {r['impl']} @ {r['device']} (B={r['batch']}, L={r['seq_len']})"
-              for _, r in values.iterrows()]  # fmt: skip
+    labels = [bar_label(r) for _, r in values.iterrows()]
     fig, ax = plt.subplots(figsize=(8, 0.32 * len(values) + 1.3))
     bars = ax.barh(range(len(values)), values[column],
                    color=[colors[lbl] for lbl in _label(values)],
-                   hatch=["//" if u else "" for u in values["uncertain"]])  # fmt: skip
+                   hatch=["//" if u else "" for u in _marked(values)])  # fmt: skip
     ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=2)
     if reference is not None:
         ax.axvline(reference, color="black", linestyle="--", linewidth=1)
@@ -139,9 +177,10 @@ def write_all(df: pd.DataFrame, out: Path) -> list[Path]:
         _time_vs_seq_len(g, colors, path, f"{mode}, {dtype}")
         written.append(path)
         top = _largest_points(g)
+        faster = top[top["impl"] != baseline[top.index]].assign(baseline=baseline[top.index])
         plots = (
-            ("speedup", top[top["impl"] != baseline[top.index]], "speedup",
-             "speedup vs the case's baseline (dashed: 1.0, the baseline)", 1.0),
+            ("speedup", faster, "speedup",
+             "speedup: the named baseline's median over this one's (dashed: 1.0)", 1.0),
             ("pct_copy_bw", top[level[top.index] == "encoder"], "pct_copy_bw",
              "% of a same-size copy timed beside it (memory-bound work)", 100.0),
             ("pct_matmul", top[level[top.index] == "attention"], "pct_peak_flops",
@@ -151,7 +190,8 @@ def write_all(df: pd.DataFrame, out: Path) -> list[Path]:
             if column not in values:
                 continue
             path = out / f"{name}_{tag}.png"
-            title = f"{mode}, {dtype}, each case at its largest L; hatched: uncertain"
+            title = (f"{mode}, {dtype}, each case at its largest L; hatched: uncertain, "
+                     "contended or suspect")  # fmt: skip
             if _bars(values, column, colors, path, title, xlabel, ref):
                 written.append(path)
         if {"cpu", "cuda"} <= set(g["device"]):
@@ -162,7 +202,8 @@ def write_all(df: pd.DataFrame, out: Path) -> list[Path]:
             both = both.assign(
                 ratio=both["p50_ms_cpu"] / both["p50_ms_cuda"],
                 device="cuda",
-                uncertain=both["uncertain_cpu"] | both["uncertain_cuda"],
+                uncertain=_marked(both.rename(columns=lambda c: c.removesuffix("_cpu")))
+                | _marked(both.rename(columns=lambda c: c.removesuffix("_cuda"))),
             )
             path = out / f"cpu_vs_cuda_{tag}.png"
             if _bars(_largest_points(both.assign(status="ok")), "ratio", colors, path,

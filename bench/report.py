@@ -5,8 +5,9 @@ several machines), merges them, and writes merged.csv (every row), report.md and
 One directory: its own report, rebuilt in place. Several: a new directory (--out, default
 results/reports/<time>-merged), never one of the runs'. `--compare`: bench/compare.py.
 
-A cell whose median is uncertain is marked `~`: its 95% interval is wider than +-10%, or (on
-the CPU) the process got under half a core while it was timed (another process had it).
+Cells carry marks (bench/flags.py): `~` an uncertain median (95% interval wider than +-10%),
+`#` measured while other processes held the CPU, `!` physically impossible as measured (past a
+copy or the matmul rate, forward+backward faster than forward): listed under "Suspect figures".
 Speedups are taken within one run only; a row measured in several runs shows the latest.
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench import plots
+from bench import flags, machine, plots
 from bench.cases import CASES
 from bench.config import MODES
 
@@ -46,8 +47,6 @@ def has_rows(dirs: list[Path]) -> bool:
 
 
 KEY = ["case", "impl", "mode", "device", "device_name", "dtype", *SHAPE]
-UNCERTAIN_CI = 0.10  # a median's 95% interval wider than +-10%
-CONTENDED = 0.5  # process CPU time under half the wall time of its samples (CPU rows)
 
 
 def load_all(dirs: list[Path]) -> pd.DataFrame:
@@ -79,34 +78,29 @@ def _baseline(case: str) -> str:
 
 def _speedups(df: pd.DataFrame) -> pd.DataFrame:
     """Adds `speedup`: the case's baseline impl time over this impl's, same point, device and
-    run (timed side by side; never a ratio of two runs' times)."""
+    run (timed side by side; never a ratio of two runs' times), and `base_suspect`: whether
+    that baseline row is suspect (df has `suspect`)."""
     base_impl = df["case"].map(_baseline)
     key = ["case", "mode", "device", "device_name", "dtype", *SHAPE]
     key += ["run_id"] if "run_id" in df else []
-    base = df[df["impl"] == base_impl][key + ["p50_ms"]].rename(columns={"p50_ms": "base_ms"})
+    marked = df.assign(suspect=df.get("suspect", ""))
+    base = marked[marked["impl"] == base_impl][key + ["p50_ms", "suspect"]]
+    base = base.rename(columns={"p50_ms": "base_ms", "suspect": "base_suspect"})
+    base["base_suspect"] = base["base_suspect"] != ""
     out = df.merge(base, on=key, how="left")
     out["speedup"] = out["base_ms"] / out["p50_ms"]
     return out
 
 
-def uncertain(df: pd.DataFrame) -> pd.Series:
-    """Rows whose median is not to be trusted at a glance (see the module docstring)."""
-    flag = pd.Series(False, index=df.index)
-    if "p50_ci_hi_ms" in df:
-        half = pd.concat([df["p50_ms"] - df["p50_ci_lo_ms"], df["p50_ci_hi_ms"] - df["p50_ms"]],
-                         axis=1).max(axis=1) / df["p50_ms"]  # fmt: skip
-        flag |= half > UNCERTAIN_CI
-    if "cpu_util" in df:
-        flag |= (df["device"] == "cpu") & (df["cpu_util"] < CONTENDED)
-    return flag & (df["status"] == "ok")
-
-
 def _cell(row) -> str:
+    """The median with its marks (`!` suspect, `#` contended, `~` uncertain) and its speedup
+    (`!` when it rests on a suspect row)."""
     if row["status"] != "ok":
         return row["status"]
-    text = ("~" if row.get("uncertain") else "") + f"{row['p50_ms']:.3g}"
+    marks = ("!" if row.get("suspect") else "") + ("#" if row.get("contended") else "")
+    text = marks + ("~" if row.get("uncertain") else "") + f"{row['p50_ms']:.3g}"
     if pd.notna(row.get("speedup")):
-        text += f" ({row['speedup']:.2f}x)"
+        text += f" ({'!' if row.get('speedup_suspect') else ''}{row['speedup']:.2f}x)"
     return text
 
 
@@ -136,13 +130,22 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
              f"{env.get('triton')}, {env.get('torch_threads')} threads, git "
              f"{str(env.get('git_sha'))[:10]}" for env in envs]  # fmt: skip
     lines += list(dict.fromkeys(where))  # a multirun's jobs share one line
+    runs = df.attrs.get("runs", [])
+    if len(runs) > 1:
+        lines += ["", f"Merged from {len(runs)} runs: " + ", ".join(f"`{r}`" for r in runs) + "."]
+    ok = int((df["status"] == "ok").sum())
     lines += [
         "",
         "Cells: median ms per call (speedup vs the case's baseline implementation on",
         "the same device, timed side by side in the same run); non-ok cells show the status",
-        f"(see results.csv for the message). `~`: uncertain ({int(df['uncertain'].sum())} cells):",
-        f"the median's 95% interval is wider than +-{100 * UNCERTAIN_CI:.0f}%, or the process got",
-        f"under {CONTENDED:g} of a CPU while it was timed.",
+        "(see results.csv for the message). Marks:",
+        f"`~` uncertain ({int(df['uncertain'].sum())} of {ok} ok cells): the median's 95% "
+        f"interval is wider than +-{100 * flags.UNCERTAIN_CI:.0f}%;",
+        f"`#` contended ({int(df['contended'].sum())} of {ok}): other processes took over "
+        f"{machine.CONTENDED_CORES} of a core while it was timed{_busiest(df)};",
+        f"`!` suspect ({int((df['suspect'] != '').sum())} of {ok}): physically impossible as "
+        'measured ("Suspect figures" below says why); a speedup on a suspect row is marked '
+        "too and is not a result.",
         "",
     ]
     dup = df.attrs.get("duplicates", 0)
@@ -165,24 +168,69 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
             continue
         table = group.pivot_table(index=SHAPE, columns="column", values="cell", aggfunc="first")
         lines += [f"## {case} / {mode} / {dtype}", "", _to_markdown(table), ""]
-    bad = df[df["status"] != "ok"].drop_duplicates(
-        ["case", "impl", "mode", "device", "status", "message"]
-    )
-    if len(bad):
-        lines += [
-            "## Rows not ok",
-            "",
-            "| case | impl | mode | device | shape | status | message |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for _, r in bad.iterrows():
-            shape = f"B={r['batch']} L={r['seq_len']} d={r['d_model']} H={r['num_heads']}"
-            msg = str(r.get("message", "")).replace("|", "/")
-            lines.append(
-                f"| {r['case']} | {r['impl']} | {r['mode']} | {r['device']} | {shape} | "
-                f"{r['status']} | {msg} |"
-            )
+    lines += suspect_table(df) + not_ok_table(df)
     return "\n".join(lines) + "\n"
+
+
+def _busiest(df: pd.DataFrame) -> str:
+    if "others_cpu" not in df or df["others_cpu"].isna().all():
+        return ""
+    return f" (the most: {df['others_cpu'].max():.2f} cores)"
+
+
+def _shapes(g: pd.DataFrame) -> str:
+    """The shapes of a set of rows, compactly: B=1,8 L=128..1024 (4) d=256 H=4."""
+    parts = []
+    for col, name in (("batch", "B"), ("seq_len", "L"), ("d_model", "d"), ("num_heads", "H")):
+        values = sorted(set(g[col]))
+        if len(values) <= 3:
+            parts.append(f"{name}={','.join(map(str, values))}")
+        else:
+            parts.append(f"{name}={values[0]}..{values[-1]} ({len(values)})")
+    return " ".join(parts)
+
+
+def suspect_table(df: pd.DataFrame) -> list[str]:
+    bad = df[df["suspect"] != ""]
+    if bad.empty:
+        return []
+    lines = [
+        "## Suspect figures",
+        "",
+        "Not results: each is faster than physics allows as measured (bench/flags.py).",
+        "",
+        "| case | impl | mode | device | shape | knobs | ms | why |",
+        "|" + "---|" * 8,
+    ]
+    for _, r in bad.iterrows():
+        lines.append(f"| {r['case']} | {r['impl']} | {r['mode']} | {r['device']} | "
+                     f"{_shapes(pd.DataFrame([r]))} | {knobs(r['params'])} | {r['p50_ms']:.3g} | "
+                     f"{r['suspect']} |")  # fmt: skip
+    return [*lines, ""]
+
+
+def not_ok_table(df: pd.DataFrame) -> list[str]:
+    """Rows not ok, one line per (case, impl, mode, device, knobs, status, message), with how
+    many rows and which shapes share it."""
+    bad = df[df["status"] != "ok"]
+    message = (
+        bad["message"].astype(object).where(bad["message"].notna(), "")
+        if ("message" in bad)
+        else ""
+    )
+    bad = bad.assign(knobs=bad["params"].map(knobs), message=message)
+    if bad.empty:
+        return []
+    lines = ["## Rows not ok", "",
+             "| case | impl | mode | device | knobs | rows | shapes | status | message |",
+             "|" + "---|" * 9]  # fmt: skip
+    key = ["case", "impl", "mode", "device", "knobs", "status", "message"]
+    for k, g in bad.groupby(key, sort=False):
+        case, impl, mode, device, knob, status, msg = k
+        msg = str(msg).replace("|", "/")
+        lines.append(f"| {case} | {impl} | {mode} | {device} | {knob} | {len(g)} | {_shapes(g)} "
+                     f"| {status} | {msg} |")  # fmt: skip
+    return lines
 
 
 def tutorial_table(df: pd.DataFrame) -> list[str]:
@@ -248,9 +296,12 @@ def build(dirs: list[Path], out: Path | None = None) -> Path:
     df = load(dirs)
     envs = [json.loads(f.read_text()) for d in dirs for f in sorted(Path(d).rglob("env.json"))]
     dup = df.attrs.get("duplicates", 0)
+    df["suspect"] = flags.suspect(df)
     df = _speedups(df)
     df.attrs["duplicates"] = dup
-    df["uncertain"] = uncertain(df)
+    df.attrs["runs"] = sorted(str(d) for d in dirs)
+    df["uncertain"], df["contended"] = flags.uncertain(df), flags.contended(df)
+    df["speedup_suspect"] = flags.speedup_suspect(df)
     df["cell"] = df.apply(_cell, axis=1)
     (out / "report.md").write_text(markdown(df, envs))
     plots.write_all(df, out)

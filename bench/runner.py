@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from bench import check
+from bench import check, machine
 from bench.calibrate import calibrate, copy_call
 from bench.cases import CASES
 from bench.config import DTYPES, Entry, Plan
@@ -130,8 +130,14 @@ class Runner:
     # -- the plan ------------------------------------------------------------------------------
 
     def run(self) -> dict:
-        if self.timing.threads:
-            torch.set_num_threads(self.timing.threads)
+        threads = torch.get_num_threads()
+        try:
+            return self._run()
+        finally:
+            torch.set_num_threads(threads)  # the caller's, as it was
+
+    def _run(self) -> dict:
+        self._machine()
         if "cuda" in self.plan.devices and "cuda" not in self.devices:
             print("device=cuda: CUDA is not available on this machine; skipping it", flush=True)
         already = sum(1 for _ in self.writer.existing)
@@ -151,6 +157,23 @@ class Runner:
         summary = dict(self.clock.summary(), passes=self.passes, rows_before=already)
         (self.out_dir / "timing_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
+
+    def _machine(self) -> None:
+        """The thread count (timing.threads: auto, a number, or null for torch's default), and
+        a warning when other processes already hold the CPU."""
+        n, others = machine.cores(), machine.others_now()
+        threads = self.timing.threads
+        if threads == "auto":
+            threads = machine.auto_threads(n, others)
+        if threads:
+            torch.set_num_threads(int(threads))
+        busy = "" if others is None else f"; other processes use {others:.2f} of them"
+        print(f"CPU: {n} cores{busy}; timing with {torch.get_num_threads()} thread(s) "
+              f"(timing.threads={self.timing.threads})", flush=True)  # fmt: skip
+        if others is not None and others > machine.CONTENDED_CORES:
+            print(f"warning: the machine is busy ({others:.2f} cores taken by other processes): "
+                  "rows timed while others take over "
+                  f"{machine.CONTENDED_CORES} of a core are marked contended", flush=True)
 
     def _passes(self) -> None:
         self._bar.update(self.total() * self._first_pass)
@@ -398,7 +421,8 @@ class Runner:
         tutorial = self._tutorial_ms(call.fn) if encoder else None
         self.clock.work_s += time.perf_counter() - t0
         cost = task.case.cost(task.point, task.dtype, task.mode)
-        row = row_metrics(cost, t, self._calibration(task.device, task.dtype), copy_t)
+        row = row_metrics(cost, t, self._calibration(task.device, task.dtype), copy_t,
+                          torch.get_num_threads())  # fmt: skip
         notes = [
             note,
             task.spec.note,

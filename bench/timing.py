@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from bench import machine
+
 GRAPH_BELOW_MS = 0.01  # CUDA calls shorter than 10 us are timed through a CUDA graph
 
 
@@ -28,6 +30,9 @@ class Timing:
     # the first call of the warm-up, in ms: what a user pays once (compiles, autotuning, the
     # allocator's first blocks); the GPU visit's part limits are estimated from it
     first_ms: float | None = None
+    # cores' worth of CPU that other processes (and a VM's other guests) took while the group's
+    # samples ran (bench/machine.py); above machine.CONTENDED_CORES the row is marked
+    others_cpu: float | None = None
 
     @property
     def n(self) -> int:
@@ -180,6 +185,7 @@ def measure_side_by_side(
         )
 
     turn = 0  # rounds done so far
+    before = machine.snapshot()
     while active := [name for name in fns if not finished(name)]:
         first = turn % len(active)
         turn += 1
@@ -200,10 +206,12 @@ def measure_side_by_side(
                         break
             except Exception as exc:  # one failing call never stops the others
                 prepared[name] = exc
+    others = machine.others_cores(before, machine.snapshot())
     return {
         name: p if isinstance(p, Exception) else Timing(
             tuple(samples[name]), p[0],
-            cpu[name][0] / cpu[name][1] if p[0] == "host" and cpu[name][1] > 0 else None, p[3])
+            cpu[name][0] / cpu[name][1] if p[0] == "host" and cpu[name][1] > 0 else None, p[3],
+            others)
         for name, p in prepared.items()
     }  # fmt: skip
 

@@ -163,13 +163,15 @@ def test_merging_runs_writes_a_new_directory_and_says_what_repeats(tmp_path, mon
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == before  # run a untouched
     assert len(pd.read_csv(out / "merged.csv")) == 3
     text = (out / "report.md").read_text()
+    assert "Merged from 2 runs:" in text and str(tmp_path / "b") in text
     assert "1 rows were measured more than once" in text
     assert "| 1 | 8 | 4 | 2 |  | 0.5 | 4 (1.00x) |" in text  # fast: no speedup vs run b's good
 
 
-def test_uncertain_medians_are_marked(tmp_path, monkeypatch):
-    """A median whose 95% interval is wider than +-10%, or a CPU row timed while the process got
-    under half a core, shows with ~ in the tables and hollow or hatched in the plots."""
+def test_uncertain_and_contended_medians_are_marked(tmp_path, monkeypatch):
+    """A median whose 95% interval is wider than +-10% shows with ~, a row timed while other
+    processes held the CPU (here a row from before the contended column: its process got
+    under half a core) with #, in the tables; hollow or hatched in the plots."""
     monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
     rows = [dict(run_id="a", impl="good", p50_ms=1.0, p50_ci_lo_ms=0.99, p50_ci_hi_ms=1.01,
                  cpu_util=1.0, timestamp="t"),
@@ -180,8 +182,55 @@ def test_uncertain_medians_are_marked(tmp_path, monkeypatch):
     _rows(tmp_path / "a", rows)
     report.build([tmp_path / "a"])
     text = (tmp_path / "a" / "report.md").read_text()
-    assert "| 1 | 8 | 4 | 2 |  | ~3 (0.33x) | 1 (1.00x) | ~2 (0.50x) |" in text  # busy, good, wide
-    assert "`~`: uncertain (2 cells)" in text
+    assert "| 1 | 8 | 4 | 2 |  | #3 (0.33x) | 1 (1.00x) | ~2 (0.50x) |" in text  # busy, good, wide
+    assert "`~` uncertain (1 of 3 ok cells)" in text and "`#` contended (1 of 3)" in text
+
+
+def _marked_rows(**extra):
+    base = dict(run_id="a", case="toy", device="cpu", device_name="cpu", dtype="float32",
+                batch=1, seq_len=8, d_model=4, num_heads=2, params="{}", status="ok",
+                timestamp="t")  # fmt: skip
+    return [dict(base, **row) for row in extra["rows"]]
+
+
+def test_figures_past_a_ceiling_or_out_of_order_are_suspect_not_results(tmp_path, monkeypatch):
+    """Faster than the copy timed beside it, past the run's matmul rate, or forward+backward
+    faster than forward: marked ! with the reason listed, and a speedup on such a row too."""
+    monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    rows = _marked_rows(rows=[
+        dict(impl="good", mode="forward", p50_ms=1.0, pct_copy_bw=50.0, pct_peak_flops=10.0),
+        dict(impl="good", mode="forward+backward", p50_ms=3.0, pct_copy_bw=40.0),
+        dict(impl="copyfast", mode="forward", p50_ms=0.1, pct_copy_bw=140.0),
+        dict(impl="copyfast", mode="forward+backward", p50_ms=2.0, pct_copy_bw=60.0),
+        dict(impl="matfast", mode="forward", p50_ms=0.5, pct_peak_flops=223.0),
+        dict(impl="inverted", mode="forward", p50_ms=108.0),
+        dict(impl="inverted", mode="forward+backward", p50_ms=16.8),
+    ])  # fmt: skip
+    _rows(tmp_path / "a", rows)
+    report.build([tmp_path / "a"])
+    text = (tmp_path / "a" / "report.md").read_text()
+    assert (
+        "| 1 | 8 | 4 | 2 |  | !0.1 (!10.00x) | 1 (1.00x) | !108 (!0.01x) | !0.5 (!2.00x) |" in text
+    )
+    assert "## Suspect figures" in text
+    assert "pct_copy_bw 140%: faster than a same-size copy timed beside it" in text
+    assert "pct_peak_flops 223%: faster than the run's measured matmul rate" in text
+    assert text.count("forward+backward faster than forward") == 2  # both of the pair
+    assert "`!` suspect (4 of 7)" in text
+
+
+def test_rows_not_ok_are_grouped_with_their_knobs_count_and_shapes(tmp_path, monkeypatch):
+    monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    skipped = [dict(impl="good", mode="forward", status="skipped", p50_ms=float("nan"), seq_len=n,
+                    params=f'{{"rope_scaling": "{s}"}}', message="runs on cuda only")
+               for n in (128, 256, 512, 1024) for s in ("none", "yarn")]  # fmt: skip
+    ok = [dict(impl="good", mode="forward", p50_ms=1.0, seq_len=8, params="{}")]
+    _rows(tmp_path / "a", _marked_rows(rows=skipped + ok))
+    report.build([tmp_path / "a"])
+    text = (tmp_path / "a" / "report.md").read_text()
+    assert ("| toy | good | forward | cpu | rope_scaling=yarn | 4 | B=1 L=128..1024 (4) d=4 H=2 "
+            "| skipped | runs on cuda only |") in text  # fmt: skip
+    assert "| rope_scaling=none | 4 |" in text
 
 
 def test_plots_colour_an_implementation_alike_and_match_each_case_to_its_bound():
@@ -226,3 +275,17 @@ def test_plots_colour_an_implementation_alike_and_match_each_case_to_its_bound()
         "speedup_forward_float32.png",
         "time_vs_seq_len_forward_float32.png",
     ]
+
+
+def test_plots_give_each_knob_combination_a_panel_and_name_the_speedups_baseline():
+    rows = [dict(case="rope", impl=i, device="cpu", batch=1, seq_len=n, d_model=16, num_heads=2,
+                 params=f'{{"rope_scaling": "{sc}"}}') for sc in ("none", "yarn", "llama3")
+            for i in ("reference", "triton") for n in (8, 16)]  # fmt: skip
+    df = pd.DataFrame(rows)
+    assert [p[1][3] for p in plots._panels(df)] == [
+        '{"rope_scaling": "none"}', '{"rope_scaling": "yarn"}', '{"rope_scaling": "llama3"}'
+    ]  # fmt: skip
+    top = plots._largest_points(df)
+    assert len(top) == 6 and set(top["seq_len"]) == {16}
+    label = plots.bar_label(dict(rows[-1], baseline="reference"))
+    assert label == "rope / triton @ cpu vs reference (B=1, L=16, rope_scaling=llama3)"
