@@ -171,9 +171,12 @@ class Runner:
         print(f"CPU: {n} cores{busy}; timing with {torch.get_num_threads()} thread(s) "
               f"(timing.threads={self.timing.threads})", flush=True)  # fmt: skip
         if others is not None and others > machine.CONTENDED_CORES:
-            print(f"warning: the machine is busy ({others:.2f} cores taken by other processes): "
-                  "rows timed while others take over "
-                  f"{machine.CONTENDED_CORES} of a core are marked contended", flush=True)
+            print(
+                f"warning: the machine is busy ({others:.2f} cores taken by other processes): "
+                "rows timed while others take over "
+                f"{machine.CONTENDED_CORES} of a core are marked contended",
+                flush=True,
+            )
 
     def _passes(self) -> None:
         self._bar.update(self.total() * self._first_pass)
