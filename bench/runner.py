@@ -28,6 +28,7 @@ from bench import check, machine
 from bench.calibrate import calibrate, copy_call
 from bench.cases import CASES
 from bench.config import DTYPES, Entry, Plan
+from bench.eta import Eta, call_seconds, row_seconds, timed_rows
 from bench.memory import peak_bytes, peak_reserved_bytes
 from bench.metrics import row_metrics
 from bench.passes import Pool
@@ -119,6 +120,8 @@ class Runner:
         self.devices = [d for d in plan.devices if d != "cuda" or torch.cuda.is_available()]
         self.done = 0  # rows written by this run
         self._total = plan.rows(tuple(self.devices))
+        self.now = time.perf_counter  # the clock of the timing and the progress line
+        self.eta: Eta | None = None
 
     def _devices(self, entry: Entry) -> list[str]:
         return [d for d in entry.devices if d in self.devices]
@@ -141,11 +144,12 @@ class Runner:
         if "cuda" in self.plan.devices and "cuda" not in self.devices:
             print("device=cuda: CUDA is not available on this machine; skipping it", flush=True)
         already = sum(1 for _ in self.writer.existing)
-        tm = self.timing
-        bound = (self.total() - already) * (tm.warmup_s + tm.budget_s) / 60
+        self.eta = self._predict()
         print(f"{self.total() - already} rows to measure ({already} already in results.csv) on "
-              f"{', '.join(self.devices) or 'no device'}: at most about {bound:.0f} min of "
-              "timing, plus the copies, checks and compiles", flush=True)  # fmt: skip
+              f"{', '.join(self.devices) or 'no device'}: about {_clock(self.eta.total())} by "
+              "the model (the budget and each call's bytes and FLOPs at this machine's measured "
+              "rates; compiles and eager code take longer: the progress line corrects for "
+              "them)", flush=True)  # fmt: skip
         self._bar = tqdm(total=self.total() * self.passes, disable=None, unit="row",
                          dynamic_ncols=True)  # fmt: skip
         try:
@@ -178,6 +182,19 @@ class Runner:
                 flush=True,
             )
 
+    def _predict(self) -> Eta:
+        """Each row still to measure, at its predicted seconds (bench/eta.py)."""
+        predicted = {}
+        for case, impl, point, mode, device, dtype in timed_rows(self.plan, tuple(self.devices)):
+            task = Task(case, impl, mode, point, torch.device(device), DTYPES[dtype])
+            key = row_key(task.row(self.run_id))
+            if key in self.writer.existing:
+                continue
+            cost = case.cost(point, DTYPES[dtype], mode)
+            call = call_seconds(cost, self._calibration(task.device, task.dtype))
+            predicted[key] = row_seconds(call, self.timing, self.passes)
+        return Eta(predicted, self.now())
+
     def _passes(self) -> None:
         self._bar.update(self.total() * self._first_pass)
         for k in range(self._first_pass, self.passes):
@@ -202,13 +219,14 @@ class Runner:
     def _emit(self, task: Task, row: dict) -> None:
         self.writer.append(row)
         self.pool.written(row_key(row))
+        self.eta.advance(row_key(row))
         self.done += 1
         self._bar.update(1)
         if self._bar.disable:  # CI and pipes: one plain line per row, with the time left
             ms = f"{row['p50_ms']:.3f} ms" if row.get("p50_ms") is not None else ""
             count = len(self.writer.existing)
-            elapsed = time.perf_counter() - self.clock.start
-            left = elapsed / self.done * max(0, self.total() - count)
+            elapsed = self.now() - self.eta.start
+            left = self.eta.left(self.now())
             print(f"[{count}/{self.total()}, {_clock(elapsed)} in, ~{_clock(left)} left] "
                   f"{row['case']} {row['impl']} {row['mode']} "
                   f"{row['device']} {row['dtype']} {task.point.label(task.case.knobs)}: "
@@ -384,7 +402,7 @@ class Runner:
             fns, device, before_each=self._flush(device), warmup_s=tm.warmup_s,
             min_reps=-(-tm.min_reps // passes), max_reps=-(-tm.max_reps // passes),
             budget_s=tm.budget_s / passes, rel_spread=tm.rel_spread, rel_ci=tm.rel_ci,
-            graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None,
+            graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None, clock=self.now,
         )  # fmt: skip
         self.clock.work_s += time.perf_counter() - t0
         copy_t = timings.pop(COPY, None)
@@ -401,6 +419,7 @@ class Runner:
                         raise failed
                 t, copy_row = self.pool.add(row_key(row), t, copy_t)
                 if not last:  # an ok row is written in the last pass, with all its samples
+                    self.eta.advance(row_key(row), 1 / passes)
                     self._bar.update(1)
                     continue
                 row.update(self._finish(task, call, timed, t, copy_row, row.get("message", "")))

@@ -79,8 +79,10 @@ def sweep_estimate(part: Part, seconds: dict[str, float]) -> Estimate:
     from bench.gpu_compile import plan_launches
 
     plan, cfg = plan_of(part.argv)
-    timed = {tuple(key): impl for *key, impl in _rows(plan)}  # grids may overlap: timed once
-    rows, groups = len(timed), len({(c, p, m) for c, _, p, m in timed})
+    from bench.eta import timed_rows
+
+    timed = {(c.name, i, p, m, d, t): c.impls[i] for c, i, p, m, d, t in timed_rows(plan)}
+    rows, groups = len(timed), len({(c, p, m) for c, _, p, m, _, _ in timed})
     graphs = sum(1 + (k[3] != "forward") for k, impl in timed.items() if impl.compiled)
     kernels = plan_launches(plan)
     compile_s = sum(n * seconds.get(name, max(seconds.values())) for name, n in kernels.items())
@@ -91,25 +93,6 @@ def sweep_estimate(part: Part, seconds: dict[str, float]) -> Estimate:
               f"per group): {timing_s:.0f} s; {sum(kernels.values())} Triton kernels: "
               f"{compile_s:.0f} s; {graphs} compiled graphs: {graphs * INDUCTOR_S} s")  # fmt: skip
     return Estimate(part, total, detail)
-
-
-def _rows(plan):
-    """(case name, impl name, point, mode, impl) of every row the runner would time."""
-    from bench.cases import CASES
-
-    for entry in plan.entries:
-        case = CASES[entry.case]
-        for point in entry.points:
-            if case.check(point):
-                continue
-            for mode in entry.modes:
-                for name in entry.impls:
-                    impl = case.impls[name]
-                    if mode != "forward" and (not impl.grad or not case.grad_inputs):
-                        continue
-                    if (mode == "backward" and impl.compiled) or impl.supports(point):
-                        continue
-                    yield case.name, name, point, mode, impl
 
 
 def tests_estimate(part: Part, seconds: dict[str, float]) -> Estimate:
