@@ -86,8 +86,10 @@ def main(cfg: DictConfig) -> None:
         _fail(str(exc), out_dir)
     if cfg.resume and (why := _resumable(cfg, out_dir)):
         _fail(why, out_dir)
+    if why := bench_config.unrunnable(plan):
+        _fail(why, out_dir)
     if cfg.profile:
-        profile.run(plan, cfg, out_dir)
+        profile.run(plan, cfg, out_dir, pinned)
         return
     runner = Runner(
         plan, cfg.timing, out_dir, run_id=out_dir.name, resume=cfg.resume,
@@ -97,11 +99,15 @@ def main(cfg: DictConfig) -> None:
         summary = runner.run()
     except KeyboardInterrupt:
         again = " ".join(o for o in overrides if not o.startswith(("resume", "hydra.run.dir")))
-        print(f"\ninterrupted: {runner.done} rows of this run are saved in "
-              f"{out_dir / 'results.csv'}. Finish it with:\n  python -m bench {again} "
-              f"resume=true hydra.run.dir={out_dir}", file=sys.stderr)  # fmt: skip
+        saved = len(runner.writer.existing)
+        print(f"\ninterrupted: {saved} rows are saved in {out_dir / 'results.csv'} "
+              f"({runner.done} measured by this run). Finish it with:\n  python -m bench "
+              f"{again} resume=true hydra.run.dir={out_dir}", file=sys.stderr)  # fmt: skip
         if not cfg.resume:
             OmegaConf.save(cfg, out_dir / "config.yaml")
+        if report.has_rows([out_dir]):  # the report of what is there, rebuilt on resume
+            report.build([out_dir])
+            print(f"report of the rows so far: {out_dir / 'report.md'}", file=sys.stderr)
         sys.exit(130)
     _record(out_dir, cfg, overrides, summary)
     print(
@@ -125,7 +131,7 @@ def entry() -> None:
     if "--help" in argv or "-h" in argv:
         print(cli.help_text())
         return
-    problem = cli.unknown_key(argv)
+    problem = cli.unknown_key(argv) or cli.sweep_problem(argv) or cli.run_dir_problem(argv)
     if problem:
         print(f"invalid configuration: {problem}", file=sys.stderr)
         sys.exit(2)

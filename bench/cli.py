@@ -7,13 +7,16 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import itertools
+import os
 import re
+import textwrap
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from bench.cases import CASES
 from bench.config import BenchConfig, TimingConfig
+from bench.registry import KNOBS
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 FIELDS = [f.name for f in dataclasses.fields(BenchConfig)]
@@ -21,11 +24,19 @@ TIMING = [f.name for f in dataclasses.fields(TimingConfig)]
 
 
 def sweeps() -> dict[str, str]:
-    """configs/sweep/*.yaml -> its first comment line after the package line."""
+    """configs/sweep/*.yaml -> its first sentence: the opening comment up to its first full
+    stop (the package line left out)."""
     out = {}
     for path in sorted((CONFIGS / "sweep").glob("*.yaml")):
-        lines = [ln[1:].strip() for ln in path.read_text().splitlines() if ln.startswith("#")]
-        out[path.stem] = next((ln for ln in lines if not ln.startswith("@package")), "")
+        lines = []
+        for line in path.read_text().splitlines():
+            if not line.startswith("#"):
+                break
+            if "@package" not in line:
+                lines.append(line[1:].strip())
+        text = " ".join(lines)
+        end = re.search(r"\.(\s|$)", text)
+        out[path.stem] = text[: end.start() + 1] if end else text
     return out
 
 
@@ -36,7 +47,13 @@ def help_text() -> str:
         "results/runs/<time>-<sweep>[-<overrides>]/ (results.csv, report.md, plots).",
         "",
         "Sweeps (sweep=NAME, configs/sweep/):",
-        *(f"  {name:12s} {text}" for name, text in sweeps().items()),
+        *(
+            line
+            for name, text in sweeps().items()
+            for line in textwrap.wrap(
+                text, 96, initial_indent=f"  {name:13s}", subsequent_indent=" " * 15
+            )
+        ),
         "",
         "Cases (cases=[...], default all):",
         *(f"  {name:22s} impls: {', '.join(c.impls)}" for name, c in CASES.items()),
@@ -45,7 +62,8 @@ def help_text() -> str:
         "",
         "Main keys (a scalar or a list each):",
         "  batch, seq_len, d_model, num_heads   the shape axes",
-        "  num_kv_heads, layout, causal         knobs of the cases that have them",
+        f"  {', '.join(KNOBS)}",
+        "      knobs: only the cases that declare them cross their values",
         "  dtype=float32|float16|bfloat16  device=auto|cpu|cuda  mode=forward|backward|...",
         "  timing.budget_s, timing.max_reps, timing.passes, timing.rel_ci, timing.threads",
         "  smoke=true (tiny points)  profile=true  resume=true hydra.run.dir=<run>",
@@ -82,19 +100,64 @@ def unknown_key(argv: list[str]) -> str | None:
     return None
 
 
+def _value(argv: list[str], key: str) -> str | None:
+    for arg in argv:
+        if arg.split("=", 1)[0].lstrip("+~") == key and "=" in arg:
+            return arg.split("=", 1)[1]
+    return None
+
+
+def sweep_problem(argv: list[str]) -> str | None:
+    """A sweep=NAME that configs/sweep/ does not have, with the nearest one."""
+    name = _value(argv, "sweep")
+    if name is None or name in sweeps():
+        return None
+    names = list(sweeps())
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return f"sweep: unknown value {name!r}; {hint}choose from {', '.join(names)}"
+
+
+def run_dir_problem(argv: list[str]) -> str | None:
+    """Why the run directory cannot be used, before Hydra writes into it: one that holds a run
+    (without resume=true: a run is never overwritten, nor its .hydra/config.yaml), or one that
+    cannot be written."""
+    given = _value(argv, "hydra.run.dir")
+    resume = str(_value(argv, "resume")).lower() == "true"
+    if given is None and "-m" not in argv and "--multirun" not in argv:
+        given = "results/runs"  # the default's parent: <time>-<sweep> is made in it
+    if given is None:
+        return None
+    path = Path(given)
+    if (
+        _value(argv, "hydra.run.dir")
+        and not resume
+        and ((path / "results.csv").exists() or (path / "pooled.json").exists())
+    ):
+        return (f"hydra.run.dir={given} holds a run: pass resume=true to finish it, or choose "
+                "another directory (a run is never overwritten)")  # fmt: skip
+    existing = next((p for p in [path, *path.parents] if p.exists()), Path("."))
+    if not existing.is_dir():
+        return f"hydra.run.dir={given}: {existing} is a file, not a directory"
+    if not os.access(existing, os.W_OK):
+        return f"hydra.run.dir={given}: cannot write in {existing} (permission denied)"
+    return None
+
+
 def run_tag(override_dirname: str) -> str:
     """The overrides that change what a run measures, as a directory-name suffix:
-    "cases=[rope],seq_len=128" -> "-cases_rope-seq_len_128" (Hydra sorts them; timing and
-    plumbing keys left out; whole overrides up to 80 characters)."""
+    "cases=[rope],seq_len=128" -> "-cases_rope-seq_len_128" (Hydra sorts them; timing keys
+    kept, the sweep (already in the name) and plumbing keys left out; whole overrides up to 160
+    characters)."""
     keep = []
     for item in re.split(r",(?![^\[]*\])", override_dirname or ""):
         key = item.split("=", 1)[0]
-        if not item or key.startswith(("timing.", "hydra", "resume", "calibrate", "seed")):
-            continue
+        if not item or key.startswith(("sweep", "hydra", "resume", "calibrate", "seed")):
+            continue  # the sweep is in the name already; the rest do not change what runs
         keep.append(re.sub(r"[^A-Za-z0-9_.+-]+", "_", item).strip("_"))
     tag = ""
-    for item in keep:  # whole overrides only, up to 80 characters
-        if len(tag) + len(item) + 1 > 80:
+    for item in keep:  # whole overrides only, up to 160 characters
+        if len(tag) + len(item) + 1 > 160:
             break
         tag += f"-{item}"
     return tag

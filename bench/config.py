@@ -13,8 +13,8 @@ Everything is checked before anything runs; errors name the key (`grids[1].seq_l
 
 from __future__ import annotations
 
+import difflib
 import itertools
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,13 +26,13 @@ from omegaconf import OmegaConf
 from bench.cases import CASES
 from bench.cases.rope import SCALINGS
 from bench.registry import KNOBS, Point
+from bench.tiles import parse_tiles
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 MODES = ("forward", "backward", "forward+backward")
 LAYOUTS = ("bhsd", "bshd")
 AXES = ("batch", "seq_len", "d_model", "num_heads", *KNOBS, "dtype", "device", "mode", "cases",
         "impls")  # fmt: skip
-TILES = re.compile(r"^(default|\d+x\d+x\d+x\d+)$")  # block_m x block_n x warps x stages
 
 
 @dataclass
@@ -167,7 +167,9 @@ def _choices(value, key: str, allowed) -> list[str]:
         raise ValueError(f"{key}: at least one value is needed")
     for v in values:
         if v not in allowed:
-            raise ValueError(f"{key}: unknown value {v!r}; choose from {', '.join(allowed)}")
+            close = difflib.get_close_matches(v, list(allowed), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ValueError(f"{key}: unknown value {v!r}; {hint}choose from {', '.join(allowed)}")
     return values
 
 
@@ -182,9 +184,10 @@ def _bools(value, key: str) -> list[bool]:
 def _tiles(value, key: str) -> list[str]:
     values = [str(v) for v in _as_list(value)]
     for v in values:
-        if not TILES.match(v):
-            raise ValueError(f"{key}: expected 'default' or MxNxWARPSxSTAGES (e.g. 128x64x8x3), "
-                             f"got {v!r}")  # fmt: skip
+        try:
+            parse_tiles(v)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{key}: {str(exc).removeprefix('tiles.')}") from None
     return values
 
 
@@ -213,14 +216,14 @@ def _check_timing(t) -> None:
                              f"got {t[key]!r}")  # fmt: skip
 
 
-def _knob_values(axes: dict, prefix: str) -> dict[str, list]:
+def _knob_values(axes: dict, name) -> dict[str, list]:
     return {
-        "num_kv_heads": _positive_ints(axes["num_kv_heads"], prefix + "num_kv_heads", True),
-        "layout": _choices(axes["layout"], prefix + "layout", LAYOUTS),
-        "causal": _bools(axes["causal"], prefix + "causal"),
-        "fwd_tiles": _tiles(axes["fwd_tiles"], prefix + "fwd_tiles"),
-        "bwd_tiles": _tiles(axes["bwd_tiles"], prefix + "bwd_tiles"),
-        "rope_scaling": _choices(axes["rope_scaling"], prefix + "rope_scaling", SCALINGS),
+        "num_kv_heads": _positive_ints(axes["num_kv_heads"], name("num_kv_heads"), True),
+        "layout": _choices(axes["layout"], name("layout"), LAYOUTS),
+        "causal": _bools(axes["causal"], name("causal")),
+        "fwd_tiles": _tiles(axes["fwd_tiles"], name("fwd_tiles")),
+        "bwd_tiles": _tiles(axes["bwd_tiles"], name("bwd_tiles")),
+        "rope_scaling": _choices(axes["rope_scaling"], name("rope_scaling"), SCALINGS),
     }
 
 
@@ -233,27 +236,28 @@ def _smoke(axes: dict) -> dict:
                 num_heads=heads, d_model=16 * heads)  # fmt: skip
 
 
-def _entries(axes: dict, prefix: str, filters: dict) -> list[Entry]:
-    """The entries of one grid (or of the whole config when it has no grids)."""
-    batch = _positive_ints(axes["batch"], prefix + "batch")
-    seq_len = _positive_ints(axes["seq_len"], prefix + "seq_len")
-    d_model = _positive_ints(axes["d_model"], prefix + "d_model")
-    heads = _positive_ints(axes["num_heads"], prefix + "num_heads")
+def _entries(axes: dict, name, filters: dict) -> list[Entry]:
+    """The entries of one grid (or of the whole config when it has no grids); name(axis) is
+    the key an error names (grids[i].axis for a value the grid set)."""
+    batch = _positive_ints(axes["batch"], name("batch"))
+    seq_len = _positive_ints(axes["seq_len"], name("seq_len"))
+    d_model = _positive_ints(axes["d_model"], name("d_model"))
+    heads = _positive_ints(axes["num_heads"], name("num_heads"))
     for d, h in itertools.product(d_model, heads):
         if d % h:
-            raise ValueError(f"{prefix}d_model={d} is not divisible by num_heads={h}")
-    knobs = _knob_values(axes, prefix)
+            raise ValueError(f"{name('d_model')}={d} is not divisible by {name('num_heads')}={h}")
+    knobs = _knob_values(axes, name)
     for kv, h in itertools.product(knobs["num_kv_heads"], heads):
         if kv is not None and h % kv:
-            raise ValueError(f"{prefix}num_kv_heads={kv} does not divide num_heads={h}")
-    cases = _choices(axes["cases"], prefix + "cases", list(CASES))
+            raise ValueError(f"{name('num_kv_heads')}={kv} does not divide {name('num_heads')}={h}")
+    cases = _choices(axes["cases"], name("cases"), list(CASES))
     cases = [c for c in cases if filters["cases"] is None or c in filters["cases"]]
-    wanted = _impls(axes["impls"], prefix + "impls")
+    wanted = _impls(axes["impls"], name("impls"))
     if filters["impls"] is not None:
         wanted = [i for i in wanted or filters["impls"] if i in filters["impls"]]
-    dtypes = tuple(_choices(axes["dtype"], prefix + "dtype", list(DTYPES)))
-    devices = tuple(_devices(axes["device"], prefix + "device"))
-    modes = tuple(_choices(axes["mode"], prefix + "mode", list(MODES)))
+    dtypes = tuple(_choices(axes["dtype"], name("dtype"), list(DTYPES)))
+    devices = tuple(_devices(axes["device"], name("device")))
+    modes = tuple(_choices(axes["mode"], name("mode"), list(MODES)))
     base = list(itertools.product(batch, seq_len, d_model, heads))
     entries = []
     for name in cases:
@@ -298,9 +302,49 @@ def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
         unknown = [k for k in grid if k not in AXES]
         if unknown:
             raise ValueError(f"{prefix}{unknown[0]}: not an axis; choose from {', '.join(AXES)}")
-        axes = {**base, **{k: v for k, v in dict(grid).items()
-                           if k not in pinned or k in ("cases", "impls")}}  # fmt: skip
-        entries += _entries(_smoke(axes) if cfg["smoke"] else axes, prefix, filters)
+        own = {k: v for k, v in dict(grid).items() if k not in pinned or k in ("cases", "impls")}
+        axes = {**base, **own}
+
+        def name(axis, own=own, prefix=prefix):
+            return prefix + axis if axis in own else axis
+
+        entries += _entries(_smoke(axes) if cfg["smoke"] else axes, name, filters)
     if not entries:
         raise ValueError("impls: none of the chosen implementations belongs to a chosen case")
     return Plan(tuple(entries))
+
+
+def unrunnable(plan: Plan) -> str | None:
+    """Why no row of the plan can run on this machine (None if one can): every device it asks
+    for is missing, no point fits a case, or every implementation lacks this device."""
+    from bench.eta import timed_rows
+
+    here = [d for d in plan.devices if d != "cuda" or torch.cuda.is_available()]
+    if not here:
+        return (f"device={','.join(plan.devices)}: CUDA is not available on this machine, so "
+                "nothing would run (pass device=cpu, or run this sweep on a GPU)")  # fmt: skip
+    for entry in plan.entries:  # a case none of whose points applies: a configuration error
+        whys = [CASES[entry.case].check(p) for p in entry.points]
+        if all(whys):
+            p = entry.points[0]
+            return (f"cases: {entry.case} applies at none of its points: {whys[0]} "
+                    f"(d_model={p.d_model}, num_heads={p.num_heads})")  # fmt: skip
+    if next(timed_rows(plan, tuple(here)), None) is not None:
+        return None
+    reasons = []
+    for entry in plan.entries:
+        case = CASES[entry.case]
+        for point in entry.points:
+            if case.check(point):
+                continue
+            for name in entry.impls:
+                impl = case.impls[name]
+                lacking = [d for d in entry.devices if d in here and d not in impl.devices]
+                if lacking:
+                    hint = f"; {impl.elsewhere}" if impl.elsewhere else ""
+                    reasons.append(f"{entry.case} {name}: runs on {', '.join(impl.devices)} "
+                                   f"only{hint}")  # fmt: skip
+                elif impl.supports(point):
+                    reasons.append(f"{entry.case} {name}: {impl.supports(point)}")
+    unique = list(dict.fromkeys(reasons))
+    return "no row of this plan can run here: " + "; ".join(unique[:3])

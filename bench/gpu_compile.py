@@ -106,7 +106,9 @@ def tile_candidates() -> list[Spec]:
 
 
 def _tiles(text: str) -> tuple:
-    return tuple(int(v) for v in text.split("x"))
+    from bench.tiles import parse_tiles
+
+    return tuple(parse_tiles(text))
 
 
 # -- capture: the launchers, on meta tensors -------------------------------------------------

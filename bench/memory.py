@@ -90,3 +90,31 @@ def peak_reserved_bytes(device: torch.device | str) -> int | None:
     if device.type != "cuda":
         return None
     return torch.cuda.max_memory_reserved(device)
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Memory a call may still take: CUDA's free memory, or the CPU's MemAvailable (None where
+    neither can be read)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def scores_bytes(point, itemsize: int, rows: int | None = None) -> int:
+    """One (B, H, L, L) tensor of the point (B = rows when only those are computed)."""
+    return (point.batch if rows is None else rows) * point.num_heads * point.seq_len**2 * itemsize
+
+
+def too_big(need: int, device: torch.device, what: str) -> str | None:
+    """Why `need` bytes do not fit (None if they do): over 90% of what is available."""
+    free = available_bytes(device)
+    if free is None or need <= 0.9 * free:
+        return None
+    return f"{what} needs ~{need / 2**30:.1f} GiB; {free / 2**30:.1f} GiB available"

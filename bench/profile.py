@@ -1,8 +1,9 @@
 """`python -m bench profile=true cases=<case> impls=<impl> ...`: profile one point.
 
-Takes the first case of the plan, its first point, dtype, device and mode, and its first
-implementation when `impls` is given (else the case's baseline);
-writes a Chrome/Perfetto trace (trace.json), a top-operators table (top_ops.md), and on CUDA
+Takes the first case of the plan, its first point, dtype, device and mode, and profiles the
+implementations named by `impls=[...]` on the command line, else the case's baseline and its
+fused kernel (when the plan has it); writes a Chrome/Perfetto trace per implementation
+(trace_<impl>.json), a top-operators table per implementation (top_ops.md), and on CUDA
 kernels.md: every GPU kernel launch in the trace with its grid, block, registers per thread and
 shared memory (as the profiler recorded them), then the registers, spills and warps of each
 compiled Triton kernel of the `kernels` package.
@@ -22,19 +23,42 @@ from bench.registry import as_call
 from bench.tasks import leaves_of, timed_call
 
 
-def run(plan: Plan, cfg, out_dir: Path) -> None:
+def run(plan: Plan, cfg, out_dir: Path, pinned: frozenset[str] = frozenset()) -> None:
     entry = plan.entries[0]
     case = CASES[entry.case]
-    impl_name = entry.impls[0] if str(cfg.impls) != "all" else case.baseline
     device = torch.device(entry.devices[0])
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("device=cuda: CUDA is not available on this machine")
+    names = chosen(entry.impls, case, "impls" in pinned)
+    sections = []
+    for name in names:
+        title, table = _profile(case, name, entry, device, cfg.seed, out_dir / f"trace_{name}.json")
+        sections.append((title, table))
+        print(f"profile of {title} -> {out_dir}/trace_{name}.json", flush=True)
+    text = "".join(f"# {title}\n\n```\n{table}\n```\n\n" for title, table in sections)
+    (out_dir / "top_ops.md").write_text(text)
+    if device.type == "cuda":
+        launches = "".join(f"## {n}\n\n" + kernel_launches(out_dir / f"trace_{n}.json") + "\n"
+                           for n in names)  # fmt: skip
+        (out_dir / "kernels.md").write_text(launches + _triton_kernels())
+
+
+def chosen(impls: tuple[str, ...], case, named: bool) -> list[str]:
+    """The implementations profiled: those named on the command line (impls=[...]), else the
+    case's baseline and its fused kernel when the plan has it (not merely the first listed,
+    which is often the tutorial's code)."""
+    if named:
+        return list(impls)
+    return [n for n in dict.fromkeys((case.baseline, "triton")) if n in impls]
+
+
+def _profile(case, name, entry, device, seed, trace: Path) -> tuple[str, str]:
     point, dtype, mode = entry.points[0], DTYPES[entry.dtypes[0]], entry.modes[0]
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(seed)
     inputs = case.build(point, device, dtype)
     for t in check.leaves(inputs, case.grad_inputs).values():
         t.requires_grad_(mode != "forward")
-    made = as_call(case.impls[impl_name].make(inputs))
+    made = as_call(case.impls[name].make(inputs))
     call = timed_call(made, leaves_of(made, inputs, case), mode)
     for _ in range(3):  # warm-up: compilation and allocator outside the trace
         call()
@@ -44,15 +68,10 @@ def run(plan: Plan, cfg, out_dir: Path) -> None:
             call()
         if device.type == "cuda":
             torch.cuda.synchronize()
-    prof.export_chrome_trace(str(out_dir / "trace.json"))
+    prof.export_chrome_trace(str(trace))
     sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    title = f"{case.name} / {impl_name} / {mode} / {entry.dtypes[0]} / {device.type} / {point}"
-    table = prof.key_averages().table(sort_by=sort, row_limit=25)
-    (out_dir / "top_ops.md").write_text(f"# {title}\n\n```\n{table}\n```\n")
-    if device.type == "cuda":
-        launches = kernel_launches(out_dir / "trace.json")
-        (out_dir / "kernels.md").write_text(launches + "\n" + _triton_kernels())
-    print(f"profile of {title} -> {out_dir}/trace.json, top_ops.md")
+    title = f"{case.name} / {name} / {mode} / {entry.dtypes[0]} / {device.type} / {point}"
+    return title, prof.key_averages().table(sort_by=sort, row_limit=25)
 
 
 def kernel_launches(trace: Path) -> str:

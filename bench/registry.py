@@ -92,6 +92,9 @@ class Impl:
     compiled: True for torch.compile'd impls: the CPU memory probe (a dispatch mode, under which
       torch.compile falls back to eager and can break later compiles) is not run for them.
     supports: point -> None, or why this impl does not apply there (e.g. a layout it lacks).
+    holds: how many (B, H, L, L) tensors its call holds at once (eager attention; twice that
+      with a backward graph): the runner skips it, saying so, where they would not fit in memory.
+    elsewhere: how to run it on a device it lacks (said in the row that skips it).
     """
 
     make: Callable[[Inputs], Callable[[], Output] | Call]
@@ -102,6 +105,8 @@ class Impl:
     grad: bool = True
     compiled: bool = False
     supports: Callable[[Point], str | None] = field(default=lambda p: None)
+    holds: int = 0
+    elsewhere: str = ""
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,8 @@ class Case:
     cost: (point, dtype, mode) -> Cost, per mode.
     batched: inputs with a leading batch dim whose outputs are computed per sequence: the check
       compares the first and last sequences only (float64 truths cost as much as the timing).
+    truth_holds: (B, H, L, L) float64 tensors the truth holds at once (attention), for the
+      memory guard: a truth that would not fit is not computed, and its rows say so.
     """
 
     name: str
@@ -128,6 +135,7 @@ class Case:
     batched: tuple[str, ...] = ()
     knobs: tuple[str, ...] = ()
     constraint: Callable[[Point], str | None] = field(default=lambda p: None)
+    truth_holds: int = 0
 
     def check(self, point: Point) -> str | None:
         """Why this point does not apply to the case (None if it does)."""

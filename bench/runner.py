@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from bench import check, machine
+from bench import check, machine, memory
 from bench.calibrate import calibrate, copy_call
 from bench.cases import CASES
 from bench.config import DTYPES, Entry, Plan
@@ -174,6 +174,15 @@ class Runner:
         busy = "" if others is None else f"; other processes use {others:.2f} of them"
         print(f"CPU: {n} cores{busy}; timing with {torch.get_num_threads()} thread(s) "
               f"(timing.threads={self.timing.threads})", flush=True)  # fmt: skip
+        half = [
+            d for e in self.plan.entries if "cpu" in e.devices for d in e.dtypes if d != "float32"
+        ]
+        if half and "cpu" in self.devices:
+            print(f"note: {', '.join(dict.fromkeys(half))} on the CPU: rows time torch's CPU "
+                  "kernels for that dtype, as fast as float32's only where the CPU has "
+                  f"half-precision units (this one's capability: "
+                  f"{torch.backends.cpu.get_cpu_capability()}); the float64 truths still run",
+                  flush=True)  # fmt: skip
         if others is not None and others > machine.CONTENDED_CORES:
             print(
                 f"warning: the machine is busy ({others:.2f} cores taken by other processes): "
@@ -267,6 +276,14 @@ class Runner:
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
+    def _too_big(self, task: Task) -> str | None:
+        """An eager call whose (B, H, L, L) tensors would not fit in this device's memory."""
+        holds = task.spec.holds * (2 if task.grad else 1)
+        if not holds or task.case.level != "attention":
+            return None
+        need = holds * memory.scores_bytes(task.point, task.dtype.itemsize)
+        return memory.too_big(need, task.device, f"its (B, H, L, L) scores ({holds} at once)")
+
     def _truth(self, state: PointState, task: Task, own: bool):
         """The float64 truth for the task's mode (the impl's own semantics if `own`), computed
         once per point; an exception when it could not be (the truth's OOM, not the impl's)."""
@@ -274,7 +291,13 @@ class Runner:
         key = (ref, task.grad)
         if key not in state.truths:
             t0 = time.perf_counter()
+            holds = state.case.truth_holds * (2 if task.grad else 1)
+            rows = None if state.rows is None else len(state.rows)
+            need = holds * memory.scores_bytes(task.point, 8, rows)
+            big = holds and memory.too_big(need, task.device, "the float64 truth")
             try:
+                if big:
+                    raise MemoryError(big)
                 state.truths[key] = check.truth(
                     ref or state.case.reference, state.inputs, state.case, state.rows,
                     task.point.batch, task.dtype, task.grad, self.seed,
@@ -291,7 +314,8 @@ class Runner:
         checked again (bench/passes.py)."""
         spec, dev = task.spec, task.device.type
         if dev not in spec.devices:
-            return {"status": "skipped", "message": f"runs on {', '.join(spec.devices)} only"}
+            hint = f"; {spec.elsewhere}" if spec.elsewhere else ""
+            return {"status": "skipped", "message": f"runs on {', '.join(spec.devices)} only{hint}"}
         if spec.needs and importlib.util.find_spec(spec.needs) is None:
             return {"status": "skipped", "message": f"{spec.needs} is not installed"}
         if task.grad and (not spec.grad or not state.case.grad_inputs):
@@ -300,6 +324,7 @@ class Runner:
         if task.mode == "backward" and spec.compiled:
             why = ("torch.compile donates the forward's buffers to its backward, which therefore "
                    "cannot be repeated alone: see forward+backward")  # fmt: skip
+        why = why or self._too_big(task)
         if why:
             return {"status": "skipped", "message": why}
         earlier = self.pool.checked(key) if key else None

@@ -97,7 +97,7 @@ _SAFE = Tiles(32, 32, 4, 1)  # when a GPU's shared memory cannot hold the defaul
 _INTERPRETER = Tiles(16, 16)  # the interpreter runs fastest with small tiles
 
 
-def _check_tiles(name: str, tiles) -> Tiles:
+def check_tiles(name: str, tiles) -> Tiles:
     """A user's tiles, validated: a clear error naming the argument and the field."""
     if not isinstance(tiles, tuple) or len(tiles) not in (2, 3, 4):
         raise TypeError(f"{name} must be kernels.relbias.Tiles(block_m, block_n, num_warps, "
@@ -385,8 +385,8 @@ def relative_attention(
         raise ValueError(f"{given[0]} must be {expected}, got {tuple(table.shape)}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     tiles = dict(
-        fwd_tiles=None if fwd_tiles is None else _check_tiles("fwd_tiles", fwd_tiles),
-        bwd_tiles=None if bwd_tiles is None else _check_tiles("bwd_tiles", bwd_tiles),
+        fwd_tiles=None if fwd_tiles is None else check_tiles("fwd_tiles", fwd_tiles),
+        bwd_tiles=None if bwd_tiles is None else check_tiles("bwd_tiles", bwd_tiles),
     )
     gidx = relk = ev = None
     trains = table.requires_grad and torch.is_grad_enabled()

@@ -96,16 +96,65 @@ def test_profile_writes_a_trace_and_top_operators(tmp_path):
     proc = _bench(*TINY, "batch=1", "profile=true", "cases=[rope]", "impls=[reference]",
                   f"hydra.run.dir={out}")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert (out / "trace.json").stat().st_size > 0
+    assert (out / "trace_reference.json").stat().st_size > 0
     assert "aten::" in (out / "top_ops.md").read_text()
 
 
-def test_cuda_alone_without_a_gpu_reports_nothing_and_succeeds(tmp_path):
-    if torch.cuda.is_available():
-        return  # the situation this tests cannot arise on a GPU box
-    proc = _bench(*TINY, "batch=1", "device=cuda", f"hydra.run.dir={tmp_path / 'cuda'}")
+def test_profile_without_impls_takes_the_baseline_and_the_kernel_not_the_first_listed(tmp_path):
+    """The default sweep lists the tutorial's code (seed) first."""
+    out = tmp_path / "prof"
+    proc = _bench("profile=true", "cases=[rope]", "batch=1", "seq_len=8", "d_model=16",
+                  "num_heads=2", "mode=forward", f"hydra.run.dir={out}")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "CUDA is not available" in proc.stdout and "nothing to report" in proc.stdout
+    traces = sorted(p.name for p in out.glob("trace_*.json"))
+    assert traces == ["trace_reference.json", "trace_triton.json"]  # triton: the interpreter
+    assert "rope / reference / forward" in (out / "top_ops.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("device=cuda",), "CUDA is not available on this machine, so nothing would run"),
+        (("sweep=gpu",), "CUDA is not available on this machine, so nothing would run"),
+        (("d_model=36", "num_heads=4", "cases=[rope]"), "rope applies at none of its points: "
+                                                        "head_dim=9 is odd"),
+        (("cases=[rope]", "impls=[triton]"), "runs on cuda only; on a CPU, TRITON_INTERPRET=1"),
+    ],
+)  # fmt: skip
+def test_a_plan_with_nothing_to_run_here_is_a_configuration_error(tmp_path, args, says):
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU box these plans run")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-m", "bench", *args, "timing.budget_s=0",
+                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]
+    assert says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("arg", "says"), [("sweep=quik", "did you mean quick?"),
+                                           ("dtype=bfloat61", "did you mean bfloat16?"),
+                                           ("fwd_tiles=7x7x4x2", "fwd_tiles: block_m must be"),
+                                           ("timing.threads=0", "timing.threads")])  # fmt: skip
+def test_a_bad_value_is_one_line_and_exit_2(tmp_path, arg, says):
+    proc = _bench(*TINY, arg, f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()
+
+
+def test_a_run_directory_is_never_overwritten_nor_written_where_it_cannot_be(tmp_path):
+    out = tmp_path / "run"
+    first = _bench(*TINY, "batch=1", f"hydra.run.dir={out}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    saved = (out / ".hydra" / "config.yaml").read_text()
+    again = _bench(*TINY, "batch=2", f"hydra.run.dir={out}")
+    assert again.returncode == 2 and "holds a run: pass resume=true" in again.stderr
+    assert (out / ".hydra" / "config.yaml").read_text() == saved  # not rewritten by Hydra
+    (tmp_path / "file").write_text("")
+    blocked = _bench(*TINY, f"hydra.run.dir={tmp_path / 'file' / 'run'}")
+    assert blocked.returncode == 2 and "is a file, not a directory" in blocked.stderr
+    assert "Traceback" not in blocked.stderr
 
 
 def test_a_case_without_some_default_implementations_runs(tmp_path):
@@ -128,8 +177,10 @@ def test_a_key_typo_names_the_nearest_key(tmp_path, typo):
 def test_help_lists_cases_implementations_and_sweeps():
     proc = _bench("--help")
     assert proc.returncode == 0
-    for name in ("rope_attention", "sdpa_nobias", "seed_5_2", "gpu_tiles", "timing.passes"):
+    for name in ("rope_attention", "sdpa_nobias", "seed_5_2", "gpu_tiles", "timing.passes",
+                 "rope_scaling", "fwd_tiles"):  # fmt: skip
         assert name in proc.stdout, name
+    assert "H100/H200." in proc.stdout  # sweep=gpu's whole first sentence, not cut at a colon
 
 
 def test_a_run_directory_is_named_by_what_changed_and_a_rejected_one_is_not_left(tmp_path):
@@ -137,7 +188,10 @@ def test_a_run_directory_is_named_by_what_changed_and_a_rejected_one_is_not_left
     assert proc.returncode == 0, proc.stderr[-2000:]
     (run,) = (tmp_path / "results" / "runs").iterdir()
     tag = run.name.split("-", 2)[2]
-    assert tag == "quick-batch_1-cases_sinusoidal_rope-d_model_16-impls_reference_seed-mode_forward"
+    assert tag == (
+        "quick-batch_1-cases_sinusoidal_rope-d_model_16-impls_reference_seed-mode_forward"
+        "-num_heads_2-seq_len_8-timing.budget_s_0-timing.max_reps_2-timing.min_reps_2"
+    )
     bad = _bench(*TINY, "batch=-1", cwd=tmp_path)
     assert bad.returncode == 2
     assert len(list((tmp_path / "results" / "runs").iterdir())) == 1  # no empty directory
@@ -181,7 +235,9 @@ def test_ctrl_c_keeps_the_rows_and_says_how_to_resume(tmp_path):
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
     assert "Traceback" not in err and "resume=true hydra.run.dir=" in err
-    assert len(_rows(out / "results.csv")) >= 1
+    saved = len(_rows(out / "results.csv"))
+    assert saved >= 1 and f"interrupted: {saved} rows are saved" in err
+    assert (out / "report.md").exists()  # a report of the rows so far
 
 
 def test_a_multirun_checks_every_job_before_the_first(tmp_path):

@@ -41,6 +41,10 @@ def _cfg(**overrides):
         ({"num_kv_heads": 3, "num_heads": 4, "d_model": 16}, "num_kv_heads"),
         ({"causal": "yes"}, "causal"),
         ({"fwd_tiles": "128x64"}, "fwd_tiles"),
+        ({"fwd_tiles": "7x7x4x2"}, "fwd_tiles: block_m must be a power of two"),
+        ({"bwd_tiles": "64x64x3x2"}, "bwd_tiles: num_warps must be"),
+        ({"timing.threads": 0}, "timing.threads"),
+        ({"dtype": "bfloat61"}, "did you mean bfloat16"),
         ({"cases": ["rope"], "impls": ["sdpa"]}, "impls"),
     ],
 )
@@ -422,3 +426,44 @@ def test_a_recompile_limit_hit_is_a_row_error_not_an_eager_row(tmp_path, monkeyp
     failed = next(r for r in rows if r["impl"] == "compiled" and r["status"] == "error")
     assert "recompile" in failed["message"].lower(), failed["message"]
     assert counter.frame_count == 4
+
+
+def test_eager_calls_and_truths_that_would_not_fit_are_not_run(tmp_path, monkeypatch):
+    """An implementation holding (B, H, L, L) tensors past the free memory is skipped, saying
+    how much it needs; a float64 truth that would not fit is not computed, and the rows that
+    lean on it are timed and say they are unchecked."""
+    from bench import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 40 * 2**20)  # 40 MiB free
+    calls = {"eager": 0}
+
+    def eager(inputs):
+        def call():
+            calls["eager"] += 1
+            return 2 * inputs["x"]
+
+        return call
+
+    case = dataclasses.replace(
+        _toy_case({"good": Impl(lambda i: lambda: 2 * i["x"]), "eager": Impl(eager, holds=4)}),
+        level="attention", truth_holds=4,
+    )  # fmt: skip
+    big = (Point(2, 1024, 8, 4),)  # (2, 4, 1024, 1024) float32: 32 MiB a tensor
+    rows = {r["impl"]: r for r in _run(tmp_path, case, monkeypatch, points=big, modes=("forward",))}
+    assert rows["eager"]["status"] == "skipped" and calls["eager"] == 0
+    assert "needs ~0.1 GiB; 0.0 GiB available" in rows["eager"]["message"]
+    assert rows["good"]["status"] == "ok"
+    assert "not checked" in rows["good"]["message"] and "float64 truth needs" in rows["good"][
+        "message"]  # fmt: skip
+
+
+def test_a_top_level_value_is_named_as_the_user_wrote_it():
+    """sweep-like grids with seq_len pinned on the command line: the error names seq_len, not
+    grids[0].seq_len; a value the grid set keeps its grid's name."""
+    grids = [{"cases": ["rope"], "seq_len": [8, 16]}]
+    with pytest.raises(ValueError, match=r"^seq_len: every value"):
+        make_plan(_cfg(grids=grids, seq_len=[-1], batch=1, d_model=16, num_heads=2),
+                  frozenset({"seq_len"}))  # fmt: skip
+    with pytest.raises(ValueError, match=r"^grids\[0\]\.seq_len"):
+        make_plan(_cfg(grids=[{"cases": ["rope"], "seq_len": [-8]}], batch=1, d_model=16,
+                       num_heads=2))  # fmt: skip

@@ -16,6 +16,8 @@ MODES = ("forward", "backward", "forward+backward")
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 TRITON_DEVICES = ("cpu", "cuda") if INTERPRET else ("cuda",)
 TRITON_NOTE = "Triton's interpreter on the CPU" if INTERPRET else ""
+TRITON_ELSEWHERE = ("on a CPU, TRITON_INTERPRET=1 (set before the run) runs it under Triton's "
+                    "interpreter: slowly, to check it, not to time it")  # fmt: skip
 # The backend of every compiled implementation (tests swap in a counting one).
 COMPILE_BACKEND = "inductor"
 

@@ -122,15 +122,17 @@ def _rope(inputs):
 def _case(name, factory, impls, clip: int = 0):
     return Case(name=name, level="attention", build=_builder(factory),
                 reference=_truth(factory), impls=impls, baseline="reference", cost=_cost(clip),
-                grad_inputs=("x", "params"), batched=("x",))  # fmt: skip
+                grad_inputs=("x", "params"), batched=("x",), truth_holds=4)  # fmt: skip
 
 
 ATTENTION_SINUSOIDAL = _case(
     "attention_sinusoidal",
     _plain,
     {
-        "reference": Impl(_impl(_plain)),
-        "sdpa": Impl(_impl(_plain, need_weights=False), note="F.scaled_dot_product_attention"),
+        "reference": Impl(_impl(_plain), holds=4),
+        "sdpa": Impl(
+            _impl(_plain, need_weights=False), note="F.scaled_dot_product_attention", holds=1
+        ),
     },
 )
 
@@ -165,8 +167,8 @@ SHAW_ATTENTION = _case(
             supports=_seed_fits,
             note="tutorial 3.6: no value term, (B,H,L,L,D) tensor",
         ),  # fmt: skip
-        "reference": Impl(_impl(_shaw)),
-        "compiled": Impl(_impl(_shaw, compiled=True), compiled=True),
+        "reference": Impl(_impl(_shaw), holds=4),
+        "compiled": Impl(_impl(_shaw, compiled=True), compiled=True, holds=2),
     },
     clip=CLIP,
 )
@@ -175,9 +177,13 @@ ROPE_ATTENTION = _case(
     "rope_attention",
     _rope,
     {
-        "seed": Impl(_impl(_rope_seed), reference=_truth(_rope_seed), note="tutorial 4.8 RoPE"),
-        "reference": Impl(_impl(_rope)),
-        "sdpa": Impl(_impl(_rope, need_weights=False), note="F.scaled_dot_product_attention"),
-        "compiled": Impl(_impl(_rope, compiled=True), compiled=True),
+        "seed": Impl(
+            _impl(_rope_seed), reference=_truth(_rope_seed), note="tutorial 4.8 RoPE", holds=4
+        ),
+        "reference": Impl(_impl(_rope), holds=4),
+        "sdpa": Impl(
+            _impl(_rope, need_weights=False), note="F.scaled_dot_product_attention", holds=1
+        ),
+        "compiled": Impl(_impl(_rope, compiled=True), compiled=True, holds=2),
     },
 )

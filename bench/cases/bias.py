@@ -32,6 +32,7 @@ import kernels
 import posenc
 from bench.cases._common import (
     TRITON_DEVICES,
+    TRITON_ELSEWHERE,
     TRITON_NOTE,
     bind,
     compile_impl,
@@ -39,6 +40,7 @@ from bench.cases._common import (
     per_mode,
 )
 from bench.registry import Case, Cost, Impl, Point
+from bench.tiles import parse_tiles
 from posenc import functional as F
 
 SHAW_K = 16  # Shaw's clip distance K: 2K + 1 = 33 relative positions
@@ -182,12 +184,6 @@ def _flex(family: str):
     return make
 
 
-def _tiles(text: str):
-    if text == "default":
-        return None
-    return kernels.relbias.Tiles(*(int(v) for v in text.split("x")))
-
-
 def _triton(family: str):
     def make(inputs):
         q, k, v = inputs["q"], inputs["k"], inputs["v"]
@@ -202,8 +198,8 @@ def _triton(family: str):
             kwargs = {"shaw_bias": inputs["params"]["table"]}
         else:
             kwargs = {"shaw_k": inputs["params"]["emb_k"], "shaw_v": inputs["params"]["emb_v"]}
-        kwargs.update(causal=inputs["causal"], fwd_tiles=_tiles(inputs["fwd_tiles"]),
-                      bwd_tiles=_tiles(inputs["bwd_tiles"]))  # fmt: skip
+        kwargs.update(causal=inputs["causal"], fwd_tiles=parse_tiles(inputs["fwd_tiles"]),
+                      bwd_tiles=parse_tiles(inputs["bwd_tiles"]))  # fmt: skip
         return lambda: kernels.relative_attention(q, k, v, **kwargs)
 
     return make
@@ -249,23 +245,23 @@ def _case(name: str, family: str) -> Case:
     kv = family == "shaw_kv"
     no_bias = "Shaw's value term adds to the output: not expressible"
     impls = {
-        "reference": Impl(_reference(family), supports=_default_tiles),
-        "compiled": Impl(_reference(family, compiled=True), compiled=True,
+        "reference": Impl(_reference(family), supports=_default_tiles, holds=4),
+        "compiled": Impl(_reference(family, compiled=True), compiled=True, holds=2,
                          supports=_default_tiles),
-        "sdpa": Impl(_sdpa(family), note="bias materialized as attn_mask",
+        "sdpa": Impl(_sdpa(family), note="bias materialized as attn_mask", holds=3,
                      supports=_unsupported(no_bias) if kv else _default_tiles),
         "sdpa_nobias": Impl(_sdpa_nobias, reference=_nobias_truth, supports=_default_tiles,
                             note="no bias: the ceiling"),
         "flex": Impl(_flex(family), compiled=True, note="torch.compile(flex_attention)",
                      supports=_unsupported(no_bias) if kv else _default_tiles),
-        "triton": Impl(_triton(family), devices=TRITON_DEVICES,
+        "triton": Impl(_triton(family), devices=TRITON_DEVICES, elsewhere=TRITON_ELSEWHERE,
                        note="; ".join(filter(None, ["kernels.relative_attention", TRITON_NOTE]))),
     }  # fmt: skip
     grads = ("q", "k", "v") if family == "alibi" else ("q", "k", "v", "params")
     return Case(name=name, level="attention", build=_with_knobs(_build(family)),
                 reference=_truth(family), impls=impls, baseline="reference",
                 cost=_cost(family), grad_inputs=grads, batched=("q", "k", "v"),
-                knobs=("causal", "fwd_tiles", "bwd_tiles"))  # fmt: skip
+                knobs=("causal", "fwd_tiles", "bwd_tiles"), truth_holds=4)  # fmt: skip
 
 
 ALIBI_ATTENTION = _case("alibi_attention", "alibi")

@@ -16,7 +16,13 @@ import torch
 
 import kernels
 import posenc
-from bench.cases._common import TRITON_DEVICES, TRITON_NOTE, compile_impl, per_mode
+from bench.cases._common import (
+    TRITON_DEVICES,
+    TRITON_ELSEWHERE,
+    TRITON_NOTE,
+    compile_impl,
+    per_mode,
+)
 from bench.registry import Call, Case, Cost, Impl, Point
 from posenc import functional as F
 from posenc import seed
@@ -171,7 +177,9 @@ ROPE = Case(
         "reference": Impl(_reference),
         "reference_out": Impl(_reference_out, grad=False, note="out= preallocated"),
         "compiled": Impl(_compiled, compiled=True),
-        "triton": Impl(_triton, devices=TRITON_DEVICES, note=TRITON_NOTE),
+        "triton": Impl(
+            _triton, devices=TRITON_DEVICES, note=TRITON_NOTE, elsewhere=TRITON_ELSEWHERE
+        ),
         "liger": Impl(
             _liger,
             devices=("cuda",),
@@ -257,7 +265,12 @@ ROPE_MODULE = Case(
         "reference": Impl(_module_impl(posenc.RoPEPositionalEncoding)),
         "reference_out": Impl(_module_out, grad=False, note="out= preallocated"),
         "compiled": Impl(_module_compiled, compiled=True),
-        "triton": Impl(_module_impl(kernels.FusedRoPE), devices=TRITON_DEVICES, note=TRITON_NOTE),
+        "triton": Impl(
+            _module_impl(kernels.FusedRoPE),
+            devices=TRITON_DEVICES,
+            note=TRITON_NOTE,
+            elsewhere=TRITON_ELSEWHERE,
+        ),
     },
     baseline="reference",
     cost=_module_cost,

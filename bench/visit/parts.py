@@ -51,7 +51,7 @@ PARTS = (
     Part("sweep", 145, 60,
          _bench("sweep=gpu", f"impls={CORE_IMPLS}", "hydra.run.dir={res}/sweep-gpu"),
          _bench("sweep=gpu", f"impls={CORE_IMPLS}", "seq_len=16", "causal=false",
-                "mode=[forward,forward+backward]", *SMOKE, "hydra.run.dir={res}/sweep-gpu"),
+                "mode=forward+backward", *SMOKE, "hydra.run.dir={res}/sweep-gpu"),
          "sweep=gpu without torch.compile: the fused kernels, eager, SDPA, Liger"),
     Part("audit", 95, 50, ("{audit}", "--out", "{res}/audit"),
          ("{audit}", "--dry", "--out", "{res}/audit"),

@@ -400,7 +400,7 @@ def test_default_tiles_are_valid_on_every_gpu(monkeypatch):
                     spec = relbias._Spec(relbias.SHAW_KV, False, 1.0, 40, 81, has_value=True)
                     tiles, fallback = spec.tiles(q, backward)
                     assert (
-                        relbias._check_tiles("tiles", tiles) == tiles and fallback == relbias._SAFE
+                        relbias.check_tiles("tiles", tiles) == tiles and fallback == relbias._SAFE
                     )
                     assert spec.row_tiles(tiles).block_m <= 4096 // spec.nb
     spec = relbias._Spec(relbias.ALIBI, False, 1.0, 0, 1, fwd_tiles=relbias.Tiles(32, 16))
