@@ -54,6 +54,38 @@ def others_cores(before: Snapshot | None, after: Snapshot | None) -> float | Non
     return max(0.0, busy / (after.wall_s - before.wall_s))
 
 
+class Monitor:
+    """Others' cores over windows of at least MIN_WINDOW_S: /proc/stat counts in 10 ms ticks,
+    so a group timed in a few milliseconds is measured over the last half second (the time
+    around it) rather than over its own instant."""
+
+    MIN_WINDOW_S = 0.5
+
+    def __init__(self):
+        self.marks: list[Snapshot] = []
+
+    def mark(self) -> None:
+        now = snapshot()
+        if now is not None:
+            self.marks.append(now)
+            cut = next((i for i, m in enumerate(self.marks)
+                        if now.wall_s - m.wall_s < 4 * self.MIN_WINDOW_S), 0)  # fmt: skip
+            del self.marks[: max(0, cut - 1)]
+
+    def others(self) -> float | None:
+        """Others' cores from the latest mark at least MIN_WINDOW_S old (else the oldest) to
+        now; marks now."""
+        self.mark()
+        if len(self.marks) < 2:
+            return None
+        end = self.marks[-1]
+        start = next((m for m in reversed(self.marks[:-1])
+                      if end.wall_s - m.wall_s >= self.MIN_WINDOW_S), self.marks[0])  # fmt: skip
+        if end.wall_s - start.wall_s < self.MIN_WINDOW_S / 2:  # too few ticks to tell: unknown
+            return None
+        return others_cores(start, end)
+
+
 def others_now(seconds: float = 0.3) -> float | None:
     """Others' cores over the next `seconds` (this process idle meanwhile)."""
     before = snapshot()

@@ -148,6 +148,14 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
         "too and is not a result.",
         "",
     ]
+    if "pct_peak_bw" in df and (df["pct_peak_bw"] > 100).any():
+        lines += [
+            f"{int((df['pct_peak_bw'] > 100).sum())} ok rows pass the run's calibrated copy "
+            "bandwidth (pct_peak_bw over 100%): that copy moves 64 MiB (CPU) or 1 GiB (CUDA) "
+            "through memory, and these rows' bytes fit in the caches; pct_copy_bw compares "
+            "each row with a copy of its own size, timed beside it.",
+            "",
+        ]
     dup = df.attrs.get("duplicates", 0)
     if dup:
         lines += [

@@ -121,6 +121,7 @@ class Runner:
         self.done = 0  # rows written by this run
         self._total = plan.rows(tuple(self.devices))
         self.now = time.perf_counter  # the clock of the timing and the progress line
+        self.monitor = machine.Monitor()  # what other processes take, around each group
         self.eta: Eta | None = None
 
     def _devices(self, entry: Entry) -> list[str]:
@@ -166,6 +167,7 @@ class Runner:
         """The thread count (timing.threads: auto, a number, or null for torch's default), and
         a warning when other processes already hold the CPU."""
         n, others = machine.cores(), machine.others_now()
+        self.monitor.mark()  # the first group's window starts here
         threads = self.timing.threads
         if threads == "auto":
             threads = machine.auto_threads(n, others)
@@ -428,6 +430,7 @@ class Runner:
             min_reps=-(-tm.min_reps // passes), max_reps=-(-tm.max_reps // passes),
             budget_s=tm.budget_s / passes, rel_spread=tm.rel_spread, rel_ci=tm.rel_ci,
             graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None, clock=self.now,
+            monitor=self.monitor,
         )  # fmt: skip
         self.clock.work_s += time.perf_counter() - t0
         copy_t = timings.pop(COPY, None)

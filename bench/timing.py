@@ -147,6 +147,7 @@ def measure_side_by_side(
     clock: Callable[[], float] = time.perf_counter,
     graph_below_ms: float | None = None,
     rounds: int = 20,
+    monitor: machine.Monitor | None = None,
 ) -> dict[str, Timing | Exception]:
     """Several calls timed side by side, so that a slow phase of a shared machine (seconds long
     on a cloud VM) lands on all of them rather than on whichever was being measured: after each
@@ -159,7 +160,8 @@ def measure_side_by_side(
     (both checked every 5 samples) or the group's
     budget (budget_s per call) has passed. Per sample as in `measure` (events, graphs,
     before_each), which is this with one call. A call that raises leaves the group; its
-    exception is returned in its place."""
+    exception is returned in its place. `monitor` (bench/machine.py) measures what other
+    processes took meanwhile, over at least its window (the runner keeps one for the run)."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     slice_s, slice_reps = budget_s / rounds, -(-max_reps // rounds)
@@ -185,7 +187,8 @@ def measure_side_by_side(
         )
 
     turn = 0  # rounds done so far
-    before = machine.snapshot()
+    monitor = monitor or machine.Monitor()
+    monitor.mark()
     while active := [name for name in fns if not finished(name)]:
         first = turn % len(active)
         turn += 1
@@ -206,7 +209,7 @@ def measure_side_by_side(
                         break
             except Exception as exc:  # one failing call never stops the others
                 prepared[name] = exc
-    others = machine.others_cores(before, machine.snapshot())
+    others = monitor.others()
     return {
         name: p if isinstance(p, Exception) else Timing(
             tuple(samples[name]), p[0],
