@@ -271,3 +271,13 @@ def test_kernel_launches_are_read_from_a_trace(tmp_path):
     text = kernel_launches(tmp_path / "trace.json")
     assert "| _rope_kernel | [4096, 1, 1] | [128, 1, 1] | 40 | 0 | 2 |" in text
     assert "aten::add" not in text
+
+
+def test_half_precision_on_a_cpu_is_said_and_report_folders_are_not_committed(tmp_path):
+    proc = _bench(*TINY, "batch=1", "dtype=bfloat16", f"hydra.run.dir={tmp_path / 'bf16'}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    if not torch.cuda.is_available():
+        assert "note: bfloat16 on the CPU" in proc.stdout
+    for path in ("results/reports/x/report.md", "results/gpu-run/x/visit.log"):
+        ignored = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT)
+        assert ignored.returncode == 0, path
