@@ -52,8 +52,10 @@ def _resumable(cfg: DictConfig, out_dir: Path) -> str | None:
     """Why this run cannot resume out_dir (None if it can): nothing there to resume, or a
     configuration other than the one it was made with."""
     if not (out_dir / "results.csv").exists() and not (out_dir / "pooled.json").exists():
-        return (f"resume=true: {out_dir} holds no results.csv; pass the run to resume as "
-                "hydra.run.dir=results/runs/<run>")  # fmt: skip
+        return (
+            f"resume=true: {out_dir} holds no results.csv; pass the run to resume as "
+            "hydra.run.dir=results/runs/<run>"
+        )
     diffs = bench_config.changed_since(out_dir / "config.yaml", cfg, IGNORED)
     if diffs:
         return f"resume=true: the run was made with another configuration ({diffs})"
@@ -65,9 +67,14 @@ def _record(out_dir: Path, cfg: DictConfig, overrides: list[str], summary: dict)
     env_path = out_dir / "env.json"
     if cfg.resume and env_path.exists():
         env = json.loads(env_path.read_text())
-        env.setdefault("resumes", []).append(dict(
-            time=time.strftime("%Y-%m-%dT%H:%M:%S"), git_sha=git_sha(), overrides=overrides,
-            **summary))  # fmt: skip
+        env.setdefault("resumes", []).append(
+            dict(
+                time=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                git_sha=git_sha(),
+                overrides=overrides,
+                **summary,
+            )
+        )
         env_path.write_text(json.dumps(env, indent=2, default=str) + "\n")
         return
     write_env(env_path, {"run_id": out_dir.name, "overrides": overrides, **summary})
@@ -92,17 +99,26 @@ def main(cfg: DictConfig) -> None:
         profile.run(plan, cfg, out_dir, pinned)
         return
     runner = Runner(
-        plan, cfg.timing, out_dir, run_id=out_dir.name, resume=cfg.resume,
-        tutorial_timing=cfg.tutorial_timing, do_calibrate=cfg.calibrate, seed=cfg.seed,
-    )  # fmt: skip
+        plan,
+        cfg.timing,
+        out_dir,
+        run_id=out_dir.name,
+        resume=cfg.resume,
+        tutorial_timing=cfg.tutorial_timing,
+        do_calibrate=cfg.calibrate,
+        seed=cfg.seed,
+    )
     try:
         summary = runner.run()
     except KeyboardInterrupt:
         again = " ".join(o for o in overrides if not o.startswith(("resume", "hydra.run.dir")))
         saved = len(runner.writer.existing)
-        print(f"\ninterrupted: {saved} rows are saved in {out_dir / 'results.csv'} "
-              f"({runner.done} measured by this run). Finish it with:\n  python -m bench "
-              f"{again} resume=true hydra.run.dir={out_dir}", file=sys.stderr)  # fmt: skip
+        print(
+            f"\ninterrupted: {saved} rows are saved in {out_dir / 'results.csv'} "
+            f"({runner.done} measured by this run). Finish it with:\n  python -m bench "
+            f"{again} resume=true hydra.run.dir={out_dir}",
+            file=sys.stderr,
+        )
         if not cfg.resume:
             OmegaConf.save(cfg, out_dir / "config.yaml")
         if report.has_rows([out_dir]):  # the report of what is there, rebuilt on resume

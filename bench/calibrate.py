@@ -25,8 +25,7 @@ def calibrate(device: torch.device, dtype: torch.dtype, budget_s: float = 0.5) -
     for n in (8192,) if cuda else (512, 1024, 2048):
         a = torch.randn(n, n, device=device).to(dtype)
         b = torch.randn(n, n, device=device).to(dtype)
-        t_mm = measure(lambda a=a, b=b: a @ b, device, warmup_s=0.05, min_reps=3,
-                       budget_s=budget_s)  # fmt: skip
+        t_mm = measure(lambda a=a, b=b: a @ b, device, warmup_s=0.05, min_reps=3, budget_s=budget_s)
         rates.append(2 * n**3 / (t_mm.p50 * 1e-3) / 1e12)
     return {
         "calib_copy_gbps": 2 * src.numel() * src.element_size() / (t_copy.p50 * 1e-3) / 1e9,

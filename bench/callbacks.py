@@ -24,8 +24,11 @@ class AggregateRuns(Callback):
             try:
                 make_plan(cli.apply(config, overrides), pinned)
             except ValueError as exc:
-                print(f"invalid configuration: job {num} ({' '.join(overrides)}): {exc}; "
-                      "no job was run", file=sys.stderr)  # fmt: skip
+                print(
+                    f"invalid configuration: job {num} ({' '.join(overrides)}): {exc}; "
+                    "no job was run",
+                    file=sys.stderr,
+                )
                 sys.exit(2)
 
     def on_multirun_end(self, config, **kwargs) -> None:

@@ -107,8 +107,9 @@ def float64_inputs(inputs: dict, case: Case, rows: Tensor | None, grad: bool) ->
     return {k: cast(v, grad and k in case.grad_inputs) for k, v in picked.items()}
 
 
-def upstream(outputs: tuple[Tensor, ...], batch: int, rows: Tensor | None, dtype,
-             generator: torch.Generator) -> tuple[Tensor, ...]:  # fmt: skip
+def upstream(
+    outputs: tuple[Tensor, ...], batch: int, rows: Tensor | None, dtype, generator: torch.Generator
+) -> tuple[Tensor, ...]:
     """Random upstream gradients in the row's dtype, full batch, zero outside the checked rows
     (outputs: the truth's, on the checked rows)."""
     grads = []
@@ -121,8 +122,16 @@ def upstream(outputs: tuple[Tensor, ...], batch: int, rows: Tensor | None, dtype
     return tuple(grads)
 
 
-def truth(reference, inputs: dict, case: Case, rows: Tensor | None, batch: int, dtype,
-          grad: bool, seed: int = 0) -> Truth:  # fmt: skip
+def truth(
+    reference,
+    inputs: dict,
+    case: Case,
+    rows: Tensor | None,
+    batch: int,
+    dtype,
+    grad: bool,
+    seed: int = 0,
+) -> Truth:
     """float64 outputs (and, with grad, gradients) of `reference` on the checked rows."""
     x64 = float64_inputs(inputs, case, rows, grad)
     if not grad:
@@ -134,14 +143,20 @@ def truth(reference, inputs: dict, case: Case, rows: Tensor | None, batch: int, 
     up = upstream(outs, batch, rows, dtype, gen)
     sel = [g if rows is None else g.index_select(0, rows) for g in up]
     named = {k: v for k, v in leaves(x64, case.grad_inputs).items() if v.requires_grad}
-    found = torch.autograd.grad(outs, list(named.values()), [g.double() for g in sel],
-                                allow_unused=True)  # fmt: skip
+    found = torch.autograd.grad(
+        outs, list(named.values()), [g.double() for g in sel], allow_unused=True
+    )
     grads = {k: g for k, g in zip(named, found, strict=True) if g is not None}
     return Truth(tuple(t.detach() for t in outs), grads, up)
 
 
-def measure_errors(got: Output, want: Truth, grads: dict[str, Tensor] | None,
-                   rows: Tensor | None, batched: tuple[str, ...]) -> Errors | str:  # fmt: skip
+def measure_errors(
+    got: Output,
+    want: Truth,
+    grads: dict[str, Tensor] | None,
+    rows: Tensor | None,
+    batched: tuple[str, ...],
+) -> Errors | str:
     """Errors of an implementation's outputs (all batch rows, compared on the checked ones) and
     gradients against the truth; or why they cannot be compared (shape, count, NaN, missing)."""
     got_t = as_tuple(got)
@@ -194,6 +209,8 @@ def verdict(errs: Errors, ref: Errors | None, dtype) -> tuple[bool, float | None
         if ratio > worst:
             worst = ratio
         if ratio > FACTOR and not why:
-            why = (f"{name}: relative error {rel:.2e}, {ratio:.1f}x the reference's "
-                   f"{ref.rel.get(name, 0.0):.2e} in this dtype (limit {FACTOR:g}x)")  # fmt: skip
+            why = (
+                f"{name}: relative error {rel:.2e}, {ratio:.1f}x the reference's "
+                f"{ref.rel.get(name, 0.0):.2e} in this dtype (limit {FACTOR:g}x)"
+            )
     return not why, worst, why

@@ -134,8 +134,10 @@ def run_dir_problem(argv: list[str]) -> str | None:
         and not resume
         and ((path / "results.csv").exists() or (path / "pooled.json").exists())
     ):
-        return (f"hydra.run.dir={given} holds a run: pass resume=true to finish it, or choose "
-                "another directory (a run is never overwritten)")  # fmt: skip
+        return (
+            f"hydra.run.dir={given} holds a run: pass resume=true to finish it, or choose "
+            "another directory (a run is never overwritten)"
+        )
     existing = next((p for p in [path, *path.parents] if p.exists()), Path("."))
     if not existing.is_dir():
         return f"hydra.run.dir={given}: {existing} is a file, not a directory"
@@ -174,8 +176,11 @@ def job_overrides(task: list[str]) -> list[list[str]]:
         key = o.key_or_group
         if key == "sweep" or key.startswith("hydra"):
             continue
-        values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [
-            o.get_value_element_as_str()]  # fmt: skip
+        values = (
+            list(o.sweep_string_iterator())
+            if o.is_sweep_override()
+            else [o.get_value_element_as_str()]
+        )
         axes.append([f"{key}={v}" for v in values])
     jobs = []
     for combo in itertools.product(*axes):

@@ -50,10 +50,12 @@ def compare(dir_a: Path, dir_b: Path) -> str:
     both, dev = _drift(dir_a, dir_b)
     times = dev["times"]
     lines = [
-        f"# Repeatability: {Path(dir_b).name} vs {Path(dir_a).name}", "",
+        f"# Repeatability: {Path(dir_b).name} vs {Path(dir_a).name}",
+        "",
         f"{len(both)} rows in common; median times: |B/A - 1| median {100 * times.median():.1f}%, "
-        f"max {100 * times.max():.1f}%; within 5%: {_within(times)}.", "",
-    ]  # fmt: skip
+        f"max {100 * times.max():.1f}%; within 5%: {_within(times)}.",
+        "",
+    ]
     what = {
         "speedups": "Speedups vs the baseline ({n} rows besides the baselines)",
         "vs copy": "Time vs the same-size copy timed alongside, pct_copy_bw ({n} rows)",
@@ -61,8 +63,11 @@ def compare(dir_a: Path, dir_b: Path) -> str:
     for name, title in what.items():
         d = dev[name]
         if len(d):
-            lines += [f"{title.format(n=len(d))}: |B/A - 1| median {100 * d.median():.1f}%, "
-                      f"max {100 * d.max():.1f}%; within 5%: {_within(d)}.", ""]  # fmt: skip
+            lines += [
+                f"{title.format(n=len(d))}: |B/A - 1| median {100 * d.median():.1f}%, "
+                f"max {100 * d.max():.1f}%; within 5%: {_within(d)}.",
+                "",
+            ]
     lines += [
         "| case | impl | mode | shape | p50 A ms | p50 B ms | B / A | speedup A | speedup B "
         "| % copy A | % copy B |",
@@ -88,12 +93,14 @@ def compare_all(dirs: list[Path]) -> str:
     speedups and of the time vs the copy (median and max over the rows in common), then the
     spread over the pairs."""
     lines = [
-        f"# Repeatability over {len(dirs)} runs: every pair", "",
-        "Runs: " + ", ".join(f"{i + 1} = {Path(d).name}" for i, d in enumerate(dirs)) + ".", "",
+        f"# Repeatability over {len(dirs)} runs: every pair",
+        "",
+        "Runs: " + ", ".join(f"{i + 1} = {Path(d).name}" for i, d in enumerate(dirs)) + ".",
+        "",
         "| pair | rows | times: median, max of \\|B/A - 1\\| | rows within 5% "
         "| speedups: median, max | speedups within 5% | vs copy: median, max | vs copy within 5% |",
         "|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     medians: dict[str, list[float]] = {"times": [], "speedups": [], "vs copy": []}
     rows = []  # every row of every pair: |B/A - 1| of its median
     for i, j in itertools.combinations(range(len(dirs)), 2):
@@ -108,15 +115,20 @@ def compare_all(dirs: list[Path]) -> str:
                 cells += ["", ""]
         lines.append("| " + " | ".join(cells) + " |")
     m = pd.Series(medians["times"])
-    lines += ["", f"Over the {len(m)} pairs, the median drift of the medians ranged from "
-              f"{100 * m.min():.1f}% to {100 * m.max():.1f}% (middle pair {100 * m.median():.1f}%;"
-              f" {int((m <= 0.05).sum())} of {len(m)} pairs within 5%; row by row, "
-              f"{_within(pd.Series(rows))} row pairs within 5%, the largest "
-              f"{100 * max(rows):.1f}%)."]  # fmt: skip
+    lines += [
+        "",
+        f"Over the {len(m)} pairs, the median drift of the medians ranged from "
+        f"{100 * m.min():.1f}% to {100 * m.max():.1f}% (middle pair {100 * m.median():.1f}%;"
+        f" {int((m <= 0.05).sum())} of {len(m)} pairs within 5%; row by row, "
+        f"{_within(pd.Series(rows))} row pairs within 5%, the largest "
+        f"{100 * max(rows):.1f}%).",
+    ]
     for name, label in (("speedups", "Speedups"), ("vs copy", "Time vs the copy")):
         if medians[name]:
             sm = pd.Series(medians[name])
-            lines[-1] += (f" {label}: {100 * sm.min():.1f}% to {100 * sm.max():.1f}% (middle "
-                          f"pair {100 * sm.median():.1f}%; {int((sm <= 0.05).sum())} of "
-                          f"{len(sm)} pairs within 5%).")  # fmt: skip
+            lines[-1] += (
+                f" {label}: {100 * sm.min():.1f}% to {100 * sm.max():.1f}% (middle "
+                f"pair {100 * sm.median():.1f}%; {int((sm <= 0.05).sum())} of "
+                f"{len(sm)} pairs within 5%)."
+            )
     return "\n".join(lines) + "\n"

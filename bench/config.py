@@ -31,8 +31,18 @@ from bench.tiles import parse_tiles
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 MODES = ("forward", "backward", "forward+backward")
 LAYOUTS = ("bhsd", "bshd")
-AXES = ("batch", "seq_len", "d_model", "num_heads", *KNOBS, "dtype", "device", "mode", "cases",
-        "impls")  # fmt: skip
+AXES = (
+    "batch",
+    "seq_len",
+    "d_model",
+    "num_heads",
+    *KNOBS,
+    "dtype",
+    "device",
+    "mode",
+    "cases",
+    "impls",
+)
 
 
 @dataclass
@@ -129,8 +139,9 @@ def changed_since(saved_path: Path, cfg, free: tuple[str, ...]) -> str | None:
         return None
     saved = OmegaConf.to_container(OmegaConf.load(saved_path))
     now = OmegaConf.to_container(cfg)
-    changed = [k for k in sorted(set(saved) | set(now))
-               if k not in free and saved.get(k) != now.get(k)]  # fmt: skip
+    changed = [
+        k for k in sorted(set(saved) | set(now)) if k not in free and saved.get(k) != now.get(k)
+    ]
     if not changed:
         return None
     return ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed[:4])
@@ -207,13 +218,15 @@ def _check_timing(t) -> None:
     if isinstance(t["passes"], bool) or not isinstance(t["passes"], int) or t["passes"] < 1:
         raise ValueError(f"timing.passes: must be a positive integer, got {t['passes']!r}")
     threads = t["threads"]
-    if threads not in ("auto", None) and (isinstance(threads, bool) or not isinstance(threads, int)
-                                          or threads < 1):  # fmt: skip
+    if threads not in ("auto", None) and (
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+    ):
         raise ValueError(f"timing.threads: auto, a positive integer or null, got {threads!r}")
     for key in ("rel_ci", "rel_spread"):
         if t[key] is not None and not t[key] > 0:
-            raise ValueError(f"timing.{key}: must be positive or null (no early stop), "
-                             f"got {t[key]!r}")  # fmt: skip
+            raise ValueError(
+                f"timing.{key}: must be positive or null (no early stop), got {t[key]!r}"
+            )
 
 
 def _knob_values(axes: dict, name) -> dict[str, list]:
@@ -232,8 +245,13 @@ def _smoke(axes: dict) -> dict:
     order, 16, 24, 32, ... (distinct lengths stay distinct)."""
     heads = min(_positive_ints(axes["num_heads"], "num_heads"))
     lengths = sorted(set(_positive_ints(axes["seq_len"], "seq_len")))
-    return dict(axes, batch=1, seq_len=[16 + 8 * i for i in range(len(lengths))],
-                num_heads=heads, d_model=16 * heads)  # fmt: skip
+    return dict(
+        axes,
+        batch=1,
+        seq_len=[16 + 8 * i for i in range(len(lengths))],
+        num_heads=heads,
+        d_model=16 * heads,
+    )
 
 
 def _entries(axes: dict, name, filters: dict) -> list[Entry]:
@@ -292,8 +310,10 @@ def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
     filters = {"cases": None, "impls": None}
     if grids:  # the top level filters what the grids list
         top = _choices(cfg["cases"], "cases", list(CASES))
-        filters = {"cases": None if top == list(CASES) else top,
-                   "impls": _impls(cfg["impls"], "impls")}  # fmt: skip
+        filters = {
+            "cases": None if top == list(CASES) else top,
+            "impls": _impls(cfg["impls"], "impls"),
+        }
     entries = []
     for i, grid in enumerate(grids or [{}]):
         prefix = f"grids[{i}]." if grids else ""
@@ -321,14 +341,18 @@ def unrunnable(plan: Plan) -> str | None:
 
     here = [d for d in plan.devices if d != "cuda" or torch.cuda.is_available()]
     if not here:
-        return (f"device={','.join(plan.devices)}: CUDA is not available on this machine, so "
-                "nothing would run (pass device=cpu, or run this sweep on a GPU)")  # fmt: skip
+        return (
+            f"device={','.join(plan.devices)}: CUDA is not available on this machine, so "
+            "nothing would run (pass device=cpu, or run this sweep on a GPU)"
+        )
     for entry in plan.entries:  # a case none of whose points applies: a configuration error
         whys = [CASES[entry.case].check(p) for p in entry.points]
         if all(whys):
             p = entry.points[0]
-            return (f"cases: {entry.case} applies at none of its points: {whys[0]} "
-                    f"(d_model={p.d_model}, num_heads={p.num_heads})")  # fmt: skip
+            return (
+                f"cases: {entry.case} applies at none of its points: {whys[0]} "
+                f"(d_model={p.d_model}, num_heads={p.num_heads})"
+            )
     if next(timed_rows(plan, tuple(here)), None) is not None:
         return None
     reasons = []
@@ -342,8 +366,9 @@ def unrunnable(plan: Plan) -> str | None:
                 lacking = [d for d in entry.devices if d in here and d not in impl.devices]
                 if lacking:
                     hint = f"; {impl.elsewhere}" if impl.elsewhere else ""
-                    reasons.append(f"{entry.case} {name}: runs on {', '.join(impl.devices)} "
-                                   f"only{hint}")  # fmt: skip
+                    reasons.append(
+                        f"{entry.case} {name}: runs on {', '.join(impl.devices)} only{hint}"
+                    )
                 elif impl.supports(point):
                     reasons.append(f"{entry.case} {name}: {impl.supports(point)}")
     unique = list(dict.fromkeys(reasons))

@@ -21,8 +21,18 @@ from __future__ import annotations
 import pandas as pd
 
 UNCERTAIN_CI = 0.10
-SAME = ["run_id", "case", "impl", "device", "dtype", "batch", "seq_len", "d_model",
-        "num_heads", "params"]  # fmt: skip
+SAME = [
+    "run_id",
+    "case",
+    "impl",
+    "device",
+    "dtype",
+    "batch",
+    "seq_len",
+    "d_model",
+    "num_heads",
+    "params",
+]
 
 
 def _ok(df: pd.DataFrame) -> pd.Series:
@@ -32,8 +42,12 @@ def _ok(df: pd.DataFrame) -> pd.Series:
 def uncertain(df: pd.DataFrame) -> pd.Series:
     flag = pd.Series(False, index=df.index)
     if "p50_ci_hi_ms" in df:
-        half = pd.concat([df["p50_ms"] - df["p50_ci_lo_ms"], df["p50_ci_hi_ms"] - df["p50_ms"]],
-                         axis=1).max(axis=1) / df["p50_ms"]  # fmt: skip
+        half = (
+            pd.concat(
+                [df["p50_ms"] - df["p50_ci_lo_ms"], df["p50_ci_hi_ms"] - df["p50_ms"]], axis=1
+            ).max(axis=1)
+            / df["p50_ms"]
+        )
         flag |= half > UNCERTAIN_CI
     return flag & _ok(df)
 
@@ -56,8 +70,10 @@ def suspect(df: pd.DataFrame) -> pd.Series:
         texts = text if isinstance(text, pd.Series) else pd.Series(text, index=df.index)
         why[mask] = (why[mask] + "; " + texts[mask]).str.lstrip("; ")
 
-    for column, what in (("pct_copy_bw", "a same-size copy timed beside it"),
-                         ("pct_peak_flops", "the run's measured matmul rate")):  # fmt: skip
+    for column, what in (
+        ("pct_copy_bw", "a same-size copy timed beside it"),
+        ("pct_peak_flops", "the run's measured matmul rate"),
+    ):
         if column in df:
             pct = df[column].map(lambda v: f"{v:.0f}" if pd.notna(v) else "")
             add(df[column] > 100, column + " " + pct + f"%: faster than {what}")

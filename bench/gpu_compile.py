@@ -42,12 +42,34 @@ SHARED_LIMIT = {90: 232448, 80: 166912}  # bytes of shared memory one block may 
 SM_SHARED = {90: 233472, 80: 167936}  # per multiprocessor
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 COLUMNS = (
-    "kernel", "target", "triton", "family", "dtype", "head_dim", "causal", "variant", "tiles",
-    "default_tiles", "num_warps", "num_stages", "registers", "stack_bytes", "spill_stores",
-    "spill_loads", "shared_bytes", "blocks_per_sm", "dots", "wgmma_dots", "mma_dots",
-    "tensor_core_insts", "vector_global_insts", "narrow_global_insts", "atomics", "compile_s",
+    "kernel",
+    "target",
+    "triton",
+    "family",
+    "dtype",
+    "head_dim",
+    "causal",
+    "variant",
+    "tiles",
+    "default_tiles",
+    "num_warps",
+    "num_stages",
+    "registers",
+    "stack_bytes",
+    "spill_stores",
+    "spill_loads",
+    "shared_bytes",
+    "blocks_per_sm",
+    "dots",
+    "wgmma_dots",
+    "mma_dots",
+    "tensor_core_insts",
+    "vector_global_insts",
+    "narrow_global_insts",
+    "atomics",
+    "compile_s",
     "problem",
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)
@@ -79,10 +101,15 @@ def specs(only: str | None = None) -> list[Spec]:
     at least once, the sweep's shapes in full), not their product."""
     rope = [Spec("rope")]  # Llama-like: B=8, L=4096, Hq=32, Hk=8, D=128, bf16, bshd
     rope += [Spec("rope", dtype=d) for d in ("float16", "float32")]
-    rope += [Spec("rope", layout="bhsd"), Spec("rope", interleaved=True),
-             Spec("rope", interleaved=True, layout="bhsd"), Spec("rope", rotary="partial"),
-             Spec("rope", positions="per_seq"), Spec("rope", positions="ids"),
-             Spec("rope", head_dim=64)]  # fmt: skip
+    rope += [
+        Spec("rope", layout="bhsd"),
+        Spec("rope", interleaved=True),
+        Spec("rope", interleaved=True, layout="bhsd"),
+        Spec("rope", rotary="partial"),
+        Spec("rope", positions="per_seq"),
+        Spec("rope", positions="ids"),
+        Spec("rope", head_dim=64),
+    ]
     families = ("alibi", "t5", "shaw", "shaw_kv")
     attn = [Spec("relbias", f, causal=c) for f in families for c in (False, True)]
     attn += [Spec("relbias", f, dtype=d) for f in families for d in ("float16", "float32")]
@@ -149,11 +176,24 @@ def _launch_rope(spec: Spec) -> None:
     if spec.layout == "bhsd":
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # the launcher sees (B, L, H, D) views
     cos, sin = _meta(n, rot // 2), _meta(n, rot // 2)
-    pos = {"none": None, "per_seq": _meta(b, dtype=torch.int64),
-           "ids": _meta(b, n, dtype=torch.int64)}[spec.positions]  # fmt: skip
+    pos = {
+        "none": None,
+        "per_seq": _meta(b, dtype=torch.int64),
+        "ids": _meta(b, n, dtype=torch.int64),
+    }[spec.positions]
     for backward in (False, True):
-        rope._launch(q, k, torch.empty_like(q), torch.empty_like(k), cos, sin, pos, 0,
-                     spec.interleaved, backward)  # fmt: skip
+        rope._launch(
+            q,
+            k,
+            torch.empty_like(q),
+            torch.empty_like(k),
+            cos,
+            sin,
+            pos,
+            0,
+            spec.interleaved,
+            backward,
+        )
 
 
 def _launch_relbias(spec: Spec) -> None:
@@ -170,8 +210,10 @@ def _launch_relbias(spec: Spec) -> None:
         "shaw": lambda: {"shaw_bias": _meta(h, 33, grad=True)},
         "shaw_kv": lambda: {"shaw_k": _meta(33, d, grad=True), "shaw_v": _meta(33, d, grad=True)},
     }[spec.family]()
-    tiles = {"fwd_tiles": spec.fwd_tiles and relbias.Tiles(*spec.fwd_tiles),
-             "bwd_tiles": spec.bwd_tiles and relbias.Tiles(*spec.bwd_tiles)}  # fmt: skip
+    tiles = {
+        "fwd_tiles": spec.fwd_tiles and relbias.Tiles(*spec.fwd_tiles),
+        "bwd_tiles": spec.bwd_tiles and relbias.Tiles(*spec.bwd_tiles),
+    }
     out = relbias.relative_attention(q, k, v, causal=spec.causal, **kwargs, **tiles)
     if spec.fwd_tiles is None:  # a forward candidate: its backward is the default's
         torch.autograd.grad(out, [q, k, v], torch.empty_like(out))
@@ -193,12 +235,21 @@ def capture(spec: Spec, capability: int) -> list[dict]:
             continue  # a backward candidate: its forward is the default's
         binder = create_function_from_signature(fn.signature, fn.params, backend)
         bound, specialization, opts = binder(*args, **kwargs)
-        options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound,
-                                                              specialization, opts)  # fmt: skip
-        jobs.append(dict(module=fn.fn.__module__, name=fn.__name__, signature=signature,
-                         constexprs={k: _plain(v) for k, v in constexprs.items()},
-                         attrs=attrs, options=dict(options.__dict__), capability=capability,
-                         block=(kwargs.get("BLOCK_M"), kwargs.get("BLOCK_N"))))  # fmt: skip
+        options, signature, constexprs, attrs = fn._pack_args(
+            backend, kwargs, bound, specialization, opts
+        )
+        jobs.append(
+            dict(
+                module=fn.fn.__module__,
+                name=fn.__name__,
+                signature=signature,
+                constexprs={k: _plain(v) for k, v in constexprs.items()},
+                attrs=attrs,
+                options=dict(options.__dict__),
+                capability=capability,
+                block=(kwargs.get("BLOCK_M"), kwargs.get("BLOCK_N")),
+            )
+        )
     return jobs
 
 
@@ -316,7 +367,7 @@ def read_cubin(cubin: bytes) -> dict:
         vector_global_insts=sum(op.startswith(("LDG", "STG")) and ".128" in op for op in ops),
         narrow_global_insts=sum(
             op.startswith(("LDG", "STG")) and (".U16" in op or ".S16" in op) for op in ops
-        ),  # fmt: skip
+        ),
     )
 
 
@@ -331,8 +382,9 @@ def read_ttgir(ttgir: str) -> dict:
 
 
 def _tool(name: str, *args: str) -> str:
-    return subprocess.run([str(BIN / name), *args], capture_output=True, text=True,
-                          check=True).stdout  # fmt: skip
+    return subprocess.run(
+        [str(BIN / name), *args], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def blocks_per_sm(registers: int, warps: int, shared: int, capability: int) -> int:
@@ -375,17 +427,28 @@ def rows_for(spec: Spec, target: str, jobs: list[dict], results: list[dict]) -> 
         block_m, block_n = job["block"]
         kernel = job["name"] + (" (backward)" if c.get("BACKWARD") else "")
         row = dict(
-            kernel=kernel, target=target, triton=triton.__version__, family=spec.family,
-            dtype=spec.dtype, head_dim=spec.head_dim, causal=spec.causal, variant=spec.variant,
-            tiles=(f"{block_m}x{block_n}" if block_m
-                   else f"heads {c.get('BLOCK_HQ')}+{c.get('BLOCK_HK')}"),  # fmt: skip
+            kernel=kernel,
+            target=target,
+            triton=triton.__version__,
+            family=spec.family,
+            dtype=spec.dtype,
+            head_dim=spec.head_dim,
+            causal=spec.causal,
+            variant=spec.variant,
+            tiles=(
+                f"{block_m}x{block_n}"
+                if block_m
+                else f"heads {c.get('BLOCK_HQ')}+{c.get('BLOCK_HK')}"
+            ),
             default_tiles=spec.fwd_tiles is None and spec.bwd_tiles is None,
-            num_warps=o.get("num_warps"), num_stages=o.get("num_stages"),
-        )  # fmt: skip
+            num_warps=o.get("num_warps"),
+            num_stages=o.get("num_stages"),
+        )
         row.update({k: v for k, v in res.items() if k != "problem"})
         if "registers" in res:
-            row["blocks_per_sm"] = blocks_per_sm(res["registers"], row["num_warps"],
-                                                 res["shared_bytes"], capability)  # fmt: skip
+            row["blocks_per_sm"] = blocks_per_sm(
+                res["registers"], row["num_warps"], res["shared_bytes"], capability
+            )
         row["problem"] = problems(dict(row, problem=res.get("problem")), capability)
         out.append(row)
     return out
@@ -417,12 +480,28 @@ def markdown(rows: list[dict]) -> str:
         dots = f"{r.get('dots', '')} ({r.get('wgmma_dots', '')}, {r.get('mma_dots', '')})"
         shared = f"{r['shared_bytes'] / 1024:.0f}" if r.get("shared_bytes") is not None else ""
         spills = f"{r.get('spill_stores', '')}/{r.get('spill_loads', '')}"
-        cells = [r["kernel"].removeprefix("_"), r["target"], r["family"], r["dtype"],
-                 r["head_dim"], r["causal"], r["variant"], r["tiles"], r["num_warps"],
-                 r["num_stages"], r.get("registers", ""), r.get("stack_bytes", ""), spills,
-                 shared, r.get("blocks_per_sm", ""), dots, r.get("tensor_core_insts", ""),
-                 r.get("vector_global_insts", ""), r.get("narrow_global_insts", ""),
-                 r["problem"]]  # fmt: skip
+        cells = [
+            r["kernel"].removeprefix("_"),
+            r["target"],
+            r["family"],
+            r["dtype"],
+            r["head_dim"],
+            r["causal"],
+            r["variant"],
+            r["tiles"],
+            r["num_warps"],
+            r["num_stages"],
+            r.get("registers", ""),
+            r.get("stack_bytes", ""),
+            spills,
+            shared,
+            r.get("blocks_per_sm", ""),
+            dots,
+            r.get("tensor_core_insts", ""),
+            r.get("vector_global_insts", ""),
+            r.get("narrow_global_insts", ""),
+            r["problem"],
+        ]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -434,16 +513,27 @@ def compare(before: Path, after: Path) -> str:
     import pandas as pd
 
     key = ["kernel", "target", "family", "dtype", "head_dim", "causal", "variant"]
-    shown = ["tiles", "registers", "stack_bytes", "spill_stores", "wgmma_dots",
-             "vector_global_insts"]  # fmt: skip
+    shown = [
+        "tiles",
+        "registers",
+        "stack_bytes",
+        "spill_stores",
+        "wgmma_dots",
+        "vector_global_insts",
+    ]
     a, b = (pd.read_csv(p, keep_default_na=False, dtype=str) for p in (before, after))
     a, b = (df[df["default_tiles"] == "True"] for df in (a, b))
     both = a.merge(b, on=key, suffixes=("_a", "_b"))
-    lines = ["| kernel | target | family | dtype | D | causal | variant | tiles | regs | stack "
-             "| STL | wgmma dots | 128-bit |", "|" + "---|" * 13]  # fmt: skip
+    lines = [
+        "| kernel | target | family | dtype | D | causal | variant | tiles | regs | stack "
+        "| STL | wgmma dots | 128-bit |",
+        "|" + "---|" * 13,
+    ]
     for _, r in both.iterrows():
-        pairs = [r[c + "_a"] if r[c + "_a"] == r[c + "_b"] else f"{r[c + '_a']} -> {r[c + '_b']}"
-                 for c in shown]  # fmt: skip
+        pairs = [
+            r[c + "_a"] if r[c + "_a"] == r[c + "_b"] else f"{r[c + '_a']} -> {r[c + '_b']}"
+            for c in shown
+        ]
         lines.append("| " + " | ".join([*(r[k] for k in key), *pairs]) + " |")
     spills = [int((df["spill_stores"].astype(int) > 0).sum()) for df in (a, b)]
     return (
@@ -459,8 +549,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results/gpu-compile"))
     parser.add_argument("--only", choices=("rope", "relbias"), default=None)
     parser.add_argument("--no-candidates", action="store_true", help="default tiles only")
-    parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"),
-                        help="print two audits' CSVs side by side and exit")  # fmt: skip
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("BEFORE", "AFTER"),
+        help="print two audits' CSVs side by side and exit",
+    )
     args = parser.parse_args(argv)
     if args.compare:
         print(compare(*args.compare))
@@ -495,13 +590,21 @@ def main(argv: list[str] | None = None) -> int:
         writer.writeheader()
         writer.writerows(rows)
     Path(f"{stem}.md").write_text(markdown(rows))
-    bad = [r for r in rows if r["problem"] and (r["default_tiles"] or "compile" in r["problem"]
-                                                 or "shared" in r["problem"])]  # fmt: skip
-    print(f"{len(rows)} kernels compiled in {time.perf_counter() - start:.0f} s "
-          f"({args.jobs} processes) -> {stem}.md")  # fmt: skip
+    bad = [
+        r
+        for r in rows
+        if r["problem"]
+        and (r["default_tiles"] or "compile" in r["problem"] or "shared" in r["problem"])
+    ]
+    print(
+        f"{len(rows)} kernels compiled in {time.perf_counter() - start:.0f} s "
+        f"({args.jobs} processes) -> {stem}.md"
+    )
     for r in bad:
-        print(f"PROBLEM {r['kernel']} {r['target']} {r['family']} {r['dtype']} D={r['head_dim']} "
-              f"causal={r['causal']} {r['variant']} {r['tiles']}: {r['problem']}")  # fmt: skip
+        print(
+            f"PROBLEM {r['kernel']} {r['target']} {r['family']} {r['dtype']} D={r['head_dim']} "
+            f"causal={r['causal']} {r['variant']} {r['tiles']}: {r['problem']}"
+        )
     return 1 if bad else 0
 
 

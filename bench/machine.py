@@ -68,8 +68,14 @@ class Monitor:
         now = snapshot()
         if now is not None:
             self.marks.append(now)
-            cut = next((i for i, m in enumerate(self.marks)
-                        if now.wall_s - m.wall_s < 4 * self.MIN_WINDOW_S), 0)  # fmt: skip
+            cut = next(
+                (
+                    i
+                    for i, m in enumerate(self.marks)
+                    if now.wall_s - m.wall_s < 4 * self.MIN_WINDOW_S
+                ),
+                0,
+            )
             del self.marks[: max(0, cut - 1)]
 
     def others(self) -> float | None:
@@ -79,8 +85,10 @@ class Monitor:
         if len(self.marks) < 2:
             return None
         end = self.marks[-1]
-        start = next((m for m in reversed(self.marks[:-1])
-                      if end.wall_s - m.wall_s >= self.MIN_WINDOW_S), self.marks[0])  # fmt: skip
+        start = next(
+            (m for m in reversed(self.marks[:-1]) if end.wall_s - m.wall_s >= self.MIN_WINDOW_S),
+            self.marks[0],
+        )
         if end.wall_s - start.wall_s < self.MIN_WINDOW_S / 2:  # too few ticks to tell: unknown
             return None
         return others_cores(start, end)

@@ -32,17 +32,33 @@ class Pool:
             return 0
         state = json.loads(self.path.read_text())
         if state["passes"] != self.passes:
-            raise ValueError(f"timing.passes={self.passes}, but {self.path} was saved by a run "
-                             f"with timing.passes={state['passes']}: resume with that")  # fmt: skip
+            raise ValueError(
+                f"timing.passes={self.passes}, but {self.path} was saved by a run "
+                f"with timing.passes={state['passes']}: resume with that"
+            )
         for key, row, copy, fields, *more in state["rows"]:
             first, others = (more + [None, None])[:2]
-            self.rows[tuple(key)] = {"row": row, "copy": copy, "fields": fields,
-                                     "first_ms": first, "others_cpu": others}  # fmt: skip
+            self.rows[tuple(key)] = {
+                "row": row,
+                "copy": copy,
+                "fields": fields,
+                "first_ms": first,
+                "others_cpu": others,
+            }
         return state["passes_done"]
 
     def save(self, passes_done: int) -> None:
-        rows = [[list(key), p["row"], p["copy"], p.get("fields", {}), p.get("first_ms"),
-                 p.get("others_cpu")] for key, p in self.rows.items()]  # fmt: skip
+        rows = [
+            [
+                list(key),
+                p["row"],
+                p["copy"],
+                p.get("fields", {}),
+                p.get("first_ms"),
+                p.get("others_cpu"),
+            ]
+            for key, p in self.rows.items()
+        ]
         state = {"passes": self.passes, "passes_done": passes_done, "rows": rows}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
@@ -71,8 +87,9 @@ class Pool:
             pooled["copy"].extend(copy_t.samples_ms)
         method = copy_t.method if copy_t is not None else t.method
         copy = Timing(tuple(pooled["copy"]), method) if pooled["copy"] else None
-        timing = Timing(tuple(pooled["row"]), t.method, t.cpu_util, pooled["first_ms"],
-                        pooled.get("others_cpu"))  # fmt: skip
+        timing = Timing(
+            tuple(pooled["row"]), t.method, t.cpu_util, pooled["first_ms"], pooled.get("others_cpu")
+        )
         return timing, copy
 
     def written(self, key: tuple) -> None:

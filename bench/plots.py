@@ -86,13 +86,20 @@ def _time_vs_seq_len(df: pd.DataFrame, colors: dict, path: Path, title: str) -> 
             line = line.sort_values("seq_len")
             color = colors[label]
             ax.plot(line["seq_len"], line["p50_ms"], color=color, label=label)
-            ax.fill_between(line["seq_len"], line["p20_ms"], line["p80_ms"], color=color,
-                            alpha=0.15)  # fmt: skip
+            ax.fill_between(
+                line["seq_len"], line["p20_ms"], line["p80_ms"], color=color, alpha=0.15
+            )
             sure = line[~_marked(line)]
             unsure = line[_marked(line)]
             ax.scatter(sure["seq_len"], sure["p50_ms"], color=color, s=14, zorder=3)
-            ax.scatter(unsure["seq_len"], unsure["p50_ms"], facecolors="none", edgecolors=color,
-                       s=24, zorder=3)  # fmt: skip
+            ax.scatter(
+                unsure["seq_len"],
+                unsure["p50_ms"],
+                facecolors="none",
+                edgecolors=color,
+                s=24,
+                zorder=3,
+            )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_title(_point(case, common), fontsize=8)
@@ -118,8 +125,10 @@ def _largest_points(df: pd.DataFrame) -> pd.DataFrame:
 
 def bar_label(row) -> str:
     """case / impl @ device [vs its baseline] (B, L[, knobs])."""
-    return (f"{row['case']} / {row['impl']} @ {row['device']}{_versus(row)} (B={row['batch']}, "
-            f"L={row['seq_len']}{_knobs(row)})")  # fmt: skip
+    return (
+        f"{row['case']} / {row['impl']} @ {row['device']}{_versus(row)} (B={row['batch']}, "
+        f"L={row['seq_len']}{_knobs(row)})"
+    )
 
 
 def _versus(row) -> str:
@@ -135,8 +144,15 @@ def _knobs(row) -> str:
     return f", {extra}" if extra else ""
 
 
-def _bars(values: pd.DataFrame, column: str, colors: dict, path: Path, title: str,
-          xlabel: str, reference: float | None = None) -> bool:  # fmt: skip
+def _bars(
+    values: pd.DataFrame,
+    column: str,
+    colors: dict,
+    path: Path,
+    title: str,
+    xlabel: str,
+    reference: float | None = None,
+) -> bool:
     """Horizontal bars, one per row, labelled case / impl @ device (point), the value on each
     bar, hatched where uncertain; a dashed line at `reference`. False if nothing to draw."""
     values = values[values[column].notna()]
@@ -144,9 +160,12 @@ def _bars(values: pd.DataFrame, column: str, colors: dict, path: Path, title: st
         return False
     labels = [bar_label(r) for _, r in values.iterrows()]
     fig, ax = plt.subplots(figsize=(8, 0.32 * len(values) + 1.3))
-    bars = ax.barh(range(len(values)), values[column],
-                   color=[colors[lbl] for lbl in _label(values)],
-                   hatch=["//" if u else "" for u in _marked(values)])  # fmt: skip
+    bars = ax.barh(
+        range(len(values)),
+        values[column],
+        color=[colors[lbl] for lbl in _label(values)],
+        hatch=["//" if u else "" for u in _marked(values)],
+    )
     ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=2)
     if reference is not None:
         ax.axvline(reference, color="black", linestyle="--", linewidth=1)
@@ -179,19 +198,36 @@ def write_all(df: pd.DataFrame, out: Path) -> list[Path]:
         top = _largest_points(g)
         faster = top[top["impl"] != baseline[top.index]].assign(baseline=baseline[top.index])
         plots = (
-            ("speedup", faster, "speedup",
-             "speedup: the named baseline's median over this one's (dashed: 1.0)", 1.0),
-            ("pct_copy_bw", top[level[top.index] == "encoder"], "pct_copy_bw",
-             "% of a same-size copy timed beside it (memory-bound work)", 100.0),
-            ("pct_matmul", top[level[top.index] == "attention"], "pct_peak_flops",
-             "% of the run's measured matmul FLOP/s (compute-bound work)", None),
-        )  # fmt: skip
+            (
+                "speedup",
+                faster,
+                "speedup",
+                "speedup: the named baseline's median over this one's (dashed: 1.0)",
+                1.0,
+            ),
+            (
+                "pct_copy_bw",
+                top[level[top.index] == "encoder"],
+                "pct_copy_bw",
+                "% of a same-size copy timed beside it (memory-bound work)",
+                100.0,
+            ),
+            (
+                "pct_matmul",
+                top[level[top.index] == "attention"],
+                "pct_peak_flops",
+                "% of the run's measured matmul FLOP/s (compute-bound work)",
+                None,
+            ),
+        )
         for name, values, column, xlabel, ref in plots:
             if column not in values:
                 continue
             path = out / f"{name}_{tag}.png"
-            title = (f"{mode}, {dtype}, each case at its largest L; hatched: uncertain, "
-                     "contended or suspect")  # fmt: skip
+            title = (
+                f"{mode}, {dtype}, each case at its largest L; hatched: uncertain, "
+                "contended or suspect"
+            )
             if _bars(values, column, colors, path, title, xlabel, ref):
                 written.append(path)
         if {"cpu", "cuda"} <= set(g["device"]):
@@ -206,7 +242,14 @@ def write_all(df: pd.DataFrame, out: Path) -> list[Path]:
                 | _marked(both.rename(columns=lambda c: c.removesuffix("_cuda"))),
             )
             path = out / f"cpu_vs_cuda_{tag}.png"
-            if _bars(_largest_points(both.assign(status="ok")), "ratio", colors, path,
-                     f"{mode}, {dtype}", "CPU time / CUDA time", 1.0):  # fmt: skip
+            if _bars(
+                _largest_points(both.assign(status="ok")),
+                "ratio",
+                colors,
+                path,
+                f"{mode}, {dtype}",
+                "CPU time / CUDA time",
+                1.0,
+            ):
                 written.append(path)
     return written

@@ -38,8 +38,9 @@ def run(plan: Plan, cfg, out_dir: Path, pinned: frozenset[str] = frozenset()) ->
     text = "".join(f"# {title}\n\n```\n{table}\n```\n\n" for title, table in sections)
     (out_dir / "top_ops.md").write_text(text)
     if device.type == "cuda":
-        launches = "".join(f"## {n}\n\n" + kernel_launches(out_dir / f"trace_{n}.json") + "\n"
-                           for n in names)  # fmt: skip
+        launches = "".join(
+            f"## {n}\n\n" + kernel_launches(out_dir / f"trace_{n}.json") + "\n" for n in names
+        )
         (out_dir / "kernels.md").write_text(launches + _triton_kernels())
 
 
@@ -85,11 +86,18 @@ def kernel_launches(trace: Path) -> str:
         if e.get("cat") != "kernel":
             continue
         args = e.get("args", {})
-        key = (e.get("name", "?")[:60], str(args.get("grid")), str(args.get("block")),
-               args.get("registers per thread"), args.get("shared memory"))  # fmt: skip
+        key = (
+            e.get("name", "?")[:60],
+            str(args.get("grid")),
+            str(args.get("block")),
+            args.get("registers per thread"),
+            args.get("shared memory"),
+        )
         seen[key] = seen.get(key, 0) + 1
-    lines = ["| kernel | grid | block | registers/thread | shared bytes | launches |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| kernel | grid | block | registers/thread | shared bytes | launches |",
+        "|---|---|---|---|---|---|",
+    ]
     lines += [f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {n} |" for k, n in seen.items()]
     return "\n".join(lines) + "\n"
 
@@ -101,12 +109,18 @@ def _triton_kernels() -> str:
 
     lines = ["| kernel | registers | spills | warps | shared bytes |", "|---|---|---|---|---|"]
     relbias = kernels.relbias
-    for fn in (kernels.rope._rope_kernel, relbias._relbias_fwd_kernel,
-               relbias._relbias_bwd_dkdv_kernel, relbias._relbias_bwd_dq_kernel):  # fmt: skip
+    for fn in (
+        kernels.rope._rope_kernel,
+        relbias._relbias_fwd_kernel,
+        relbias._relbias_bwd_dkdv_kernel,
+        relbias._relbias_bwd_dq_kernel,
+    ):
         for caches in getattr(fn, "device_caches", {}).values():
             for compiled in caches[0].values():
                 meta = compiled.metadata
-                lines.append(f"| {fn.__name__} | {getattr(compiled, 'n_regs', '?')} | "
-                             f"{getattr(compiled, 'n_spills', '?')} | {meta.num_warps} | "
-                             f"{meta.shared} |")  # fmt: skip
+                lines.append(
+                    f"| {fn.__name__} | {getattr(compiled, 'n_regs', '?')} | "
+                    f"{getattr(compiled, 'n_spills', '?')} | {meta.num_warps} | "
+                    f"{meta.shared} |"
+                )
     return "\n".join(lines) + "\n"

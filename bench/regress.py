@@ -110,9 +110,13 @@ def load(path: Path) -> dict:
         raise Unusable(f"{path}: mixes suites {sorted(suites)}")
     cases = {k: _series(r, anchors[k]) for (kind, k), r in rounds.items() if kind == "case"}
     calibs = {k: _series(r, None) for (kind, k), r in rounds.items() if kind == "calibration"}
-    return {"cases": cases, "calibrations": calibs, "suite": suites.pop(),
-            "threads": threads.pop() if len(threads) == 1 else sorted(threads, key=str),
-            "machine": data.get("machine_info", {})}  # fmt: skip
+    return {
+        "cases": cases,
+        "calibrations": calibs,
+        "suite": suites.pop(),
+        "threads": threads.pop() if len(threads) == 1 else sorted(threads, key=str),
+        "machine": data.get("machine_info", {}),
+    }
 
 
 def check_comparable(base: dict, cur: dict) -> None:
@@ -135,8 +139,9 @@ def _raw_change(a: Series, b: Series) -> float:
     return statistics.median(b.raw) / statistics.median(a.raw) - 1
 
 
-def compare(base: dict, cur: dict, thresholds: dict[str, float], default: float,
-            alpha: float) -> list[Verdict]:  # fmt: skip
+def compare(
+    base: dict, cur: dict, thresholds: dict[str, float], default: float, alpha: float
+) -> list[Verdict]:
     check_comparable(base, cur)
     verdicts = []
     for key in sorted(base["cases"]):
@@ -156,20 +161,28 @@ def compare(base: dict, cur: dict, thresholds: dict[str, float], default: float,
 
 
 def table(verdicts: list[Verdict]) -> str:
-    lines = ["| case | baseline (norm.) | current (norm.) | raw change | normalized change "
-             "| p-value | verdict |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| case | baseline (norm.) | current (norm.) | raw change | normalized change "
+        "| p-value | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for v in verdicts:
-        lines.append(f"| {v.case} | {v.baseline:.3f} | {v.current:.3f} "
-                     f"| {100 * v.raw_change:+.1f}% | {100 * v.change:+.1f}% | {v.p_value:.2g} "
-                     f"| {v.verdict} |")  # fmt: skip
+        lines.append(
+            f"| {v.case} | {v.baseline:.3f} | {v.current:.3f} "
+            f"| {100 * v.raw_change:+.1f}% | {100 * v.change:+.1f}% | {v.p_value:.2g} "
+            f"| {v.verdict} |"
+        )
     return "\n".join(lines)
 
 
 def machine_line(base: dict, cur: dict) -> str:
     """How fast the machine was as a whole, current vs baseline (context, not judged)."""
     calibs = base["calibrations"]
-    parts = [f"{name} {100 * _raw_change(calibs[name], s):+.1f}%"
-             for name, s in sorted(cur["calibrations"].items()) if name in calibs]  # fmt: skip
+    parts = [
+        f"{name} {100 * _raw_change(calibs[name], s):+.1f}%"
+        for name, s in sorted(cur["calibrations"].items())
+        if name in calibs
+    ]
     line = "machine speed (raw calibration time change): " + (", ".join(parts) or "n/a")
     cpus = [m["machine"].get("cpu", {}).get("brand_raw") for m in (base, cur)]
     if cpus[0] != cpus[1]:  # compared anyway: the anchors do the same work on the same CPU
@@ -177,14 +190,24 @@ def machine_line(base: dict, cur: dict) -> str:
     return line
 
 
-def run_suite(out: Path, keys: list[str] | None = None, blocks: int = 1,
-              extra: list[str] = ()) -> None:  # fmt: skip
+def run_suite(
+    out: Path, keys: list[str] | None = None, blocks: int = 1, extra: list[str] = ()
+) -> None:
     """Runs the suite (or only the given case-mode keys, in `blocks` blocks) into out."""
     tests = [SUITE_FILE]
     if keys:
         tests = [f"{SUITE_FILE}::test_perf[r{r}-{k}]" for r in range(blocks) for k in keys]
-    cmd = [sys.executable, "-m", "pytest", *tests, "--benchmark-only", "-q",
-           f"--benchmark-json={out}", "--benchmark-save-data", *extra]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *tests,
+        "--benchmark-only",
+        "-q",
+        f"--benchmark-json={out}",
+        "--benchmark-save-data",
+        *extra,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise Unusable(f"the suite failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
@@ -207,15 +230,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, required=True)
     parser.add_argument("--current", type=Path, required=True)
-    parser.add_argument("--threshold", action="append", default=[], metavar="CASE=FRACTION",
-                        help="per-case threshold (a case or case-mode), e.g. rope=0.3")  # fmt: skip
+    parser.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="CASE=FRACTION",
+        help="per-case threshold (a case or case-mode), e.g. rope=0.3",
+    )
     parser.add_argument("--default-threshold", type=float, default=0.25)
     parser.add_argument("--alpha", type=float, default=0.01, help="significance level")
-    parser.add_argument("--confirm", action="store_true",
-                        help="re-measure flagged cases once before the verdict")  # fmt: skip
-    parser.add_argument("--suite-arg", action="append", default=[], metavar="ARG",
-                        help="extra pytest argument for the confirmation run, as given to the "
-                             "first run (e.g. --suite-arg=--perf-slowdown=rope)")  # fmt: skip
+    parser.add_argument(
+        "--confirm", action="store_true", help="re-measure flagged cases once before the verdict"
+    )
+    parser.add_argument(
+        "--suite-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra pytest argument for the confirmation run, as given to the "
+        "first run (e.g. --suite-arg=--perf-slowdown=rope)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.default_threshold <= 0:

@@ -34,16 +34,18 @@ def knobs(params: str) -> str:
         items = json.loads(params).items()
     except (TypeError, ValueError):
         return ""
-    return " ".join(k if v is True else f"{k}={v}" for k, v in items
-                    if v not in (None, False, "default"))  # fmt: skip
+    return " ".join(
+        k if v is True else f"{k}={v}" for k, v in items if v not in (None, False, "default")
+    )
 
 
 def has_rows(dirs: list[Path]) -> bool:
     """Whether any results.csv under dirs holds a row."""
     return any(
         f.stat().st_size and len(f.read_text().splitlines()) > 1
-        for d in dirs for f in Path(d).rglob("results.csv")
-    )  # fmt: skip
+        for d in dirs
+        for f in Path(d).rglob("results.csv")
+    )
 
 
 KEY = ["case", "impl", "mode", "device", "device_name", "dtype", *SHAPE]
@@ -111,8 +113,12 @@ def precision(df: pd.DataFrame) -> list[str]:
     if "p50_ci_lo_ms" not in ok or ok["p50_ci_lo_ms"].isna().all():
         return []
     ok = ok[ok["p50_ci_lo_ms"].notna()]
-    half = pd.concat([ok["p50_ms"] - ok["p50_ci_lo_ms"], ok["p50_ci_hi_ms"] - ok["p50_ms"]],
-                     axis=1).max(axis=1) / ok["p50_ms"]  # fmt: skip
+    half = (
+        pd.concat(
+            [ok["p50_ms"] - ok["p50_ci_lo_ms"], ok["p50_ci_hi_ms"] - ok["p50_ms"]], axis=1
+        ).max(axis=1)
+        / ok["p50_ms"]
+    )
     return [
         f"Precision: the median's 95% interval is within +-2% of it for {(half <= 0.02).sum()} "
         f"of {len(half)} ok rows and within +-5% for {(half <= 0.05).sum()}; its larger "
@@ -126,9 +132,12 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
     """df: rows with `speedup` and `cell` (see build)."""
     df = df.assign(column=df["impl"] + " @ " + df["device"])
     lines = ["# posenc-bench report", ""]
-    where = [f"- {env.get('gpu') or env.get('cpu')}: torch {env.get('torch')}, triton "
-             f"{env.get('triton')}, {env.get('torch_threads')} threads, git "
-             f"{str(env.get('git_sha'))[:10]}" for env in envs]  # fmt: skip
+    where = [
+        f"- {env.get('gpu') or env.get('cpu')}: torch {env.get('torch')}, triton "
+        f"{env.get('triton')}, {env.get('torch_threads')} threads, git "
+        f"{str(env.get('git_sha'))[:10]}"
+        for env in envs
+    ]
     lines += list(dict.fromkeys(where))  # a multirun's jobs share one line
     runs = df.attrs.get("runs", [])
     if len(runs) > 1:
@@ -211,9 +220,11 @@ def suspect_table(df: pd.DataFrame) -> list[str]:
         "|" + "---|" * 8,
     ]
     for _, r in bad.iterrows():
-        lines.append(f"| {r['case']} | {r['impl']} | {r['mode']} | {r['device']} | "
-                     f"{_shapes(pd.DataFrame([r]))} | {knobs(r['params'])} | {r['p50_ms']:.3g} | "
-                     f"{r['suspect']} |")  # fmt: skip
+        lines.append(
+            f"| {r['case']} | {r['impl']} | {r['mode']} | {r['device']} | "
+            f"{_shapes(pd.DataFrame([r]))} | {knobs(r['params'])} | {r['p50_ms']:.3g} | "
+            f"{r['suspect']} |"
+        )
     return [*lines, ""]
 
 
@@ -229,15 +240,20 @@ def not_ok_table(df: pd.DataFrame) -> list[str]:
     bad = bad.assign(knobs=bad["params"].map(knobs), message=message)
     if bad.empty:
         return []
-    lines = ["## Rows not ok", "",
-             "| case | impl | mode | device | knobs | rows | shapes | status | message |",
-             "|" + "---|" * 9]  # fmt: skip
+    lines = [
+        "## Rows not ok",
+        "",
+        "| case | impl | mode | device | knobs | rows | shapes | status | message |",
+        "|" + "---|" * 9,
+    ]
     key = ["case", "impl", "mode", "device", "knobs", "status", "message"]
     for k, g in bad.groupby(key, sort=False):
         case, impl, mode, device, knob, status, msg = k
         msg = str(msg).replace("|", "/")
-        lines.append(f"| {case} | {impl} | {mode} | {device} | {knob} | {len(g)} | {_shapes(g)} "
-                     f"| {status} | {msg} |")  # fmt: skip
+        lines.append(
+            f"| {case} | {impl} | {mode} | {device} | {knob} | {len(g)} | {_shapes(g)} "
+            f"| {status} | {msg} |"
+        )
     return lines
 
 
@@ -325,9 +341,13 @@ def main(argv: list[str] | None = None) -> Path:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dirs", nargs="+", type=Path, help="run or sweep directories")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="where to write (default: the run itself for one directory, else "
-                             "a new results/reports/<time>-merged or -compare)")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where to write (default: the run itself for one directory, else "
+        "a new results/reports/<time>-merged or -compare)",
+    )
     parser.add_argument(
         "--compare",
         action="store_true",
@@ -341,8 +361,11 @@ def main(argv: list[str] | None = None) -> Path:
         if len(args.dirs) < 2:
             parser.error("--compare takes two or more run directories")
         out = Path(args.out or _new_dir("compare"))
-        name, text = (("compare.md", compare.compare(*args.dirs)) if len(args.dirs) == 2
-                      else ("repeatability.md", compare.compare_all(args.dirs)))  # fmt: skip
+        name, text = (
+            ("compare.md", compare.compare(*args.dirs))
+            if len(args.dirs) == 2
+            else ("repeatability.md", compare.compare_all(args.dirs))
+        )
         out.mkdir(parents=True, exist_ok=True)
         (out / name).write_text(text)
         print(text)

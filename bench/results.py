@@ -17,17 +17,63 @@ from pathlib import Path
 import torch
 
 COLUMNS = (
-    "run_id", "case", "level", "impl", "mode", "device", "device_name", "dtype",
-    "batch", "seq_len", "d_model", "num_heads", "head_dim", "params",
-    "p20_ms", "p50_ms", "p80_ms", "n_samples", "gbps", "tflops", "pct_peak_bw", "pct_peak_flops",
-    "peak_mem_bytes", "max_abs_err", "status", "message", "timestamp",
-    "tutorial_ms_per_100", "calib_copy_gbps", "calib_matmul_tflops", "threads",
-    "peak_reserved_bytes", "copy_ms", "pct_copy_bw", "p50_ci_lo_ms", "p50_ci_hi_ms",
-    "err_ratio", "bytes_moved", "flops", "timing_method", "cpu_util", "first_call_ms",
-    "others_cpu", "contended",
-)  # fmt: skip
-KEY = ("case", "impl", "mode", "device", "dtype", "batch", "seq_len", "d_model", "num_heads",
-       "params")  # fmt: skip
+    "run_id",
+    "case",
+    "level",
+    "impl",
+    "mode",
+    "device",
+    "device_name",
+    "dtype",
+    "batch",
+    "seq_len",
+    "d_model",
+    "num_heads",
+    "head_dim",
+    "params",
+    "p20_ms",
+    "p50_ms",
+    "p80_ms",
+    "n_samples",
+    "gbps",
+    "tflops",
+    "pct_peak_bw",
+    "pct_peak_flops",
+    "peak_mem_bytes",
+    "max_abs_err",
+    "status",
+    "message",
+    "timestamp",
+    "tutorial_ms_per_100",
+    "calib_copy_gbps",
+    "calib_matmul_tflops",
+    "threads",
+    "peak_reserved_bytes",
+    "copy_ms",
+    "pct_copy_bw",
+    "p50_ci_lo_ms",
+    "p50_ci_hi_ms",
+    "err_ratio",
+    "bytes_moved",
+    "flops",
+    "timing_method",
+    "cpu_util",
+    "first_call_ms",
+    "others_cpu",
+    "contended",
+)
+KEY = (
+    "case",
+    "impl",
+    "mode",
+    "device",
+    "dtype",
+    "batch",
+    "seq_len",
+    "d_model",
+    "num_heads",
+    "params",
+)
 STATUSES = ("ok", "wrong", "oom", "skipped", "error")
 
 
@@ -39,16 +85,17 @@ class ResultsWriter:
     """Appends rows to a CSV (results.csv; the probe's probe.csv with its own columns and key),
     writing the header only when the file is new and flushing every row to disk."""
 
-    def __init__(self, path: Path, columns: tuple[str, ...] = COLUMNS,
-                 key: tuple[str, ...] = KEY):  # fmt: skip
+    def __init__(self, path: Path, columns: tuple[str, ...] = COLUMNS, key: tuple[str, ...] = KEY):
         self.path, self.key = Path(path), key
         self.existing = set()
         if self.path.exists() and self.path.stat().st_size:
             with open(self.path, newline="") as f:
                 reader = csv.DictReader(f)
                 if tuple(reader.fieldnames or ()) != columns:  # appending would misalign rows
-                    raise ValueError(f"{self.path} has another column schema (an older "
-                                     "version?): resume into a new run directory")  # fmt: skip
+                    raise ValueError(
+                        f"{self.path} has another column schema (an older "
+                        "version?): resume into a new run directory"
+                    )
                 self.existing = {row_key(r, key) for r in reader}
         new = not self.path.exists() or self.path.stat().st_size == 0
         self._file = open(self.path, "a", newline="")  # noqa: SIM115 (closed in close())
@@ -124,10 +171,13 @@ def environment() -> dict:
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         env.update(
-            gpu=props.name, gpu_memory_bytes=props.total_memory, cuda=torch.version.cuda,
+            gpu=props.name,
+            gpu_memory_bytes=props.total_memory,
+            cuda=torch.version.cuda,
             gpu_l2_bytes=getattr(props, "L2_cache_size", None),
-            driver=_nvidia_smi("driver_version"), gpu_clocks_mhz=_nvidia_smi("clocks.sm"),
-        )  # fmt: skip
+            driver=_nvidia_smi("driver_version"),
+            gpu_clocks_mhz=_nvidia_smi("clocks.sm"),
+        )
     return env
 
 
@@ -135,8 +185,10 @@ def _nvidia_smi(field: str) -> str | None:
     try:
         out = subprocess.run(
             ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError, IndexError):
         return None

@@ -49,8 +49,11 @@ RECOMPILE_LIMIT = 512
 def _dynamo_limits():
     import torch._dynamo
 
-    wanted = dict(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=4 * RECOMPILE_LIMIT,
-                  fail_on_recompile_limit_hit=True)  # fmt: skip
+    wanted = dict(
+        recompile_limit=RECOMPILE_LIMIT,
+        accumulated_recompile_limit=4 * RECOMPILE_LIMIT,
+        fail_on_recompile_limit_hit=True,
+    )
     known = {k: v for k, v in wanted.items() if hasattr(torch._dynamo.config, k)}
     return torch._dynamo.config.patch(**known)
 
@@ -66,15 +69,22 @@ class Clock:
 
     def summary(self) -> dict:
         wall = time.perf_counter() - self.start
-        return {"wall_s": wall, "work_s": self.work_s, "truth_s": self.truth_s,
-                "calib_s": self.calib_s,
-                "overhead_pct": 100 * (1 - self.work_s / wall)}  # fmt: skip
+        return {
+            "wall_s": wall,
+            "work_s": self.work_s,
+            "truth_s": self.truth_s,
+            "calib_s": self.calib_s,
+            "overhead_pct": 100 * (1 - self.work_s / wall),
+        }
 
 
 def _is_oom(exc: BaseException) -> bool:
     text = str(exc).lower()
-    return (isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text
-            or "can't allocate memory" in text)  # fmt: skip
+    return (
+        isinstance(exc, torch.OutOfMemoryError)
+        or "out of memory" in text
+        or "can't allocate memory" in text
+    )
 
 
 def _status(exc: BaseException) -> str:
@@ -98,9 +108,18 @@ class PointState:
 
 
 class Runner:
-    def __init__(self, plan: Plan, timing, out_dir: Path, *, run_id: str,
-                 resume: bool = False, tutorial_timing: bool = False,
-                 do_calibrate: bool = True, seed: int = 0):  # fmt: skip
+    def __init__(
+        self,
+        plan: Plan,
+        timing,
+        out_dir: Path,
+        *,
+        run_id: str,
+        resume: bool = False,
+        tutorial_timing: bool = False,
+        do_calibrate: bool = True,
+        seed: int = 0,
+    ):
         self.plan, self.timing, self.out_dir = plan, timing, Path(out_dir)
         self.run_id, self.tutorial_timing = run_id, tutorial_timing
         self.do_calibrate, self.seed = do_calibrate, seed
@@ -146,13 +165,17 @@ class Runner:
             print("device=cuda: CUDA is not available on this machine; skipping it", flush=True)
         already = sum(1 for _ in self.writer.existing)
         self.eta = self._predict()
-        print(f"{self.total() - already} rows to measure ({already} already in results.csv) on "
-              f"{', '.join(self.devices) or 'no device'}: about {_clock(self.eta.total())} by "
-              "the model (the budget and each call's bytes and FLOPs at this machine's measured "
-              "rates; compiles and eager code take longer: the progress line corrects for "
-              "them)", flush=True)  # fmt: skip
-        self._bar = tqdm(total=self.total() * self.passes, disable=None, unit="row",
-                         dynamic_ncols=True)  # fmt: skip
+        print(
+            f"{self.total() - already} rows to measure ({already} already in results.csv) on "
+            f"{', '.join(self.devices) or 'no device'}: about {_clock(self.eta.total())} by "
+            "the model (the budget and each call's bytes and FLOPs at this machine's measured "
+            "rates; compiles and eager code take longer: the progress line corrects for "
+            "them)",
+            flush=True,
+        )
+        self._bar = tqdm(
+            total=self.total() * self.passes, disable=None, unit="row", dynamic_ncols=True
+        )
         try:
             with _dynamo_limits():
                 self._passes()
@@ -174,17 +197,22 @@ class Runner:
         if threads:
             torch.set_num_threads(int(threads))
         busy = "" if others is None else f"; other processes use {others:.2f} of them"
-        print(f"CPU: {n} cores{busy}; timing with {torch.get_num_threads()} thread(s) "
-              f"(timing.threads={self.timing.threads})", flush=True)  # fmt: skip
+        print(
+            f"CPU: {n} cores{busy}; timing with {torch.get_num_threads()} thread(s) "
+            f"(timing.threads={self.timing.threads})",
+            flush=True,
+        )
         half = [
             d for e in self.plan.entries if "cpu" in e.devices for d in e.dtypes if d != "float32"
         ]
         if half and "cpu" in self.devices:
-            print(f"note: {', '.join(dict.fromkeys(half))} on the CPU: rows time torch's CPU "
-                  "kernels for that dtype, as fast as float32's only where the CPU has "
-                  f"half-precision units (this one's capability: "
-                  f"{torch.backends.cpu.get_cpu_capability()}); the float64 truths still run",
-                  flush=True)  # fmt: skip
+            print(
+                f"note: {', '.join(dict.fromkeys(half))} on the CPU: rows time torch's CPU "
+                "kernels for that dtype, as fast as float32's only where the CPU has "
+                f"half-precision units (this one's capability: "
+                f"{torch.backends.cpu.get_cpu_capability()}); the float64 truths still run",
+                flush=True,
+            )
         if others is not None and others > machine.CONTENDED_CORES:
             print(
                 f"warning: the machine is busy ({others:.2f} cores taken by other processes): "
@@ -223,8 +251,11 @@ class Runner:
             for device in self._devices(entry):
                 for dtype in entry.dtypes:
                     for point in entry.points:
-                        tasks = [Task(case, impl, mode, point, torch.device(device), DTYPES[dtype])
-                                 for mode in entry.modes for impl in entry.impls]  # fmt: skip
+                        tasks = [
+                            Task(case, impl, mode, point, torch.device(device), DTYPES[dtype])
+                            for mode in entry.modes
+                            for impl in entry.impls
+                        ]
                         self._point(tasks)
 
     def _emit(self, task: Task, row: dict) -> None:
@@ -238,11 +269,13 @@ class Runner:
             count = len(self.writer.existing)
             elapsed = self.now() - self.eta.start
             left = self.eta.left(self.now())
-            print(f"[{count}/{self.total()}, {_clock(elapsed)} in, ~{_clock(left)} left] "
-                  f"{row['case']} {row['impl']} {row['mode']} "
-                  f"{row['device']} {row['dtype']} {task.point.label(task.case.knobs)}: "
-                  f"{row['status']} {ms} {row.get('message', '')}".rstrip(),
-                  flush=True)  # fmt: skip
+            print(
+                f"[{count}/{self.total()}, {_clock(elapsed)} in, ~{_clock(left)} left] "
+                f"{row['case']} {row['impl']} {row['mode']} "
+                f"{row['device']} {row['dtype']} {task.point.label(task.case.knobs)}: "
+                f"{row['status']} {ms} {row.get('message', '')}".rstrip(),
+                flush=True,
+            )
 
     # -- one point -----------------------------------------------------------------------------
 
@@ -266,8 +299,12 @@ class Runner:
             )
         except Exception as exc:  # the point itself does not fit: every row says so
             for t in todo:
-                self._emit(t, dict(rows[t], status=_status(exc),
-                                   message=_message(exc, "building the inputs")))  # fmt: skip
+                self._emit(
+                    t,
+                    dict(
+                        rows[t], status=_status(exc), message=_message(exc, "building the inputs")
+                    ),
+                )
             return
         calib = self._calibration(device, dtype)
         for mode in dict.fromkeys(t.mode for t in todo):
@@ -301,9 +338,15 @@ class Runner:
                 if big:
                     raise MemoryError(big)
                 state.truths[key] = check.truth(
-                    ref or state.case.reference, state.inputs, state.case, state.rows,
-                    task.point.batch, task.dtype, task.grad, self.seed,
-                )  # fmt: skip
+                    ref or state.case.reference,
+                    state.inputs,
+                    state.case,
+                    state.rows,
+                    task.point.batch,
+                    task.dtype,
+                    task.grad,
+                    self.seed,
+                )
             except Exception as exc:
                 state.truths[key] = exc
             self.clock.truth_s += time.perf_counter() - t0
@@ -324,8 +367,10 @@ class Runner:
             return {"status": "skipped", "message": "no backward for this implementation"}
         why = spec.supports(task.point)
         if task.mode == "backward" and spec.compiled:
-            why = ("torch.compile donates the forward's buffers to its backward, which therefore "
-                   "cannot be repeated alone: see forward+backward")  # fmt: skip
+            why = (
+                "torch.compile donates the forward's buffers to its backward, which therefore "
+                "cannot be repeated alone: see forward+backward"
+            )
         why = why or self._too_big(task)
         if why:
             return {"status": "skipped", "message": why}
@@ -371,8 +416,9 @@ class Runner:
     def _ref_errors(self, state: PointState, task: Task) -> check.Errors | None:
         """The baseline's errors in this mode (checked now if it is not in the group)."""
         if task.mode not in state.ref_errors:
-            base = Task(task.case, task.case.baseline, task.mode, task.point, task.device,
-                        task.dtype)  # fmt: skip
+            base = Task(
+                task.case, task.case.baseline, task.mode, task.point, task.device, task.dtype
+            )
             got = self._check(state, base)
             state.ref_errors.setdefault(task.mode, None)  # did not run: the fixed tolerance
             del got
@@ -426,12 +472,19 @@ class Runner:
             fns.update({COPY: copy} if copy is not None else {})
         t0 = time.perf_counter()
         timings = measure_side_by_side(
-            fns, device, before_each=self._flush(device), warmup_s=tm.warmup_s,
-            min_reps=-(-tm.min_reps // passes), max_reps=-(-tm.max_reps // passes),
-            budget_s=tm.budget_s / passes, rel_spread=tm.rel_spread, rel_ci=tm.rel_ci,
-            graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None, clock=self.now,
+            fns,
+            device,
+            before_each=self._flush(device),
+            warmup_s=tm.warmup_s,
+            min_reps=-(-tm.min_reps // passes),
+            max_reps=-(-tm.max_reps // passes),
+            budget_s=tm.budget_s / passes,
+            rel_spread=tm.rel_spread,
+            rel_ci=tm.rel_ci,
+            graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None,
+            clock=self.now,
             monitor=self.monitor,
-        )  # fmt: skip
+        )
         self.clock.work_s += time.perf_counter() - t0
         copy_t = timings.pop(COPY, None)
         copy_t = copy_t if isinstance(copy_t, Timing) else None
@@ -455,8 +508,9 @@ class Runner:
                 row.update(status=_status(exc), message=_message(exc, "timing"))
             self._emit(task, row)
 
-    def _finish(self, task: Task, call, timed, t: Timing, copy_t: Timing | None,
-                note: str = "") -> dict:  # fmt: skip
+    def _finish(
+        self, task: Task, call, timed, t: Timing, copy_t: Timing | None, note: str = ""
+    ) -> dict:
         """A timed row's fields: times, derived rates, memory, status and notes (`note`: the
         check's, e.g. that the truth did not fit)."""
         t0 = time.perf_counter()
@@ -471,17 +525,23 @@ class Runner:
         tutorial = self._tutorial_ms(call.fn) if encoder else None
         self.clock.work_s += time.perf_counter() - t0
         cost = task.case.cost(task.point, task.dtype, task.mode)
-        row = row_metrics(cost, t, self._calibration(task.device, task.dtype), copy_t,
-                          torch.get_num_threads())  # fmt: skip
+        row = row_metrics(
+            cost, t, self._calibration(task.device, task.dtype), copy_t, torch.get_num_threads()
+        )
         notes = [
             note,
             task.spec.note,
             "own semantics" if task.spec.reference else "",
             "timed via CUDA graph (warm L2)" if t.method == "cuda_graph" else "",
         ]
-        return dict(row, peak_mem_bytes=peak, peak_reserved_bytes=reserved, status="ok",
-                    tutorial_ms_per_100=tutorial,
-                    message="; ".join(m for m in notes if m))  # fmt: skip
+        return dict(
+            row,
+            peak_mem_bytes=peak,
+            peak_reserved_bytes=reserved,
+            status="ok",
+            tutorial_ms_per_100=tutorial,
+            message="; ".join(m for m in notes if m),
+        )
 
     # -- helpers -------------------------------------------------------------------------------
 

@@ -45,14 +45,23 @@ class Task:
         """The row's identity and provenance columns."""
         p, dev = self.point, self.device
         return dict(
-            run_id=run_id, case=self.case.name, level=self.case.level, impl=self.impl,
-            mode=self.mode, device=dev.type,
+            run_id=run_id,
+            case=self.case.name,
+            level=self.case.level,
+            impl=self.impl,
+            mode=self.mode,
+            device=dev.type,
             device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-            dtype=str(self.dtype).removeprefix("torch."), batch=p.batch, seq_len=p.seq_len,
-            d_model=p.d_model, num_heads=p.num_heads, head_dim=p.head_dim,
+            dtype=str(self.dtype).removeprefix("torch."),
+            batch=p.batch,
+            seq_len=p.seq_len,
+            d_model=p.d_model,
+            num_heads=p.num_heads,
+            head_dim=p.head_dim,
             params=p.params(self.case.knobs) if self.case.knobs else json.dumps({}),
-            threads=torch.get_num_threads(), timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"),
-        )  # fmt: skip
+            threads=torch.get_num_threads(),
+            timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        )
 
 
 def leaves_of(call: Call, inputs: dict, case: Case) -> dict[str, Tensor]:
@@ -73,8 +82,9 @@ def run_for_check(call: Call, leaves: dict[str, Tensor], grad: bool, upstream):
     pairs = [(o, g) for o, g in zip(out, upstream, strict=True) if o.requires_grad]
     if not pairs:
         raise RuntimeError("no output requires grad: cannot run backward")
-    found = torch.autograd.grad([o for o, _ in pairs], list(leaves.values()),
-                                [g for _, g in pairs], allow_unused=True)  # fmt: skip
+    found = torch.autograd.grad(
+        [o for o, _ in pairs], list(leaves.values()), [g for _, g in pairs], allow_unused=True
+    )
     return tuple(o.detach() for o in out), {
         k: g for k, g in zip(leaves, found, strict=True) if g is not None
     }

@@ -124,9 +124,17 @@ def measure(
     launch, not the kernel. Each sample is then one replay of a graph of back-to-back calls,
     divided by their count (so L2 is warm within a replay; before_each runs once per replay).
     A call that cannot be captured (host syncs, CPU work) keeps its event timing."""
-    kwargs = dict(warmup_s=warmup_s, min_reps=min_reps, max_reps=max_reps, budget_s=budget_s,
-                  rel_spread=rel_spread, rel_ci=rel_ci, before_each=before_each, clock=clock,
-                  graph_below_ms=graph_below_ms)  # fmt: skip
+    kwargs = dict(
+        warmup_s=warmup_s,
+        min_reps=min_reps,
+        max_reps=max_reps,
+        budget_s=budget_s,
+        rel_spread=rel_spread,
+        rel_ci=rel_ci,
+        before_each=before_each,
+        clock=clock,
+        graph_below_ms=graph_below_ms,
+    )
     timing = measure_side_by_side({"fn": fn}, device, **kwargs)["fn"]
     if isinstance(timing, Exception):
         raise timing
@@ -211,12 +219,17 @@ def measure_side_by_side(
                 prepared[name] = exc
     others = monitor.others()
     return {
-        name: p if isinstance(p, Exception) else Timing(
-            tuple(samples[name]), p[0],
-            cpu[name][0] / cpu[name][1] if p[0] == "host" and cpu[name][1] > 0 else None, p[3],
-            others)
+        name: p
+        if isinstance(p, Exception)
+        else Timing(
+            tuple(samples[name]),
+            p[0],
+            cpu[name][0] / cpu[name][1] if p[0] == "host" and cpu[name][1] > 0 else None,
+            p[3],
+            others,
+        )
         for name, p in prepared.items()
-    }  # fmt: skip
+    }
 
 
 def _prepare_group(fns, device, warmup_s, graph_below_ms, clock) -> dict:
@@ -236,8 +249,10 @@ def _prepare_group(fns, device, warmup_s, graph_below_ms, clock) -> dict:
     live = {n: p for n, p in prepared.items() if not isinstance(p, Exception)}
     if device.type != "cuda" or graph_below_ms is None or not live:
         return prepared
-    probes = {n: statistics.median(_time_once(p[2], device, clock) for _ in range(5))
-              for n, p in live.items()}  # fmt: skip
+    probes = {
+        n: statistics.median(_time_once(p[2], device, clock) for _ in range(5))
+        for n, p in live.items()
+    }
     if min(probes.values()) >= graph_below_ms:
         return prepared
     graphed = {}

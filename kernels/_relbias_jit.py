@@ -37,8 +37,11 @@ def _dot(a, b, IEEE: tl.constexpr):
 @triton.jit
 def _load_block(ptr, offs, mask_rows, stride_row, offs_d, mask_d, stride_d, UPCAST: tl.constexpr):
     """A (rows, BLOCK_D) block of q, k, v or do; UPCAST: to float32 (bfloat16, interpreter)."""
-    x = tl.load(ptr + offs[:, None] * stride_row + offs_d[None, :] * stride_d,
-                mask=mask_rows[:, None] & mask_d[None, :], other=0.0)  # fmt: skip
+    x = tl.load(
+        ptr + offs[:, None] * stride_row + offs_d[None, :] * stride_d,
+        mask=mask_rows[:, None] & mask_d[None, :],
+        other=0.0,
+    )
     if UPCAST:
         x = x.to(tl.float32)
     return x
@@ -66,8 +69,18 @@ def _bucket_range(gidx_ptr, lo, hi, K: tl.constexpr):
 
 
 @triton.jit
-def _biased(s, rel, mask, slope, table_row, relk_rows, stride_rr, BIAS: tl.constexpr,
-            CAUSAL: tl.constexpr, K: tl.constexpr):  # fmt: skip
+def _biased(
+    s,
+    rel,
+    mask,
+    slope,
+    table_row,
+    relk_rows,
+    stride_rr,
+    BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    K: tl.constexpr,
+):
     """s + bias(r) for a tile of logits in either orientation (rel = j - i laid out like s),
     -inf where masked (bounds, causal). relk_rows: Shaw's key-term rows of the tile's queries,
     broadcast like s. Returns the logits, the relative index and the kept mask."""
@@ -85,15 +98,39 @@ def _biased(s, rel, mask, slope, table_row, relk_rows, stride_rr, BIAS: tl.const
 
 
 @triton.jit
-def _scores(q, k, scale, offs_m, offs_n, mask_m, mask_n, slope, table_row, relk_rows,
-            stride_rr, BIAS: tl.constexpr, CAUSAL: tl.constexpr, K: tl.constexpr,
-            IEEE: tl.constexpr):  # fmt: skip
+def _scores(
+    q,
+    k,
+    scale,
+    offs_m,
+    offs_n,
+    mask_m,
+    mask_n,
+    slope,
+    table_row,
+    relk_rows,
+    stride_rr,
+    BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    K: tl.constexpr,
+    IEEE: tl.constexpr,
+):
     """Logits of a (BLOCK_M, BLOCK_N) tile, queries by keys: scale q k^T + bias. Returns the
     logits, r = j - i, the relative index and the kept mask."""
     s = _dot(q, tl.trans(k), IEEE) * scale
     rel = offs_n[None, :] - offs_m[:, None]
-    s, idx, keep = _biased(s, rel, mask_m[:, None] & mask_n[None, :], slope, table_row,
-                           relk_rows, stride_rr, BIAS, CAUSAL, K)  # fmt: skip
+    s, idx, keep = _biased(
+        s,
+        rel,
+        mask_m[:, None] & mask_n[None, :],
+        slope,
+        table_row,
+        relk_rows,
+        stride_rr,
+        BIAS,
+        CAUSAL,
+        K,
+    )
     return s, rel, idx, keep
 
 
@@ -109,16 +146,50 @@ def _row_sums(acc, x, idx, keep, lo, hi, NB: tl.constexpr):
 
 
 @triton.jit
-def _tile_grads(q, k, v, do, lse, delta, scale, offs_m, offs_n, mask_m, mask_n, slope,
-                table_row, relk_rows, g_rows, stride_rr, BIAS: tl.constexpr,
-                CAUSAL: tl.constexpr, K: tl.constexpr, HAS_VALUE: tl.constexpr,
-                IEEE: tl.constexpr):  # fmt: skip
+def _tile_grads(
+    q,
+    k,
+    v,
+    do,
+    lse,
+    delta,
+    scale,
+    offs_m,
+    offs_n,
+    mask_m,
+    mask_n,
+    slope,
+    table_row,
+    relk_rows,
+    g_rows,
+    stride_rr,
+    BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    K: tl.constexpr,
+    HAS_VALUE: tl.constexpr,
+    IEEE: tl.constexpr,
+):
     """The dq kernel's backward of one tile: p = exp(s - lse) from the saved row log-sum-exp,
     dp = do v^T (plus, with Shaw's value term, g = do E_V^T gathered at the index),
     ds = p (dp - delta) with delta = rowsum(do * out). Returns ds, r = j - i, the index, the
     kept mask."""
-    s, rel, idx, keep = _scores(q, k, scale, offs_m, offs_n, mask_m, mask_n, slope, table_row,
-                                relk_rows, stride_rr, BIAS, CAUSAL, K, IEEE)  # fmt: skip
+    s, rel, idx, keep = _scores(
+        q,
+        k,
+        scale,
+        offs_m,
+        offs_n,
+        mask_m,
+        mask_n,
+        slope,
+        table_row,
+        relk_rows,
+        stride_rr,
+        BIAS,
+        CAUSAL,
+        K,
+        IEEE,
+    )
     p = tl.exp(s - lse[:, None])  # 0 where masked (s = -inf)
     dp = _dot(do, tl.trans(v), IEEE)
     if HAS_VALUE:
@@ -128,17 +199,56 @@ def _tile_grads(q, k, v, do, lse, delta, scale, offs_m, offs_n, mask_m, mask_n, 
 
 @triton.jit
 def _relbias_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, slopes_ptr, table_ptr, relk_ptr, ev_ptr, pn_ptr,
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_ob, stride_oh, stride_om, stride_od,
-    stride_th, stride_rb, stride_rh, stride_rm, stride_rr, stride_evr, stride_evd,
-    H, LQ, LK, D, NR, scale,
-    BIAS: tl.constexpr, CAUSAL: tl.constexpr, K: tl.constexpr, HAS_VALUE: tl.constexpr,
-    NB: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    lse_ptr,
+    slopes_ptr,
+    table_ptr,
+    relk_ptr,
+    ev_ptr,
+    pn_ptr,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_od,
+    stride_th,
+    stride_rb,
+    stride_rh,
+    stride_rm,
+    stride_rr,
+    stride_evr,
+    stride_evd,
+    H,
+    LQ,
+    LK,
+    D,
+    NR,
+    scale,
+    BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    K: tl.constexpr,
+    HAS_VALUE: tl.constexpr,
+    NB: tl.constexpr,
+    UPCAST: tl.constexpr,
+    IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     """One program per (query block, b * h): reads its q block once, streams k and v blocks.
     Writes out, the row log-sum-exp (B * H, LQ) for the backward, and with Shaw's value term
     the normalized per-index probability sums pn (B * H, LQ, NR), also for the backward: the
@@ -150,8 +260,16 @@ def _relbias_fwd_kernel(
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     mask_m, mask_d = offs_m < LQ, offs_d < D
-    q = _load_block(q_ptr + b * stride_qb + h * stride_qh, offs_m, mask_m, stride_qm, offs_d,
-                    mask_d, stride_qd, UPCAST)  # fmt: skip
+    q = _load_block(
+        q_ptr + b * stride_qb + h * stride_qh,
+        offs_m,
+        mask_m,
+        stride_qm,
+        offs_d,
+        mask_d,
+        stride_qd,
+        UPCAST,
+    )
     relk_rows = relk_ptr + b * stride_rb + h * stride_rh + offs_m[:, None] * stride_rm
     slope = 0.0
     if BIAS == 0:
@@ -167,13 +285,43 @@ def _relbias_fwd_kernel(
     for n0 in range(0, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < LK
-        k = _load_block(k_ptr + b * stride_kb + h * stride_kh, offs_n, mask_n, stride_kn,
-                        offs_d, mask_d, stride_kd, UPCAST)  # fmt: skip
-        v = _load_block(v_ptr + b * stride_vb + h * stride_vh, offs_n, mask_n, stride_vn,
-                        offs_d, mask_d, stride_vd, UPCAST)  # fmt: skip
-        s, rel, idx, keep = _scores(q, k, scale, offs_m, offs_n, mask_m, mask_n, slope,
-                                    table_row, relk_rows, stride_rr, BIAS, CAUSAL, K,
-                                    IEEE)  # fmt: skip
+        k = _load_block(
+            k_ptr + b * stride_kb + h * stride_kh,
+            offs_n,
+            mask_n,
+            stride_kn,
+            offs_d,
+            mask_d,
+            stride_kd,
+            UPCAST,
+        )
+        v = _load_block(
+            v_ptr + b * stride_vb + h * stride_vh,
+            offs_n,
+            mask_n,
+            stride_vn,
+            offs_d,
+            mask_d,
+            stride_vd,
+            UPCAST,
+        )
+        s, rel, idx, keep = _scores(
+            q,
+            k,
+            scale,
+            offs_m,
+            offs_n,
+            mask_m,
+            mask_n,
+            slope,
+            table_row,
+            relk_rows,
+            stride_rr,
+            BIAS,
+            CAUSAL,
+            K,
+            IEEE,
+        )
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing yet
         p = tl.exp(s - m_safe[:, None])
@@ -187,34 +335,84 @@ def _relbias_fwd_kernel(
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows past LQ
     if HAS_VALUE:
         offs_r = tl.arange(0, NB)
-        ev = tl.load(ev_ptr + offs_r[:, None] * stride_evr + offs_d[None, :] * stride_evd,
-                     mask=(offs_r[:, None] < NR) & mask_d[None, :], other=0.0)  # fmt: skip
+        ev = tl.load(
+            ev_ptr + offs_r[:, None] * stride_evr + offs_d[None, :] * stride_evd,
+            mask=(offs_r[:, None] < NR) & mask_d[None, :],
+            other=0.0,
+        )
         acc += _dot(sums.to(q.dtype), ev.to(q.dtype), IEEE)  # as p @ v: wgmma in half types
-        tl.store(pn_ptr + (pid_bh * LQ + offs_m[:, None]) * NR + offs_r[None, :],
-                 sums / l_safe[:, None],
-                 mask=mask_m[:, None] & (offs_r[None, :] < NR))  # fmt: skip
+        tl.store(
+            pn_ptr + (pid_bh * LQ + offs_m[:, None]) * NR + offs_r[None, :],
+            sums / l_safe[:, None],
+            mask=mask_m[:, None] & (offs_r[None, :] < NR),
+        )
     out = acc / l_safe[:, None]
-    tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om
-             + offs_d[None, :] * stride_od, out.to(o_ptr.dtype.element_ty),
-             mask=mask_m[:, None] & mask_d[None, :])  # fmt: skip
+    tl.store(
+        o_ptr
+        + b * stride_ob
+        + h * stride_oh
+        + offs_m[:, None] * stride_om
+        + offs_d[None, :] * stride_od,
+        out.to(o_ptr.dtype.element_ty),
+        mask=mask_m[:, None] & mask_d[None, :],
+    )
     tl.store(lse_ptr + pid_bh * LQ + offs_m, m_i + tl.log(l_safe), mask=mask_m)
 
 
 @triton.jit
 def _relbias_bwd_dkdv_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, lse_ptr, delta_ptr, slopes_ptr, table_ptr,
-    relk_ptr, g_ptr,
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_db, stride_dh, stride_dm, stride_dd,
-    stride_xb, stride_xh, stride_xm, stride_xd,
-    stride_th, stride_rb, stride_rh, stride_rm, stride_rr,
-    H, LQ, LK, D, scale,
-    BIAS: tl.constexpr, CAUSAL: tl.constexpr, K: tl.constexpr, HAS_VALUE: tl.constexpr,
-    UPCAST: tl.constexpr, IEEE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    do_ptr,
+    dk_ptr,
+    dv_ptr,
+    lse_ptr,
+    delta_ptr,
+    slopes_ptr,
+    table_ptr,
+    relk_ptr,
+    g_ptr,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_db,
+    stride_dh,
+    stride_dm,
+    stride_dd,
+    stride_xb,
+    stride_xh,
+    stride_xm,
+    stride_xd,
+    stride_th,
+    stride_rb,
+    stride_rh,
+    stride_rm,
+    stride_rr,
+    H,
+    LQ,
+    LK,
+    D,
+    scale,
+    BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    K: tl.constexpr,
+    HAS_VALUE: tl.constexpr,
+    UPCAST: tl.constexpr,
+    IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     """One program per (key block, b * h): dk and dv of its keys, streaming the query blocks:
     dv = p^T do, dk = scale ds^T q. dk and dv are float32 (B, H, LK, D) buffers with strides
     stride_x*. relk and g share one layout (B, H, LQ, NR), strides stride_r*."""
@@ -224,10 +422,26 @@ def _relbias_bwd_dkdv_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     mask_n, mask_d = offs_n < LK, offs_d < D
-    k = _load_block(k_ptr + b * stride_kb + h * stride_kh, offs_n, mask_n, stride_kn, offs_d,
-                    mask_d, stride_kd, UPCAST)  # fmt: skip
-    v = _load_block(v_ptr + b * stride_vb + h * stride_vh, offs_n, mask_n, stride_vn, offs_d,
-                    mask_d, stride_vd, UPCAST)  # fmt: skip
+    k = _load_block(
+        k_ptr + b * stride_kb + h * stride_kh,
+        offs_n,
+        mask_n,
+        stride_kn,
+        offs_d,
+        mask_d,
+        stride_kd,
+        UPCAST,
+    )
+    v = _load_block(
+        v_ptr + b * stride_vb + h * stride_vh,
+        offs_n,
+        mask_n,
+        stride_vn,
+        offs_d,
+        mask_d,
+        stride_vd,
+        UPCAST,
+    )
     slope = 0.0
     if BIAS == 0:
         slope = tl.load(slopes_ptr + h)
@@ -240,10 +454,26 @@ def _relbias_bwd_dkdv_kernel(
     for m0 in range(start, LQ, BLOCK_M):
         offs_m = m0 + tl.arange(0, BLOCK_M)
         mask_m = offs_m < LQ
-        q = _load_block(q_ptr + b * stride_qb + h * stride_qh, offs_m, mask_m, stride_qm, offs_d,
-                        mask_d, stride_qd, UPCAST)  # fmt: skip
-        do = _load_block(do_ptr + b * stride_db + h * stride_dh, offs_m, mask_m, stride_dm,
-                         offs_d, mask_d, stride_dd, UPCAST)  # fmt: skip
+        q = _load_block(
+            q_ptr + b * stride_qb + h * stride_qh,
+            offs_m,
+            mask_m,
+            stride_qm,
+            offs_d,
+            mask_d,
+            stride_qd,
+            UPCAST,
+        )
+        do = _load_block(
+            do_ptr + b * stride_db + h * stride_dh,
+            offs_m,
+            mask_m,
+            stride_dm,
+            offs_d,
+            mask_d,
+            stride_dd,
+            UPCAST,
+        )
         lse = tl.load(lse_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=0.0)
         delta = tl.load(delta_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=0.0)
         # The tile transposed, keys by queries, so that every dot has this program's BLOCK_N
@@ -251,9 +481,18 @@ def _relbias_bwd_dkdv_kernel(
         rows_t = (b * stride_rb + h * stride_rh + offs_m * stride_rm)[None, :]
         s_t = _dot(k, tl.trans(q), IEEE) * scale
         rel_t = offs_n[:, None] - offs_m[None, :]
-        s_t, idx_t, keep_t = _biased(s_t, rel_t, mask_n[:, None] & mask_m[None, :], slope,
-                                     table_row, relk_ptr + rows_t, stride_rr, BIAS, CAUSAL,
-                                     K)  # fmt: skip
+        s_t, idx_t, keep_t = _biased(
+            s_t,
+            rel_t,
+            mask_n[:, None] & mask_m[None, :],
+            slope,
+            table_row,
+            relk_ptr + rows_t,
+            stride_rr,
+            BIAS,
+            CAUSAL,
+            K,
+        )
         p_t = tl.exp(s_t - lse[None, :])  # 0 where masked
         dp_t = _dot(v, tl.trans(do), IEEE)
         if HAS_VALUE:
@@ -269,19 +508,63 @@ def _relbias_bwd_dkdv_kernel(
 
 @triton.jit
 def _relbias_bwd_dq_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, lse_ptr, delta_ptr, slopes_ptr, table_ptr, gidx_ptr,
-    relk_ptr, g_ptr, drel_ptr, part_ptr,
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_db, stride_dh, stride_dm, stride_dd,
-    stride_xb, stride_xh, stride_xm, stride_xd,
-    stride_th, stride_rb, stride_rh, stride_rm, stride_rr,
-    H, LQ, LK, D, NR, scale,
-    BIAS: tl.constexpr, CAUSAL: tl.constexpr, K: tl.constexpr, HAS_VALUE: tl.constexpr,
-    TABLE_GRAD: tl.constexpr, NB: tl.constexpr, UPCAST: tl.constexpr, IEEE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    do_ptr,
+    dq_ptr,
+    lse_ptr,
+    delta_ptr,
+    slopes_ptr,
+    table_ptr,
+    gidx_ptr,
+    relk_ptr,
+    g_ptr,
+    drel_ptr,
+    part_ptr,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_db,
+    stride_dh,
+    stride_dm,
+    stride_dd,
+    stride_xb,
+    stride_xh,
+    stride_xm,
+    stride_xd,
+    stride_th,
+    stride_rb,
+    stride_rh,
+    stride_rm,
+    stride_rr,
+    H,
+    LQ,
+    LK,
+    D,
+    NR,
+    scale,
+    BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    K: tl.constexpr,
+    HAS_VALUE: tl.constexpr,
+    TABLE_GRAD: tl.constexpr,
+    NB: tl.constexpr,
+    UPCAST: tl.constexpr,
+    IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     """One program per (query block, b * h): dq of its rows, streaming the key blocks, and the
     bias gradient, the sum of ds over the tiles:
       - ALiBi (TABLE_GRAD): -sum ds |j - i| into part (B * H, n_blocks, NB) at column 0;
@@ -297,10 +580,26 @@ def _relbias_bwd_dq_kernel(
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     mask_m, mask_d = offs_m < LQ, offs_d < D
-    q = _load_block(q_ptr + b * stride_qb + h * stride_qh, offs_m, mask_m, stride_qm, offs_d,
-                    mask_d, stride_qd, UPCAST)  # fmt: skip
-    do = _load_block(do_ptr + b * stride_db + h * stride_dh, offs_m, mask_m, stride_dm, offs_d,
-                     mask_d, stride_dd, UPCAST)  # fmt: skip
+    q = _load_block(
+        q_ptr + b * stride_qb + h * stride_qh,
+        offs_m,
+        mask_m,
+        stride_qm,
+        offs_d,
+        mask_d,
+        stride_qd,
+        UPCAST,
+    )
+    do = _load_block(
+        do_ptr + b * stride_db + h * stride_dh,
+        offs_m,
+        mask_m,
+        stride_dm,
+        offs_d,
+        mask_d,
+        stride_dd,
+        UPCAST,
+    )
     rows = b * stride_rb + h * stride_rh + offs_m[:, None] * stride_rm
     lse = tl.load(lse_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=0.0)
     delta = tl.load(delta_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=0.0)
@@ -318,14 +617,49 @@ def _relbias_bwd_dq_kernel(
     for n0 in range(0, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < LK
-        k = _load_block(k_ptr + b * stride_kb + h * stride_kh, offs_n, mask_n, stride_kn,
-                        offs_d, mask_d, stride_kd, UPCAST)  # fmt: skip
-        v = _load_block(v_ptr + b * stride_vb + h * stride_vh, offs_n, mask_n, stride_vn,
-                        offs_d, mask_d, stride_vd, UPCAST)  # fmt: skip
-        ds, rel, idx, keep = _tile_grads(q, k, v, do, lse, delta, scale, offs_m, offs_n,
-                                         mask_m, mask_n, slope, table_row, relk_ptr + rows,
-                                         g_ptr + rows, stride_rr, BIAS, CAUSAL, K, HAS_VALUE,
-                                         IEEE)  # fmt: skip
+        k = _load_block(
+            k_ptr + b * stride_kb + h * stride_kh,
+            offs_n,
+            mask_n,
+            stride_kn,
+            offs_d,
+            mask_d,
+            stride_kd,
+            UPCAST,
+        )
+        v = _load_block(
+            v_ptr + b * stride_vb + h * stride_vh,
+            offs_n,
+            mask_n,
+            stride_vn,
+            offs_d,
+            mask_d,
+            stride_vd,
+            UPCAST,
+        )
+        ds, rel, idx, keep = _tile_grads(
+            q,
+            k,
+            v,
+            do,
+            lse,
+            delta,
+            scale,
+            offs_m,
+            offs_n,
+            mask_m,
+            mask_n,
+            slope,
+            table_row,
+            relk_ptr + rows,
+            g_ptr + rows,
+            stride_rr,
+            BIAS,
+            CAUSAL,
+            K,
+            HAS_VALUE,
+            IEEE,
+        )
         dq += _dot(ds.to(k.dtype), k, IEEE)
         if BIAS == 2:
             lo, hi = _index_range(m0, n0, BLOCK_M, BLOCK_N, K)
@@ -338,12 +672,16 @@ def _relbias_bwd_dq_kernel(
                 g_lo, g_hi = _bucket_range(gidx_ptr, lo, hi, K)
                 bucket = tl.load(gidx_ptr + idx)
                 for g in range(g_lo, g_hi + 1):
-                    totals += tl.where(cols == g, tl.sum(tl.where(keep & (bucket == g), ds,
-                                                                  0.0)), 0.0)  # fmt: skip
+                    totals += tl.where(
+                        cols == g, tl.sum(tl.where(keep & (bucket == g), ds, 0.0)), 0.0
+                    )
     out = b * stride_xb + h * stride_xh + offs_m[:, None] * stride_xm + offs_d[None, :] * stride_xd
     tl.store(dq_ptr + out, dq * scale, mask=mask_m[:, None] & mask_d[None, :])
     if BIAS == 2:
-        tl.store(drel_ptr + (pid_bh * LQ + offs_m[:, None]) * NR + cols[None, :], rel_sums,
-                 mask=mask_m[:, None] & (cols[None, :] < NR))  # fmt: skip
+        tl.store(
+            drel_ptr + (pid_bh * LQ + offs_m[:, None]) * NR + cols[None, :],
+            rel_sums,
+            mask=mask_m[:, None] & (cols[None, :] < NR),
+        )
     elif TABLE_GRAD:
         tl.store(part_ptr + (pid_bh * tl.num_programs(0) + pid_m) * NB + cols, totals)

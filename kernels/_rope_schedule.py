@@ -52,8 +52,9 @@ def frequencies(dim: int, base: float, scaling: dict | None, seq_len: int) -> tu
         return theta * (blend + (1 - blend) / factor), 1.0
     if kind == "longrope":
         long = seq_len > original
-        factors = torch.tensor(scaling["long_factor" if long else "short_factor"],
-                               dtype=torch.float64)  # fmt: skip
+        factors = torch.tensor(
+            scaling["long_factor" if long else "short_factor"], dtype=torch.float64
+        )
         attention = scaling.get("attention_factor")
         if attention is None:
             extent = factor if factor is not None else 1.0

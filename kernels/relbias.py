@@ -73,25 +73,49 @@ class Tiles(NamedTuple):
 # by queries so that every dot has M = block_n); the dq kernel runs the transpose. A GPU
 # before sm_80 gets _GENERIC; one after sm_90, the sm80 table (neither audited).
 _FWD_TILES = {
-    "sm90": {(2, 128, "plain"): Tiles(128, 64, 8, 3), (2, 128, "value"): Tiles(64, 32, 8, 2),
-             (2, 64, "plain"): Tiles(128, 64, 8, 3), (2, 64, "value"): Tiles(64, 64, 8, 3),
-             (4, 128, "plain"): Tiles(16, 32, 8, 1), (4, 128, "value"): Tiles(16, 32, 8, 1),
-             (4, 64, "plain"): Tiles(16, 32, 8, 1), (4, 64, "value"): Tiles(16, 32, 8, 1)},
-    "sm80": {(2, 128, "plain"): Tiles(128, 64, 8, 3), (2, 128, "value"): Tiles(64, 32, 8, 2),
-             (2, 64, "plain"): Tiles(128, 64, 8, 3), (2, 64, "value"): Tiles(64, 32, 8, 2),
-             (4, 128, "plain"): Tiles(16, 32, 8, 1), (4, 128, "value"): Tiles(16, 32, 8, 1),
-             (4, 64, "plain"): Tiles(32, 32, 8, 1), (4, 64, "value"): Tiles(16, 32, 8, 1)},
-}  # fmt: skip
+    "sm90": {
+        (2, 128, "plain"): Tiles(128, 64, 8, 3),
+        (2, 128, "value"): Tiles(64, 32, 8, 2),
+        (2, 64, "plain"): Tiles(128, 64, 8, 3),
+        (2, 64, "value"): Tiles(64, 64, 8, 3),
+        (4, 128, "plain"): Tiles(16, 32, 8, 1),
+        (4, 128, "value"): Tiles(16, 32, 8, 1),
+        (4, 64, "plain"): Tiles(16, 32, 8, 1),
+        (4, 64, "value"): Tiles(16, 32, 8, 1),
+    },
+    "sm80": {
+        (2, 128, "plain"): Tiles(128, 64, 8, 3),
+        (2, 128, "value"): Tiles(64, 32, 8, 2),
+        (2, 64, "plain"): Tiles(128, 64, 8, 3),
+        (2, 64, "value"): Tiles(64, 32, 8, 2),
+        (4, 128, "plain"): Tiles(16, 32, 8, 1),
+        (4, 128, "value"): Tiles(16, 32, 8, 1),
+        (4, 64, "plain"): Tiles(32, 32, 8, 1),
+        (4, 64, "value"): Tiles(16, 32, 8, 1),
+    },
+}
 _BWD_TILES = {
-    "sm90": {(2, 128, "plain"): Tiles(32, 128, 8, 2), (2, 128, "value"): Tiles(32, 128, 8, 2),
-             (2, 64, "plain"): Tiles(32, 128, 8, 2), (2, 64, "value"): Tiles(32, 128, 8, 2),
-             (4, 128, "plain"): Tiles(16, 32, 4, 1), (4, 128, "value"): Tiles(16, 32, 4, 1),
-             (4, 64, "plain"): Tiles(32, 32, 4, 1), (4, 64, "value"): Tiles(32, 32, 4, 1)},
-    "sm80": {(2, 128, "plain"): Tiles(32, 64, 8, 2), (2, 128, "value"): Tiles(16, 32, 4, 1),
-             (2, 64, "plain"): Tiles(32, 64, 8, 2), (2, 64, "value"): Tiles(32, 64, 8, 2),
-             (4, 128, "plain"): Tiles(16, 32, 4, 1), (4, 128, "value"): Tiles(16, 32, 4, 1),
-             (4, 64, "plain"): Tiles(32, 32, 8, 1), (4, 64, "value"): Tiles(32, 32, 8, 1)},
-}  # fmt: skip
+    "sm90": {
+        (2, 128, "plain"): Tiles(32, 128, 8, 2),
+        (2, 128, "value"): Tiles(32, 128, 8, 2),
+        (2, 64, "plain"): Tiles(32, 128, 8, 2),
+        (2, 64, "value"): Tiles(32, 128, 8, 2),
+        (4, 128, "plain"): Tiles(16, 32, 4, 1),
+        (4, 128, "value"): Tiles(16, 32, 4, 1),
+        (4, 64, "plain"): Tiles(32, 32, 4, 1),
+        (4, 64, "value"): Tiles(32, 32, 4, 1),
+    },
+    "sm80": {
+        (2, 128, "plain"): Tiles(32, 64, 8, 2),
+        (2, 128, "value"): Tiles(16, 32, 4, 1),
+        (2, 64, "plain"): Tiles(32, 64, 8, 2),
+        (2, 64, "value"): Tiles(32, 64, 8, 2),
+        (4, 128, "plain"): Tiles(16, 32, 4, 1),
+        (4, 128, "value"): Tiles(16, 32, 4, 1),
+        (4, 64, "plain"): Tiles(32, 32, 8, 1),
+        (4, 64, "value"): Tiles(32, 32, 8, 1),
+    },
+}
 _GENERIC = {False: Tiles(64, 64, 4, 3), True: Tiles(32, 32, 4, 1)}  # before sm_80
 _SAFE = Tiles(32, 32, 4, 1)  # when a GPU's shared memory cannot hold the default
 _INTERPRETER = Tiles(16, 16)  # the interpreter runs fastest with small tiles
@@ -100,8 +124,10 @@ _INTERPRETER = Tiles(16, 16)  # the interpreter runs fastest with small tiles
 def check_tiles(name: str, tiles) -> Tiles:
     """A user's tiles, validated: a clear error naming the argument and the field."""
     if not isinstance(tiles, tuple) or len(tiles) not in (2, 3, 4):
-        raise TypeError(f"{name} must be kernels.relbias.Tiles(block_m, block_n, num_warps, "
-                        f"num_stages), got {tiles!r}")  # fmt: skip
+        raise TypeError(
+            f"{name} must be kernels.relbias.Tiles(block_m, block_n, num_warps, "
+            f"num_stages), got {tiles!r}"
+        )
     tiles = Tiles(*tiles)
     for field in ("block_m", "block_n"):
         value = getattr(tiles, field)
@@ -121,8 +147,19 @@ class _Spec:
     entries a gradient is summed into (ALiBi 1, T5 its buckets, Shaw 2K + 1); nb: n_rel rounded
     up to a power of two (>= 16), the width of the kernels' per-bucket vectors."""
 
-    def __init__(self, bias, causal, scale, clip, n_rel, has_value=False, table_grad=False,
-                 fwd_tiles=None, bwd_tiles=None, family=None):  # fmt: skip
+    def __init__(
+        self,
+        bias,
+        causal,
+        scale,
+        clip,
+        n_rel,
+        has_value=False,
+        table_grad=False,
+        fwd_tiles=None,
+        bwd_tiles=None,
+        family=None,
+    ):
         self.bias, self.causal, self.scale, self.clip = bias, causal, scale, clip
         self.family = family  # FAMILY_*: T5's table is (num_buckets, H), the others' (H, ...)
         self.n_rel, self.has_value, self.table_grad = n_rel, has_value, table_grad
@@ -160,8 +197,11 @@ def _run(launch, tiles: Tiles, fallback: Tiles | None, name: str):
     except OutOfResources as err:
         if fallback is None:
             raise ValueError(f"{name}={tiles} does not fit this GPU: {err}") from err
-        warnings.warn(f"relative_attention: {name} {tuple(tiles)} do not fit this GPU "
-                      f"({err}); ran with {tuple(fallback)}", stacklevel=3)  # fmt: skip
+        warnings.warn(
+            f"relative_attention: {name} {tuple(tiles)} do not fit this GPU "
+            f"({err}); ran with {tuple(fallback)}",
+            stacklevel=3,
+        )
         return launch(fallback)
 
 
@@ -212,15 +252,40 @@ def _forward(q, k, v, slopes, bias_table, relk, ev, spec: _Spec):
     def launch(tiles: Tiles) -> None:
         t = spec.row_tiles(tiles) if spec.has_value else tiles
         _relbias_fwd_kernel[(triton.cdiv(lq, t.block_m), bsz * heads)](
-            q, k, v, out, lse, c["slopes"], c["table"], c["relk"], ev_,
+            q,
+            k,
+            v,
+            out,
+            lse,
+            c["slopes"],
+            c["table"],
+            c["relk"],
+            ev_,
             pn if pn is not None else q,
-            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-            c["stride_th"], *c["rel_strides"], ev_.stride(0), ev_.stride(-1),
-            heads, lq, k.shape[2], d, spec.n_rel, spec.scale,
-            **spec.constexprs, NB=spec.nb, UPCAST=_upcast(q), IEEE=q.dtype == torch.float32,
-            BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_D=max(16, triton.next_power_of_2(d)),
-            num_warps=t.num_warps, num_stages=t.num_stages,
-        )  # fmt: skip
+            *q.stride(),
+            *k.stride(),
+            *v.stride(),
+            *out.stride(),
+            c["stride_th"],
+            *c["rel_strides"],
+            ev_.stride(0),
+            ev_.stride(-1),
+            heads,
+            lq,
+            k.shape[2],
+            d,
+            spec.n_rel,
+            spec.scale,
+            **spec.constexprs,
+            NB=spec.nb,
+            UPCAST=_upcast(q),
+            IEEE=q.dtype == torch.float32,
+            BLOCK_M=t.block_m,
+            BLOCK_N=t.block_n,
+            BLOCK_D=max(16, triton.next_power_of_2(d)),
+            num_warps=t.num_warps,
+            num_stages=t.num_stages,
+        )
 
     _run(launch, *spec.tiles(q, backward=False), "fwd_tiles")
     return out, lse, pn
@@ -249,13 +314,34 @@ def _backward(do, q, k, v, out, lse, slopes, bias_table, gidx, relk, ev, pn, spe
     def launch(tiles: Tiles) -> Tensor | None:
         """Both kernels; -> the dq kernel's per-program table-gradient partials (or None)."""
         _relbias_bwd_dkdv_kernel[(triton.cdiv(lk, tiles.block_n), bsz * heads)](
-            q, k, v, do, dk, dv, lse, delta, c["slopes"], c["table"], c["relk"],
+            q,
+            k,
+            v,
+            do,
+            dk,
+            dv,
+            lse,
+            delta,
+            c["slopes"],
+            c["table"],
+            c["relk"],
             g if g is not None else q,
-            *strides, *dk.stride(), c["stride_th"], *c["rel_strides"],
-            heads, lq, lk, d, spec.scale, **shared, BLOCK_M=tiles.block_m,
-            BLOCK_N=tiles.block_n, BLOCK_D=block_d, num_warps=tiles.num_warps,
+            *strides,
+            *dk.stride(),
+            c["stride_th"],
+            *c["rel_strides"],
+            heads,
+            lq,
+            lk,
+            d,
+            spec.scale,
+            **shared,
+            BLOCK_M=tiles.block_m,
+            BLOCK_N=tiles.block_n,
+            BLOCK_D=block_d,
+            num_warps=tiles.num_warps,
             num_stages=tiles.num_stages,
-        )  # fmt: skip
+        )
         t = tiles._replace(block_m=tiles.block_n, block_n=tiles.block_m)
         t = spec.row_tiles(t) if spec.bias == SHAW_KV else t
         n_mblocks = triton.cdiv(lq, t.block_m)
@@ -263,15 +349,39 @@ def _backward(do, q, k, v, out, lse, slopes, bias_table, gidx, relk, ev, pn, spe
         if spec.table_grad:
             part = torch.empty(bsz * heads, n_mblocks, spec.nb, device=q.device)
         _relbias_bwd_dq_kernel[(n_mblocks, bsz * heads)](
-            q, k, v, do, dq, lse, delta, c["slopes"], c["table"],
-            gidx if gidx is not None else q, c["relk"],
-            g if g is not None else q, drel if drel is not None else q,
+            q,
+            k,
+            v,
+            do,
+            dq,
+            lse,
+            delta,
+            c["slopes"],
+            c["table"],
+            gidx if gidx is not None else q,
+            c["relk"],
+            g if g is not None else q,
+            drel if drel is not None else q,
             part if part is not None else q,
-            *strides, *dq.stride(), c["stride_th"], *c["rel_strides"],
-            heads, lq, lk, d, spec.n_rel, spec.scale, TABLE_GRAD=spec.table_grad, NB=spec.nb,
-            **shared, BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_D=block_d,
-            num_warps=t.num_warps, num_stages=t.num_stages,
-        )  # fmt: skip
+            *strides,
+            *dq.stride(),
+            c["stride_th"],
+            *c["rel_strides"],
+            heads,
+            lq,
+            lk,
+            d,
+            spec.n_rel,
+            spec.scale,
+            TABLE_GRAD=spec.table_grad,
+            NB=spec.nb,
+            **shared,
+            BLOCK_M=t.block_m,
+            BLOCK_N=t.block_n,
+            BLOCK_D=block_d,
+            num_warps=t.num_warps,
+            num_stages=t.num_stages,
+        )
         return part
 
     part = _run(launch, *spec.tiles(q, backward=True), "bwd_tiles")
@@ -310,8 +420,9 @@ class RelativeBiasAttention(torch.autograd.Function):
         q, k, v, out, lse, table, gidx, bias_table, relk, ev, pn = ctx.saved_tensors
         spec = ctx.spec
         slopes = table if spec.bias == ALIBI else None
-        dq, dk, dv, dtable, drel, dev = _backward(do, q, k, v, out, lse, slopes, bias_table,
-                                                  gidx, relk, ev, pn, spec)  # fmt: skip
+        dq, dk, dv, dtable, drel, dev = _backward(
+            do, q, k, v, out, lse, slopes, bias_table, gidx, relk, ev, pn, spec
+        )
         if dtable is not None:  # (H, n_rel) -> the table's own layout
             if spec.bias == ALIBI:
                 dtable = dtable[:, 0]
@@ -321,12 +432,23 @@ class RelativeBiasAttention(torch.autograd.Function):
 
 
 def relative_attention(
-    q: Tensor, k: Tensor, v: Tensor, *, alibi_slopes: Tensor | None = None,
-    t5_table: Tensor | None = None, t5_num_buckets: int = 32, t5_max_distance: int = 128,
-    t5_bidirectional: bool = True, shaw_bias: Tensor | None = None,
-    shaw_k: Tensor | None = None, shaw_v: Tensor | None = None, causal: bool = False,
-    scale: float | None = None, fwd_tiles: Tiles | None = None, bwd_tiles: Tiles | None = None,
-) -> Tensor:  # fmt: skip
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    alibi_slopes: Tensor | None = None,
+    t5_table: Tensor | None = None,
+    t5_num_buckets: int = 32,
+    t5_max_distance: int = 128,
+    t5_bidirectional: bool = True,
+    shaw_bias: Tensor | None = None,
+    shaw_k: Tensor | None = None,
+    shaw_v: Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    fwd_tiles: Tiles | None = None,
+    bwd_tiles: Tiles | None = None,
+) -> Tensor:
     """softmax(scale q k^T + bias(j - i) [causal]) v with exactly one bias family.
 
     q: (B, H, Lq, D); k, v: (B, H, Lk, D); returns (B, H, Lq, D) in q's dtype.
@@ -341,8 +463,12 @@ def relative_attention(
       the forward with shaw_v) is capped at 4096 / NB, NB the table's entries rounded up to a
       power of two (>= 16). The interpreter ignores warps and stages.
     """
-    families = (("alibi_slopes", alibi_slopes), ("t5_table", t5_table),
-                ("shaw_bias", shaw_bias), ("shaw_k", shaw_k))  # fmt: skip
+    families = (
+        ("alibi_slopes", alibi_slopes),
+        ("t5_table", t5_table),
+        ("shaw_bias", shaw_bias),
+        ("shaw_k", shaw_k),
+    )
     given = [name for name, t in families if t is not None]
     if shaw_v is not None and shaw_k is None:
         raise ValueError("shaw_v needs shaw_k (Shaw's value term comes with the key term)")
@@ -359,15 +485,23 @@ def relative_attention(
             raise ValueError(f"{name} is {t.dtype} on {t.device}; q is {q.dtype} on {q.device}")
     bsz, heads, lq, d = q.shape
     if k.shape[:2] != (bsz, heads) or k.shape[3] != d or v.shape != k.shape:
-        raise ValueError(f"k and v must be (B={bsz}, H={heads}, Lk, D={d}) and alike, "
-                         f"got {tuple(k.shape)} and {tuple(v.shape)}")  # fmt: skip
+        raise ValueError(
+            f"k and v must be (B={bsz}, H={heads}, Lk, D={d}) and alike, "
+            f"got {tuple(k.shape)} and {tuple(v.shape)}"
+        )
     if causal and lq != k.shape[2]:
         raise ValueError("causal needs Lq == Lk")
     if q.device.type == "cpu" and not _interpreting():
-        raise ValueError("q is a CPU tensor: run on a GPU, or set TRITON_INTERPRET=1 before "
-                         "triton is imported to use Triton's interpreter")  # fmt: skip
-    table = {"alibi_slopes": alibi_slopes, "t5_table": t5_table, "shaw_bias": shaw_bias,
-             "shaw_k": shaw_k}[given[0]]  # fmt: skip
+        raise ValueError(
+            "q is a CPU tensor: run on a GPU, or set TRITON_INTERPRET=1 before "
+            "triton is imported to use Triton's interpreter"
+        )
+    table = {
+        "alibi_slopes": alibi_slopes,
+        "t5_table": t5_table,
+        "shaw_bias": shaw_bias,
+        "shaw_k": shaw_k,
+    }[given[0]]
     if table.device != q.device:
         raise ValueError(f"{given[0]} is on {table.device} but q is on {q.device}")
     expected = {"alibi_slopes": (heads,), "t5_table": (t5_num_buckets, heads)}.get(given[0])
@@ -376,8 +510,9 @@ def relative_attention(
             raise ValueError(f"shaw_bias must be (H={heads}, 2K+1), got {tuple(table.shape)}")
     elif given[0] == "shaw_k":
         for name, t in (("shaw_k", shaw_k), ("shaw_v", shaw_v)):
-            if t is not None and (t.dim() != 2 or t.shape[1] != d or t.shape[0] % 2 == 0
-                                  or t.shape != shaw_k.shape):  # fmt: skip
+            if t is not None and (
+                t.dim() != 2 or t.shape[1] != d or t.shape[0] % 2 == 0 or t.shape != shaw_k.shape
+            ):
                 raise ValueError(f"{name} must be (2K+1, D={d}), got {tuple(t.shape)}")
             if t is not None and t.device != q.device:
                 raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
@@ -395,8 +530,16 @@ def relative_attention(
         table = table.float()
     elif given[0] == "shaw_k":  # the key term's (B, H, Lq, 2K + 1) table: O(L K), not O(L^2)
         clip = (shaw_k.shape[0] - 1) // 2
-        spec = _Spec(SHAW_KV, causal, scale, clip, shaw_k.shape[0], has_value=shaw_v is not None,
-                     family=FAMILY_SHAW_KV, **tiles)  # fmt: skip
+        spec = _Spec(
+            SHAW_KV,
+            causal,
+            scale,
+            clip,
+            shaw_k.shape[0],
+            has_value=shaw_v is not None,
+            family=FAMILY_SHAW_KV,
+            **tiles,
+        )
         relk = torch.matmul(q.float() * scale, shaw_k.float().t())
         ev = shaw_v.float() if shaw_v is not None else None
         table = None
@@ -404,13 +547,22 @@ def relative_attention(
         clip = max(t5_max_distance, t5_num_buckets)
         rel = torch.arange(-clip, clip + 1, device=q.device)
         gidx = _t5_buckets(rel, t5_bidirectional, t5_num_buckets, t5_max_distance)
-        spec = _Spec(TABLE, causal, scale, clip, t5_num_buckets, table_grad=trains,
-                     family=FAMILY_T5, **tiles)  # fmt: skip
+        spec = _Spec(
+            TABLE, causal, scale, clip, t5_num_buckets, table_grad=trains, family=FAMILY_T5, **tiles
+        )
         table = table.float()
     else:  # Shaw's scalar bias: the bucket of an index is the index
         clip = (table.shape[1] - 1) // 2
         gidx = torch.arange(table.shape[1], device=q.device, dtype=torch.int32)
-        spec = _Spec(TABLE, causal, scale, clip, table.shape[1], table_grad=trains,
-                     family=FAMILY_SHAW, **tiles)  # fmt: skip
+        spec = _Spec(
+            TABLE,
+            causal,
+            scale,
+            clip,
+            table.shape[1],
+            table_grad=trains,
+            family=FAMILY_SHAW,
+            **tiles,
+        )
         table = table.float()
     return RelativeBiasAttention.apply(q, k, v, table, gidx, relk, ev, spec)

@@ -29,11 +29,24 @@ POS_RANGE, POS_PER_SEQ, POS_IDS = 0, 1, 2  # positions: offset + l | offsets[b] 
 
 @triton.jit
 def _rotate_heads(
-    x_ptr, o_ptr, stride_xh, stride_xd, stride_oh, stride_od, n_heads,
-    cos, sin, D, HALF,
-    INTERLEAVED: tl.constexpr, COPY_TAIL: tl.constexpr, OFFS_64: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_TAIL: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    o_ptr,
+    stride_xh,
+    stride_xd,
+    stride_oh,
+    stride_od,
+    n_heads,
+    cos,
+    sin,
+    D,
+    HALF,
+    INTERLEAVED: tl.constexpr,
+    COPY_TAIL: tl.constexpr,
+    OFFS_64: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+    BLOCK_TAIL: tl.constexpr,
+):
     """Rotate all heads of one token: x_ptr/o_ptr point at (b, l, head 0, dim 0). Offsets
     within the token are 32-bit unless OFFS_64 (a head stride past 2**31 elements)."""
     offs_i = tl.arange(0, BLOCK_HALF)  # pair index i < R/2
@@ -52,8 +65,7 @@ def _rotate_heads(
         else:  # pairs (i, i + R/2): two contiguous halves
             mask = mask_h & mask_i[None, :]
             a = tl.load(x_ptr + row_x + offs_i[None, :] * stride_xd, mask=mask, other=0.0)
-            b = tl.load(x_ptr + row_x + (offs_i[None, :] + HALF) * stride_xd, mask=mask,
-                        other=0.0)  # fmt: skip
+            b = tl.load(x_ptr + row_x + (offs_i[None, :] + HALF) * stride_xd, mask=mask, other=0.0)
             a, b = a.to(tl.float32), b.to(tl.float32)
         a2 = a * cos[None, :] - b * sin[None, :]
         b2 = b * cos[None, :] + a * sin[None, :]
@@ -63,8 +75,7 @@ def _rotate_heads(
             tl.store(o_ptr + row_o + offs_r[None, :] * stride_od, y.to(out_ty), mask=mask)
         else:
             tl.store(o_ptr + row_o + offs_i[None, :] * stride_od, a2.to(out_ty), mask=mask)
-            tl.store(o_ptr + row_o + (offs_i[None, :] + HALF) * stride_od, b2.to(out_ty),
-                     mask=mask)  # fmt: skip
+            tl.store(o_ptr + row_o + (offs_i[None, :] + HALF) * stride_od, b2.to(out_ty), mask=mask)
         if COPY_TAIL:  # partial rotary, out of place: dims R .. D-1 pass through
             offs_t = 2 * HALF + tl.arange(0, BLOCK_TAIL)
             mask_t = mask_h & (offs_t[None, :] < D)
@@ -74,18 +85,48 @@ def _rotate_heads(
 
 @triton.jit
 def _rope_kernel(
-    q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr, pos_ptr,
-    L, HQ, HK, D, HALF, pos_offset,
-    stride_qb, stride_ql, stride_qh, stride_qd,
-    stride_kb, stride_kl, stride_kh, stride_kd,
-    stride_qob, stride_qol, stride_qoh, stride_qod,
-    stride_kob, stride_kol, stride_koh, stride_kod,
-    stride_cos, stride_pb, stride_pl,
-    POS_KIND: tl.constexpr, INTERLEAVED: tl.constexpr, BACKWARD: tl.constexpr,
-    COPY_TAIL: tl.constexpr, OFFS_64: tl.constexpr,
-    BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    qo_ptr,
+    ko_ptr,
+    cos_ptr,
+    sin_ptr,
+    pos_ptr,
+    L,
+    HQ,
+    HK,
+    D,
+    HALF,
+    pos_offset,
+    stride_qb,
+    stride_ql,
+    stride_qh,
+    stride_qd,
+    stride_kb,
+    stride_kl,
+    stride_kh,
+    stride_kd,
+    stride_qob,
+    stride_qol,
+    stride_qoh,
+    stride_qod,
+    stride_kob,
+    stride_kol,
+    stride_koh,
+    stride_kod,
+    stride_cos,
+    stride_pb,
+    stride_pl,
+    POS_KIND: tl.constexpr,
+    INTERLEAVED: tl.constexpr,
+    BACKWARD: tl.constexpr,
+    COPY_TAIL: tl.constexpr,
+    OFFS_64: tl.constexpr,
+    BLOCK_HQ: tl.constexpr,
+    BLOCK_HK: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
     BLOCK_TAIL: tl.constexpr,
-):  # fmt: skip
+):
     """One program per token (b, l): loads its cos/sin row once and rotates every q and k head.
 
     Reads and writes (HQ + HK) * D elements per program; cos/sin rows (R/2 floats each) stay in L2.
@@ -107,15 +148,43 @@ def _rope_kernel(
     if BACKWARD:
         sin = -sin
     _rotate_heads(
-        q_ptr + b * stride_qb + l * stride_ql, qo_ptr + b * stride_qob + l * stride_qol,
-        stride_qh, stride_qd, stride_qoh, stride_qod, HQ, cos, sin, D, HALF,
-        INTERLEAVED, COPY_TAIL, OFFS_64, BLOCK_HQ, BLOCK_HALF, BLOCK_TAIL,
-    )  # fmt: skip
+        q_ptr + b * stride_qb + l * stride_ql,
+        qo_ptr + b * stride_qob + l * stride_qol,
+        stride_qh,
+        stride_qd,
+        stride_qoh,
+        stride_qod,
+        HQ,
+        cos,
+        sin,
+        D,
+        HALF,
+        INTERLEAVED,
+        COPY_TAIL,
+        OFFS_64,
+        BLOCK_HQ,
+        BLOCK_HALF,
+        BLOCK_TAIL,
+    )
     _rotate_heads(
-        k_ptr + b * stride_kb + l * stride_kl, ko_ptr + b * stride_kob + l * stride_kol,
-        stride_kh, stride_kd, stride_koh, stride_kod, HK, cos, sin, D, HALF,
-        INTERLEAVED, COPY_TAIL, OFFS_64, BLOCK_HK, BLOCK_HALF, BLOCK_TAIL,
-    )  # fmt: skip
+        k_ptr + b * stride_kb + l * stride_kl,
+        ko_ptr + b * stride_kob + l * stride_kol,
+        stride_kh,
+        stride_kd,
+        stride_koh,
+        stride_kod,
+        HK,
+        cos,
+        sin,
+        D,
+        HALF,
+        INTERLEAVED,
+        COPY_TAIL,
+        OFFS_64,
+        BLOCK_HK,
+        BLOCK_HALF,
+        BLOCK_TAIL,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,18 +217,42 @@ def _launch(q, k, q_out, k_out, cos, sin, pos, offset: int, interleaved: bool, b
         return max(1, min(triton.next_power_of_2(max(heads, 1)), 4096 // block_half))
 
     # 64-bit offsets within a token only where a head's span needs them
-    span = max((t.shape[2] - 1) * abs(t.stride(2)) + (d - 1) * abs(t.stride(3))
-               for t in (q, k, q_out, k_out))  # fmt: skip
+    span = max(
+        (t.shape[2] - 1) * abs(t.stride(2)) + (d - 1) * abs(t.stride(3))
+        for t in (q, k, q_out, k_out)
+    )
     grid = (bsz * seq_len,)
     _rope_kernel[grid](
-        q, k, q_out, k_out, cos, sin, pos_arg,
-        seq_len, hq, hk, d, half, offset,
-        *q.stride(), *k.stride(), *q_out.stride(), *k_out.stride(),
-        cos.stride(0), spb, spl,
-        POS_KIND=kind, INTERLEAVED=interleaved, BACKWARD=backward, COPY_TAIL=copy_tail,
-        OFFS_64=span >= 2**31, BLOCK_HQ=block_h(hq), BLOCK_HK=block_h(hk), BLOCK_HALF=block_half,
+        q,
+        k,
+        q_out,
+        k_out,
+        cos,
+        sin,
+        pos_arg,
+        seq_len,
+        hq,
+        hk,
+        d,
+        half,
+        offset,
+        *q.stride(),
+        *k.stride(),
+        *q_out.stride(),
+        *k_out.stride(),
+        cos.stride(0),
+        spb,
+        spl,
+        POS_KIND=kind,
+        INTERLEAVED=interleaved,
+        BACKWARD=backward,
+        COPY_TAIL=copy_tail,
+        OFFS_64=span >= 2**31,
+        BLOCK_HQ=block_h(hq),
+        BLOCK_HK=block_h(hk),
+        BLOCK_HALF=block_half,
         BLOCK_TAIL=triton.next_power_of_2(max(tail, 1)),
-    )  # fmt: skip
+    )
 
 
 def _check(q, k, cos, sin, pos, offset: int) -> None:
@@ -233,9 +326,15 @@ def _check(q, k, cos, sin, pos, offset: int) -> None:
 
 @torch.library.custom_op("posenc_kernels::rope", mutates_args=())
 def _rope_op(
-    q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, pos: Tensor | None, offset: int,
-    interleaved: bool, backward: bool,
-) -> tuple[Tensor, Tensor]:  # fmt: skip
+    q: Tensor,
+    k: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    pos: Tensor | None,
+    offset: int,
+    interleaved: bool,
+    backward: bool,
+) -> tuple[Tensor, Tensor]:
     q_out, k_out = torch.empty_like(q), torch.empty_like(k)
     _launch(q, k, q_out, k_out, cos, sin, pos, offset, interleaved, backward)
     return q_out, k_out
@@ -248,9 +347,15 @@ def _(q, k, cos, sin, pos, offset, interleaved, backward):
 
 @torch.library.custom_op("posenc_kernels::rope_", mutates_args=("q", "k"))
 def _rope_inplace_op(
-    q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, pos: Tensor | None, offset: int,
-    interleaved: bool, backward: bool,
-) -> None:  # fmt: skip
+    q: Tensor,
+    k: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    pos: Tensor | None,
+    offset: int,
+    interleaved: bool,
+    backward: bool,
+) -> None:
     _launch(q, k, q, k, cos, sin, pos, offset, interleaved, backward)
 
 
@@ -348,9 +453,14 @@ class FusedRoPE(nn.Module):
     """
 
     def __init__(
-        self, dim: int, max_len: int = 5000, base: float = 10000.0, interleaved: bool = False,
-        scaling: dict | None = None, rotary_dim: int | None = None,
-    ):  # fmt: skip
+        self,
+        dim: int,
+        max_len: int = 5000,
+        base: float = 10000.0,
+        interleaved: bool = False,
+        scaling: dict | None = None,
+        rotary_dim: int | None = None,
+    ):
         super().__init__()
         if dim <= 0 or dim % 2:
             raise ValueError(f"dim must be positive and even, got {dim}")
@@ -378,7 +488,11 @@ class FusedRoPE(nn.Module):
         x4 = x.unsqueeze(2) if x.dim() == 3 else x.transpose(1, 2)  # (B, L, H, D) view
         # k is an empty-head view of q: the kernel's k loop runs zero times.
         out, _ = apply_rope(
-            x4, x4[:, :, :0], self.cos_cached, self.sin_cached, positions=positions,
+            x4,
+            x4[:, :, :0],
+            self.cos_cached,
+            self.sin_cached,
+            positions=positions,
             interleaved=self.interleaved,
-        )  # fmt: skip
+        )
         return out.squeeze(2) if x.dim() == 3 else out.transpose(1, 2)

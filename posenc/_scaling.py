@@ -26,13 +26,19 @@ TYPES = ("linear", "dynamic", "yarn", "llama3", "longrope")
 KEYS = {  # variant -> (required keys, optional keys with their defaults)
     "linear": ({"factor"}, {}),
     "dynamic": ({"factor", "original_max_position_embeddings"}, {}),
-    "yarn": ({"factor", "original_max_position_embeddings"},
-             {"beta_fast": 32.0, "beta_slow": 1.0, "attention_factor": None}),
-    "llama3": ({"factor", "original_max_position_embeddings"},
-               {"low_freq_factor": 1.0, "high_freq_factor": 4.0}),
-    "longrope": ({"short_factor", "long_factor", "original_max_position_embeddings"},
-                 {"factor": None, "attention_factor": None}),
-}  # fmt: skip
+    "yarn": (
+        {"factor", "original_max_position_embeddings"},
+        {"beta_fast": 32.0, "beta_slow": 1.0, "attention_factor": None},
+    ),
+    "llama3": (
+        {"factor", "original_max_position_embeddings"},
+        {"low_freq_factor": 1.0, "high_freq_factor": 4.0},
+    ),
+    "longrope": (
+        {"short_factor", "long_factor", "original_max_position_embeddings"},
+        {"factor": None, "attention_factor": None},
+    ),
+}
 
 
 def _checked(scaling: dict, dim: int) -> dict:
@@ -45,8 +51,10 @@ def _checked(scaling: dict, dim: int) -> dict:
     required, optional = KEYS[kind]
     unknown = set(scaling) - required - set(optional) - {"type"}
     if unknown:
-        raise ValueError(f"scaling[{sorted(unknown)[0]!r}]: not a key of the {kind} variant; "
-                         f"keys: {', '.join(sorted(required | set(optional)))}")  # fmt: skip
+        raise ValueError(
+            f"scaling[{sorted(unknown)[0]!r}]: not a key of the {kind} variant; "
+            f"keys: {', '.join(sorted(required | set(optional)))}"
+        )
     for key in sorted(required):
         if scaling.get(key) is None:
             raise ValueError(f"scaling[{key!r}] is required by the {kind} variant")
@@ -55,20 +63,26 @@ def _checked(scaling: dict, dim: int) -> dict:
         raise ValueError(f"scaling['factor'] must be >= 1, got {s['factor']!r}")
     original = s.get("original_max_position_embeddings", 1)
     if isinstance(original, bool) or not isinstance(original, int) or original <= 0:
-        raise ValueError(f"scaling['original_max_position_embeddings'] must be a positive int, "
-                         f"got {original!r}")  # fmt: skip
+        raise ValueError(
+            f"scaling['original_max_position_embeddings'] must be a positive int, got {original!r}"
+        )
     if kind == "yarn" and not s["beta_fast"] > s["beta_slow"] > 0:
-        raise ValueError(f"scaling['beta_fast'] must exceed scaling['beta_slow'] > 0, got "
-                         f"{s['beta_fast']!r} and {s['beta_slow']!r}")  # fmt: skip
+        raise ValueError(
+            f"scaling['beta_fast'] must exceed scaling['beta_slow'] > 0, got "
+            f"{s['beta_fast']!r} and {s['beta_slow']!r}"
+        )
     if kind == "llama3" and not s["high_freq_factor"] > s["low_freq_factor"] > 0:
-        raise ValueError(f"scaling['low_freq_factor'] must be below scaling['high_freq_factor'] "
-                         f"(both > 0), got {s['low_freq_factor']!r} and "
-                         f"{s['high_freq_factor']!r}")  # fmt: skip
+        raise ValueError(
+            f"scaling['low_freq_factor'] must be below scaling['high_freq_factor'] "
+            f"(both > 0), got {s['low_freq_factor']!r} and "
+            f"{s['high_freq_factor']!r}"
+        )
     if kind == "longrope":
         for key in ("short_factor", "long_factor"):
             if len(s[key]) != dim // 2:
-                raise ValueError(f"scaling[{key!r}] must have dim/2 = {dim // 2} entries, got "
-                                 f"{len(s[key])}")  # fmt: skip
+                raise ValueError(
+                    f"scaling[{key!r}] must have dim/2 = {dim // 2} entries, got {len(s[key])}"
+                )
     if s.get("attention_factor") is not None and not s["attention_factor"] > 0:
         raise ValueError(f"scaling['attention_factor'] must be > 0, got {s['attention_factor']!r}")
     return s
@@ -109,8 +123,9 @@ def _yarn(inv_freq: Tensor, dim: int, base: float, s: dict) -> tuple[Tensor, flo
     high = min(math.ceil(dim_of(s["beta_slow"])), dim - 1)
     if low == high:
         high += 0.001  # as the reference code: no division by zero
-    ramp = ((torch.arange(dim // 2, dtype=torch.float64, device=inv_freq.device) - low)
-            / (high - low)).clamp(0, 1)  # fmt: skip
+    ramp = (
+        (torch.arange(dim // 2, dtype=torch.float64, device=inv_freq.device) - low) / (high - low)
+    ).clamp(0, 1)
     extrapolate = 1 - ramp  # 1: keep inv_freq (high frequencies); 0: inv_freq / factor
     scaled = inv_freq / s["factor"] * (1 - extrapolate) + inv_freq * extrapolate
     factor = s["attention_factor"]
@@ -137,8 +152,9 @@ def _longrope(dim: int, base: float, s: dict, seq_len: int | None, device) -> tu
     context's extension (1 if not given: no scaling of cos and sin)."""
     original = s["original_max_position_embeddings"]
     long = seq_len is not None and seq_len > original
-    factors = torch.tensor(s["long_factor" if long else "short_factor"], dtype=torch.float64,
-                           device=device)  # fmt: skip
+    factors = torch.tensor(
+        s["long_factor" if long else "short_factor"], dtype=torch.float64, device=device
+    )
     inv_freq = _default(dim, base, device) / factors
     attention = s["attention_factor"]
     if attention is None:
@@ -148,17 +164,22 @@ def _longrope(dim: int, base: float, s: dict, seq_len: int | None, device) -> tu
 
 
 def rope_frequencies(
-    dim: int, base: float = 10000.0, scaling: dict | None = None, seq_len: int | None = None,
-    *, device=None,
-) -> tuple[Tensor, float]:  # fmt: skip
+    dim: int,
+    base: float = 10000.0,
+    scaling: dict | None = None,
+    seq_len: int | None = None,
+    *,
+    device=None,
+) -> tuple[Tensor, float]:
     """(inv_freq, attention_factor): RoPE's inverse frequencies theta_i for i < dim/2, float64
     (dim/2,), and the factor cos and sin are multiplied by (1.0 where the variant has none).
     seq_len: the current length (dynamic; longrope's choice of factors)."""
     check_pairs("dim", dim)
     if not base > 1.0:
         raise ValueError(f"base must be > 1, got {base}")
-    if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int)
-                                or seq_len <= 0):  # fmt: skip
+    if seq_len is not None and (
+        isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len <= 0
+    ):
         raise ValueError(f"seq_len must be a positive int or None, got {seq_len!r}")
     if scaling is None:
         return _default(dim, base, device), 1.0

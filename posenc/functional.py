@@ -279,7 +279,15 @@ def _apply_mask(logits: Tensor, mask: Tensor) -> Tensor:
 
 
 __all__ = [
-    "alibi_bias", "alibi_slopes", "apply_rope", "relative_attention", "relative_positions",
-    "rope_cos_sin", "rope_frequencies", "rope_inv_freq", "shaw_attention", "sinusoidal_table",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_rope",
+    "relative_attention",
+    "relative_positions",
+    "rope_cos_sin",
+    "rope_frequencies",
+    "rope_inv_freq",
+    "shaw_attention",
+    "sinusoidal_table",
     "t5_relative_bucket",
-]  # fmt: skip
+]

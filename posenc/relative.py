@@ -101,9 +101,12 @@ class T5RelativeBias(nn.Module):
     """
 
     def __init__(
-        self, num_heads: int, num_buckets: int = 32, max_distance: int = 128,
+        self,
+        num_heads: int,
+        num_buckets: int = 32,
+        max_distance: int = 128,
         bidirectional: bool = True,
-    ):  # fmt: skip
+    ):
         super().__init__()
         check_positive("num_heads", num_heads)
         self.num_heads, self.num_buckets = num_heads, num_buckets

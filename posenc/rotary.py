@@ -35,9 +35,14 @@ class RoPEPositionalEncoding(nn.Module):
     """
 
     def __init__(
-        self, dim: int, max_len: int = 5000, base: float = 10000.0, interleaved: bool = False,
-        scaling: dict | None = None, rotary_dim: int | None = None,
-    ):  # fmt: skip
+        self,
+        dim: int,
+        max_len: int = 5000,
+        base: float = 10000.0,
+        interleaved: bool = False,
+        scaling: dict | None = None,
+        rotary_dim: int | None = None,
+    ):
         super().__init__()
         check_pairs("dim", dim)
         check_positive("max_len", max_len)
@@ -66,8 +71,14 @@ class RoPEPositionalEncoding(nn.Module):
         return self
 
     def _tables(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        return rope_cos_sin(positions, self.rotary_dim, self.base, scaling=self.scaling,
-                            seq_len=self.max_len, dtype=dtype)  # fmt: skip
+        return rope_cos_sin(
+            positions,
+            self.rotary_dim,
+            self.base,
+            scaling=self.scaling,
+            seq_len=self.max_len,
+            dtype=dtype,
+        )
 
     def cos_sin(self, x: Tensor, positions: Tensor | int | None = None) -> tuple[Tensor, Tensor]:
         """Tables for x's positions, broadcastable against x[..., :dim/2]."""
@@ -133,8 +144,9 @@ class RoPEMultiHeadAttention(MultiHeadProjections):
         rotary_dim: int | None = None,
     ):
         super().__init__(d_model, num_heads)
-        self.rope = RoPEPositionalEncoding(self.d_k, max_len, base, interleaved, scaling,
-                                           rotary_dim)  # fmt: skip
+        self.rope = RoPEPositionalEncoding(
+            self.d_k, max_len, base, interleaved, scaling, rotary_dim
+        )
 
     def forward(self, query, key, value, mask=None, positions=None, need_weights=True):
         q, k, v = self.project(query, key, value)  # (B, H, Lq, D), (B, H, Lk, D) x 2

@@ -12,9 +12,11 @@ import pytest  # noqa: E402
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--perf-slowdown", default=None, metavar="CASE",
+        "--perf-slowdown",
+        default=None,
+        metavar="CASE",
         help="tests/perf: make CASE do 25%% more work (the planted regression)",
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture(autouse=True)

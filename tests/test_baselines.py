@@ -19,8 +19,9 @@ def test_flex_t5_score_mod_looks_the_bucket_up(monkeypatch):
     """T5's bucket of each j - i comes from a table built once: the score_mod computes no
     logarithm (and nothing in float64) per score, and gives posenc's bias."""
     point = Point(1, 40, 32, 2)
-    inputs = bias_case._with_knobs(bias_case._build("t5"))(point, torch.device("cpu"),
-                                                           torch.float32)  # fmt: skip
+    inputs = bias_case._with_knobs(bias_case._build("t5"))(
+        point, torch.device("cpu"), torch.float32
+    )
     score_mod = bias_case._score_mod("t5", inputs)
 
     def no_bucket(*args, **kwargs):
@@ -44,9 +45,14 @@ class _FakeLiger(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, cos, sin):
-        _FakeLiger.calls.append({"bshd_memory": q.transpose(1, 2).is_contiguous(),
-                                 "q_ptr": q.data_ptr(), "cos_id": id(cos),
-                                 "cos_shape": tuple(cos.shape)})  # fmt: skip
+        _FakeLiger.calls.append(
+            {
+                "bshd_memory": q.transpose(1, 2).is_contiguous(),
+                "q_ptr": q.data_ptr(),
+                "cos_id": id(cos),
+                "cos_shape": tuple(cos.shape),
+            }
+        )
         half = cos.shape[-1] // 2
         for x in (q, k):
             x.copy_(F.apply_rope(x, cos[0, :, :half], sin[0, :, :half]))

@@ -62,8 +62,9 @@ def test_rel_ci_stops_once_the_median_is_known_well_enough():
     t = measure(steady.fn, warmup_s=0, min_reps=5, budget_s=100, rel_ci=0.02, clock=steady)
     assert t.n == 5 and t.rel_ci <= 0.02
     noisy = FakeClock([0.001, 0.003] * 500)  # two values: the interval always spans both
-    t = measure(noisy.fn, warmup_s=0, min_reps=5, max_reps=40, budget_s=100, rel_ci=0.02,
-                clock=noisy)  # fmt: skip
+    t = measure(
+        noisy.fn, warmup_s=0, min_reps=5, max_reps=40, budget_s=100, rel_ci=0.02, clock=noisy
+    )
     assert t.n == 40
 
 
@@ -165,7 +166,7 @@ def test_side_by_side_spreads_a_slow_phase_over_every_call():
     sbs = SlowPhaseMachine(0, 8)
     t = measure_side_by_side(
         {"a": sbs.call(0.003), "b": sbs.call(0.001)}, clock=sbs, rounds=200, **kw
-    )  # fmt: skip  (slices of 50 ms)
+    )  # slices of 50 ms
     assert t["a"].p50 / t["b"].p50 == pytest.approx(3.0)
     assert sbs.now == pytest.approx(20.0, abs=0.1)  # the group's budget: 10 per call
     assert t["a"].n == pytest.approx(t["b"].n / 3, rel=0.05)  # equal time, not equal counts
@@ -189,14 +190,21 @@ def test_side_by_side_min_reps_spread_and_a_failing_call():
         clock.now += next(noisy_steps)
 
     group = {"steady": clock.call(0.001), "noisy": noisy, "broken": breaks_on_third}
-    t = measure_side_by_side(group, clock=clock, warmup_s=0, min_reps=5, max_reps=40,
-                             budget_s=100, rel_spread=0.1, rounds=50_000)  # fmt: skip
+    t = measure_side_by_side(
+        group,
+        clock=clock,
+        warmup_s=0,
+        min_reps=5,
+        max_reps=40,
+        budget_s=100,
+        rel_spread=0.1,
+        rounds=50_000,
+    )
     assert isinstance(t["broken"], RuntimeError) and "boom" in str(t["broken"])
     assert 5 <= t["steady"].n < 40  # converged: left the group early
     assert t["noisy"].n == 40  # never converges: max_reps
     group = {"fast": clock.call(0.001), "slow": clock.call(1.0)}
-    t = measure_side_by_side(group, clock=clock, warmup_s=0, min_reps=5, budget_s=0.5,
-                             rounds=250)  # fmt: skip
+    t = measure_side_by_side(group, clock=clock, warmup_s=0, min_reps=5, budget_s=0.5, rounds=250)
     assert t["slow"].n == 5  # min_reps beats the budget
     assert t["fast"].n >= 5  # past the budget too: it stops once it has min_reps
 
@@ -210,11 +218,14 @@ def test_side_by_side_spreads_every_call_over_the_whole_window():
 
     clock = SlowPhaseMachine(0.6, float("inf"))  # 20 rounds of 2 x (1 + 30) ms: 1.24 s
     group = {"fast": clock.call(0.001), "slow": clock.call(0.030)}
-    t = measure_side_by_side(group, clock=clock, warmup_s=0, min_reps=5, max_reps=40,
-                             budget_s=100, rounds=20)  # fmt: skip
+    t = measure_side_by_side(
+        group, clock=clock, warmup_s=0, min_reps=5, max_reps=40, budget_s=100, rounds=20
+    )
     assert t["fast"].n == t["slow"].n == 40
-    slowed = {name: sum(s > base * 1.5e3 for s in t[name].samples_ms)
-              for name, base in (("fast", 0.001), ("slow", 0.030))}  # fmt: skip
+    slowed = {
+        name: sum(s > base * 1.5e3 for s in t[name].samples_ms)
+        for name, base in (("fast", 0.001), ("slow", 0.030))
+    }
     assert slowed["fast"] >= 18 and abs(slowed["fast"] - slowed["slow"]) <= 2  # about half
     with pytest.raises(ValueError, match="rounds"):
         measure_side_by_side(group, clock=clock, rounds=0)
@@ -242,12 +253,14 @@ def test_one_timing_method_per_side_by_side_group(monkeypatch):
         return 1.0
 
     cuda = torch.device("cuda")
-    group = timing._prepare_group({"fast": fast, "slow": slow}, cuda, 0.0, GRAPH_BELOW_MS,
-                                  FakeClock([]))  # fmt: skip
+    group = timing._prepare_group(
+        {"fast": fast, "slow": slow}, cuda, 0.0, GRAPH_BELOW_MS, FakeClock([])
+    )
     assert {name: p[0] for name, p in group.items()} == {"fast": "cuda_graph", "slow": "cuda_graph"}
     capturable.discard("slow")  # one call cannot be captured: the whole group keeps events
-    group = timing._prepare_group({"fast": fast, "slow": slow}, cuda, 0.0, GRAPH_BELOW_MS,
-                                  FakeClock([]))  # fmt: skip
+    group = timing._prepare_group(
+        {"fast": fast, "slow": slow}, cuda, 0.0, GRAPH_BELOW_MS, FakeClock([])
+    )
     assert {name: p[0] for name, p in group.items()} == {"fast": "events", "slow": "events"}
     group = timing._prepare_group({"slow": slow}, cuda, 0.0, GRAPH_BELOW_MS, FakeClock([]))
     assert group["slow"][0] == "events"  # nothing under the threshold

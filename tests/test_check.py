@@ -30,11 +30,16 @@ def _table_case(impls, dtype_note=""):
         }
 
     return Case(
-        name="toy", level="encoder", build=build,
-        reference=lambda i: 2 * i["x"] + i["table"], impls=impls, baseline="good",
+        name="toy",
+        level="encoder",
+        build=build,
+        reference=lambda i: 2 * i["x"] + i["table"],
+        impls=impls,
+        baseline="good",
         cost=lambda p, dtype, mode: Cost(8 * p.batch * p.seq_len, p.batch * p.seq_len),
-        grad_inputs=("x", "table"), batched=("x",),
-    )  # fmt: skip
+        grad_inputs=("x", "table"),
+        batched=("x",),
+    )
 
 
 GOOD = Impl(lambda i: lambda: 2 * i["x"] + i["table"])
@@ -60,8 +65,9 @@ def test_a_wrong_gradient_is_never_timed(tmp_path, monkeypatch):
 def test_a_table_without_its_gradient_is_wrong(tmp_path, monkeypatch):
     """Tables are grad inputs too: an implementation that detaches one fails the check."""
     detached = Impl(lambda i: lambda: 2 * i["x"] + i["table"].detach())
-    rows = _by(_run(tmp_path, _table_case({"good": GOOD, "detached": detached}), monkeypatch,
-                    modes=MODES))  # fmt: skip
+    rows = _by(
+        _run(tmp_path, _table_case({"good": GOOD, "detached": detached}), monkeypatch, modes=MODES)
+    )
     assert rows[("detached", "forward")]["status"] == "ok"
     assert rows[("detached", "backward")]["status"] == "wrong"
     assert rows[("detached", "backward")]["message"] == "no gradient for table"
@@ -118,8 +124,9 @@ def test_bfloat16_is_held_to_the_reference_in_bfloat16(tmp_path, monkeypatch):
     from bench import runner
 
     monkeypatch.setitem(runner.CASES, "toy", case)
-    entry = config.Entry("toy", ("good", "off"), (Point(2, 64, 4, 2),), ("bfloat16",), ("cpu",),
-                         MODES)  # fmt: skip
+    entry = config.Entry(
+        "toy", ("good", "off"), (Point(2, 64, 4, 2),), ("bfloat16",), ("cpu",), MODES
+    )
     from tests.test_harness import FAST
 
     r = runner.Runner(config.Plan((entry,)), FAST, tmp_path, run_id="t", do_calibrate=False)
@@ -135,8 +142,10 @@ def test_bfloat16_is_held_to_the_reference_in_bfloat16(tmp_path, monkeypatch):
 
 
 def test_errors_are_relative_norms_and_zero_truths_are_absolute():
-    truth = check.Truth(outputs=(torch.tensor([[3.0, 4.0]], dtype=torch.float64),),
-                        grads={"b": torch.zeros(3, dtype=torch.float64)})  # fmt: skip
+    truth = check.Truth(
+        outputs=(torch.tensor([[3.0, 4.0]], dtype=torch.float64),),
+        grads={"b": torch.zeros(3, dtype=torch.float64)},
+    )
     got = torch.tensor([[3.0, 4.5]])
     errs = check.measure_errors(got, truth, {"b": torch.full((3,), 1e-6)}, None, ())
     assert errs.rel["out0"] == pytest.approx(0.5 / 5.0)
@@ -159,16 +168,26 @@ def test_what_a_kernel_warns_during_the_check_is_in_its_row(tmp_path, monkeypatc
 
     def warning(i):
         def call():
-            warnings.warn_explicit("relative_attention: fwd_tiles (128, 64, 8, 3) do not fit "
-                                   "this GPU; ran with (32, 32, 4, 1)", UserWarning,
-                                   filename="/x/kernels/relbias.py", lineno=1)  # fmt: skip
+            warnings.warn_explicit(
+                "relative_attention: fwd_tiles (128, 64, 8, 3) do not fit "
+                "this GPU; ran with (32, 32, 4, 1)",
+                UserWarning,
+                filename="/x/kernels/relbias.py",
+                lineno=1,
+            )
             warnings.warn("a notice from torch itself", UserWarning, stacklevel=1)
             return 2 * i["x"] + i["table"]
 
         return call
 
-    rows = _by(_run(tmp_path, _table_case({"good": GOOD, "warns": Impl(warning)}), monkeypatch,
-                    modes=MODES[:1]))  # fmt: skip
+    rows = _by(
+        _run(
+            tmp_path,
+            _table_case({"good": GOOD, "warns": Impl(warning)}),
+            monkeypatch,
+            modes=MODES[:1],
+        )
+    )
     message = rows[("warns", "forward")]["message"]
     assert "ran with (32, 32, 4, 1)" in message and "torch itself" not in message
     assert rows[("warns", "forward")]["status"] == "ok"
@@ -189,5 +208,4 @@ def test_a_truth_that_does_not_fit_is_skipped_and_said_not_blamed_on_the_impls(
     for mode in MODES[::2]:
         row = rows[("good", mode)]
         assert row["status"] == "ok" and float(row["p50_ms"]) > 0
-        assert row["message"].startswith("not checked: the float64 truth failed: "
-                                         "OutOfMemoryError")  # fmt: skip
+        assert row["message"].startswith("not checked: the float64 truth failed: OutOfMemoryError")

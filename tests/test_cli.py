@@ -13,18 +13,30 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
-    "cases=[sinusoidal,rope]", "impls=[reference,seed]", "d_model=16", "num_heads=2",
-    "seq_len=8", "mode=[forward]", "timing.warmup_s=0", "timing.min_reps=2",
-    "timing.max_reps=2", "timing.budget_s=0", "calibrate=false",
-]  # fmt: skip
+    "cases=[sinusoidal,rope]",
+    "impls=[reference,seed]",
+    "d_model=16",
+    "num_heads=2",
+    "seq_len=8",
+    "mode=[forward]",
+    "timing.warmup_s=0",
+    "timing.min_reps=2",
+    "timing.max_reps=2",
+    "timing.budget_s=0",
+    "calibrate=false",
+]
 
 
 def _bench(*args, cwd=ROOT):
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
     return subprocess.run(
-        [sys.executable, "-m", "bench", *args], cwd=cwd, env=env, capture_output=True, text=True,
+        [sys.executable, "-m", "bench", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=300,
-    )  # fmt: skip
+    )
 
 
 def _rows(path: Path) -> list[dict]:
@@ -81,8 +93,12 @@ def test_invalid_override_fails_before_anything_runs(tmp_path, override, key):
 def test_multirun_is_aggregated_at_its_end(tmp_path, launcher):
     sweep = tmp_path / "sweep"
     proc = _bench(
-        "-m", *TINY, "batch=1,2", f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep}",
-    )  # fmt: skip
+        "-m",
+        *TINY,
+        "batch=1,2",
+        f"hydra/launcher={launcher}",
+        f"hydra.sweep.dir={sweep}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = sorted(p.parent.name for p in sweep.rglob("results.csv"))
     assert len(jobs) == 2
@@ -93,8 +109,14 @@ def test_multirun_is_aggregated_at_its_end(tmp_path, launcher):
 
 def test_profile_writes_a_trace_and_top_operators(tmp_path):
     out = tmp_path / "prof"
-    proc = _bench(*TINY, "batch=1", "profile=true", "cases=[rope]", "impls=[reference]",
-                  f"hydra.run.dir={out}")  # fmt: skip
+    proc = _bench(
+        *TINY,
+        "batch=1",
+        "profile=true",
+        "cases=[rope]",
+        "impls=[reference]",
+        f"hydra.run.dir={out}",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (out / "trace_reference.json").stat().st_size > 0
     assert "aten::" in (out / "top_ops.md").read_text()
@@ -103,8 +125,16 @@ def test_profile_writes_a_trace_and_top_operators(tmp_path):
 def test_profile_without_impls_takes_the_baseline_and_the_kernel_not_the_first_listed(tmp_path):
     """The default sweep lists the tutorial's code (seed) first."""
     out = tmp_path / "prof"
-    proc = _bench("profile=true", "cases=[rope]", "batch=1", "seq_len=8", "d_model=16",
-                  "num_heads=2", "mode=forward", f"hydra.run.dir={out}")  # fmt: skip
+    proc = _bench(
+        "profile=true",
+        "cases=[rope]",
+        "batch=1",
+        "seq_len=8",
+        "d_model=16",
+        "num_heads=2",
+        "mode=forward",
+        f"hydra.run.dir={out}",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     traces = sorted(p.name for p in out.glob("trace_*.json"))
     assert traces == ["trace_reference.json", "trace_triton.json"]  # triton: the interpreter
@@ -116,27 +146,46 @@ def test_profile_without_impls_takes_the_baseline_and_the_kernel_not_the_first_l
     [
         (("device=cuda",), "CUDA is not available on this machine, so nothing would run"),
         (("sweep=gpu",), "CUDA is not available on this machine, so nothing would run"),
-        (("d_model=36", "num_heads=4", "cases=[rope]"), "rope applies at none of its points: "
-                                                        "head_dim=9 is odd"),
+        (
+            ("d_model=36", "num_heads=4", "cases=[rope]"),
+            "rope applies at none of its points: head_dim=9 is odd",
+        ),
         (("cases=[rope]", "impls=[triton]"), "runs on cuda only; on a CPU, TRITON_INTERPRET=1"),
     ],
-)  # fmt: skip
+)
 def test_a_plan_with_nothing_to_run_here_is_a_configuration_error(tmp_path, args, says):
     if torch.cuda.is_available():
         pytest.skip("on a GPU box these plans run")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-m", "bench", *args, "timing.budget_s=0",
-                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            *args,
+            "timing.budget_s=0",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]
     assert says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize(("arg", "says"), [("sweep=quik", "did you mean quick?"),
-                                           ("dtype=bfloat61", "did you mean bfloat16?"),
-                                           ("fwd_tiles=7x7x4x2", "fwd_tiles: block_m must be"),
-                                           ("timing.threads=0", "timing.threads")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("arg", "says"),
+    [
+        ("sweep=quik", "did you mean quick?"),
+        ("dtype=bfloat61", "did you mean bfloat16?"),
+        ("fwd_tiles=7x7x4x2", "fwd_tiles: block_m must be"),
+        ("timing.threads=0", "timing.threads"),
+    ],
+)
 def test_a_bad_value_is_one_line_and_exit_2(tmp_path, arg, says):
     proc = _bench(*TINY, arg, f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2 and says in proc.stderr, proc.stderr[-2000:]
@@ -160,9 +209,18 @@ def test_a_run_directory_is_never_overwritten_nor_written_where_it_cannot_be(tmp
 def test_a_case_without_some_default_implementations_runs(tmp_path):
     """The default sweep lists sdpa, which rope lacks: rope's own implementations run."""
     out = tmp_path / "rope"
-    proc = _bench("cases=[rope]", "batch=1", "seq_len=8", "d_model=16", "num_heads=2",
-                  "mode=forward", "timing.budget_s=0", "timing.warmup_s=0", "calibrate=false",
-                  f"hydra.run.dir={out}")  # fmt: skip
+    proc = _bench(
+        "cases=[rope]",
+        "batch=1",
+        "seq_len=8",
+        "d_model=16",
+        "num_heads=2",
+        "mode=forward",
+        "timing.budget_s=0",
+        "timing.warmup_s=0",
+        "calibrate=false",
+        f"hydra.run.dir={out}",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert {r["impl"] for r in _rows(out / "results.csv")} >= {"reference", "seed"}
 
@@ -177,8 +235,15 @@ def test_a_key_typo_names_the_nearest_key(tmp_path, typo):
 def test_help_lists_cases_implementations_and_sweeps():
     proc = _bench("--help")
     assert proc.returncode == 0
-    for name in ("rope_attention", "sdpa_nobias", "seed_5_2", "gpu_tiles", "timing.passes",
-                 "rope_scaling", "fwd_tiles"):  # fmt: skip
+    for name in (
+        "rope_attention",
+        "sdpa_nobias",
+        "seed_5_2",
+        "gpu_tiles",
+        "timing.passes",
+        "rope_scaling",
+        "fwd_tiles",
+    ):
         assert name in proc.stdout, name
     assert "H100/H200." in proc.stdout  # sweep=gpu's whole first sentence, not cut at a colon
 
@@ -221,12 +286,25 @@ def test_ctrl_c_keeps_the_rows_and_says_how_to_resume(tmp_path):
     import time
 
     out = tmp_path / "stop"
-    slow = ["timing.budget_s=0.3", "seq_len=[8,16,32,64,128,256]", "batch=1",
-            "cases=[sinusoidal]", "impls=[reference]", "mode=forward", "calibrate=false",
-            f"hydra.run.dir={out}"]  # fmt: skip
+    slow = [
+        "timing.budget_s=0.3",
+        "seq_len=[8,16,32,64,128,256]",
+        "batch=1",
+        "cases=[sinusoidal]",
+        "impls=[reference]",
+        "mode=forward",
+        "calibrate=false",
+        f"hydra.run.dir={out}",
+    ]
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "bench", *slow], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", *slow],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for line in proc.stdout:  # wait for the first row
         if line.startswith("[1/"):
             break
@@ -263,9 +341,16 @@ def test_kernel_launches_are_read_from_a_trace(tmp_path):
     """The GPU part of the profile, on a synthetic trace (no GPU here): grids, blocks, registers."""
     from bench.profile import kernel_launches
 
-    launch = {"cat": "kernel", "name": "_rope_kernel",
-              "args": {"grid": [4096, 1, 1], "block": [128, 1, 1], "registers per thread": 40,
-                       "shared memory": 0}}  # fmt: skip
+    launch = {
+        "cat": "kernel",
+        "name": "_rope_kernel",
+        "args": {
+            "grid": [4096, 1, 1],
+            "block": [128, 1, 1],
+            "registers per thread": 40,
+            "shared memory": 0,
+        },
+    }
     trace = {"traceEvents": [launch, launch, {"cat": "cpu_op", "name": "aten::add", "args": {}}]}
     (tmp_path / "trace.json").write_text(json.dumps(trace))
     text = kernel_launches(tmp_path / "trace.json")

@@ -15,26 +15,30 @@ from bench.runner import Runner
 
 linux = pytest.mark.skipif(machine.snapshot() is None, reason="reads /proc/stat")
 # long enough a window for /proc/stat's 10 ms ticks: 0.6 s of samples per implementation
-TIMING = TimingConfig(warmup_s=0.0, min_reps=50, max_reps=100000, budget_s=0.6, rel_ci=None,
-                      threads=1)  # fmt: skip
+TIMING = TimingConfig(
+    warmup_s=0.0, min_reps=50, max_reps=100000, budget_s=0.6, rel_ci=None, threads=1
+)
 
 
 def _case():
     return Case(
-        name="toy", level="encoder",
+        name="toy",
+        level="encoder",
         build=lambda p, device, dtype: {"x": torch.randn(p.batch, p.seq_len, device=device)},
         reference=lambda inputs: 2 * inputs["x"].double(),
         impls={"a": Impl(lambda i: lambda: 2 * i["x"]), "b": Impl(lambda i: lambda: i["x"] * 2)},
-        baseline="a", cost=lambda p, dtype, mode: Cost(8 * p.batch * p.seq_len, p.seq_len),
-    )  # fmt: skip
+        baseline="a",
+        cost=lambda p, dtype, mode: Cost(8 * p.batch * p.seq_len, p.seq_len),
+    )
 
 
 def _rows(tmp_path, monkeypatch, capsys=None):
     from bench import runner
 
     monkeypatch.setitem(runner.CASES, "toy", _case())
-    plan = Plan((Entry("toy", ("a", "b"), (Point(2, 64, 4, 2),), ("float32",), ("cpu",),
-                       ("forward",)),))  # fmt: skip
+    plan = Plan(
+        (Entry("toy", ("a", "b"), (Point(2, 64, 4, 2),), ("float32",), ("cpu",), ("forward",)),)
+    )
     Runner(plan, TIMING, tmp_path, run_id="t", do_calibrate=False).run()
     with open(tmp_path / "results.csv") as f:
         return list(csv.DictReader(f))
@@ -50,8 +54,9 @@ def neighbour():
 
 
 @linux
-def test_rows_timed_beside_a_busy_neighbour_are_marked_contended(tmp_path, monkeypatch,
-                                                                   neighbour, capsys):  # fmt: skip
+def test_rows_timed_beside_a_busy_neighbour_are_marked_contended(
+    tmp_path, monkeypatch, neighbour, capsys
+):
     rows = _rows(tmp_path, monkeypatch)
     assert {r["status"] for r in rows} == {"ok"}
     for r in rows:
@@ -81,8 +86,17 @@ def test_others_cores_counts_the_machines_busy_time_less_this_processes():
     assert machine.others_cores(None, b) is None
 
 
-@pytest.mark.parametrize(("cores", "others", "threads"),
-                         [(1, 0.0, 1), (2, 0.0, 1), (16, 0.0, 15), (16, 1.1, 14), (16, 0.2, 15),
-                          (2, 1.0, 1), (4, 3.5, 1)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("cores", "others", "threads"),
+    [
+        (1, 0.0, 1),
+        (2, 0.0, 1),
+        (16, 0.0, 15),
+        (16, 1.1, 14),
+        (16, 0.2, 15),
+        (2, 1.0, 1),
+        (4, 3.5, 1),
+    ],
+)
 def test_auto_threads_leave_a_core_and_those_others_use(cores, others, threads):
     assert machine.auto_threads(cores, others) == threads

@@ -11,8 +11,9 @@ from bench.registry import Case, Cost, Impl, Point
 from bench.runner import Runner
 
 RATES = {"calib_copy_gbps": 1e-6, "calib_matmul_tflops": 1.0}  # 1 kB/s: a 8 kB row is 8 s
-TIMING = TimingConfig(warmup_s=0.0, min_reps=3, max_reps=3, budget_s=0.0, rel_ci=None,
-                      copy_ref=False, threads=1)  # fmt: skip
+TIMING = TimingConfig(
+    warmup_s=0.0, min_reps=3, max_reps=3, budget_s=0.0, rel_ci=None, copy_ref=False, threads=1
+)
 
 
 def _cost(p, dtype, mode):
@@ -38,11 +39,14 @@ def _case(clock):
         return call
 
     return Case(
-        name="toy", level="encoder",
+        name="toy",
+        level="encoder",
         build=lambda p, device, dtype: {"x": torch.randn(p.batch, p.seq_len), "point": p},
         reference=lambda inputs: 2 * inputs["x"].double(),
-        impls={"a": Impl(make), "b": Impl(make)}, baseline="a", cost=_cost,
-    )  # fmt: skip
+        impls={"a": Impl(make), "b": Impl(make)},
+        baseline="a",
+        cost=_cost,
+    )
 
 
 def _seconds(text):

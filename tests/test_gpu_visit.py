@@ -32,8 +32,17 @@ def _visit(tmp_path, *args, audit=None):
     if audit is None:
         audit = tmp_path / "audit.py"
         audit.write_text(FAKE_AUDIT)
-    cmd = [sys.executable, "-m", "bench.visit", "--smoke", "--out", str(out),
-           "--audit", str(audit), *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.visit",
+        "--smoke",
+        "--out",
+        str(out),
+        "--audit",
+        str(audit),
+        *args,
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with tarfile.open(out / "results.tgz") as tar:
@@ -52,8 +61,13 @@ def test_smoke_visit_runs_every_part_in_order_into_one_archive(tmp_path):
     assert re.search(r"test_rope\.py::.+ PASSED", (out / "visit.log").read_text())
     core = pd.read_csv(res / "sweep-gpu" / "results.csv")
     triton = core[core["impl"] == "triton"]
-    assert set(triton["case"]) == {"rope", "alibi_attention", "t5_attention",
-                                   "shaw_bias_attention", "shaw_kv_attention"}  # fmt: skip
+    assert set(triton["case"]) == {
+        "rope",
+        "alibi_attention",
+        "t5_attention",
+        "shaw_bias_attention",
+        "shaw_kv_attention",
+    }
     assert set(triton["status"]) == {"ok"}
     assert not set(core["impl"]) & {"compiled", "flex"}  # those come after the audit
     flex = pd.read_csv(res / "sweep-flex" / "results.csv")
@@ -80,8 +94,9 @@ def _compiling(code: str) -> str:
     """Runs code in a process with Triton's JIT (the estimate records launches that the
     interpreter, on in this session, would run)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -89,9 +104,11 @@ def _compiling(code: str) -> str:
 @pytest.fixture(scope="module")
 def plan():
     """(the estimates' Markdown table, {part: (limit, estimate)})."""
-    out = _compiling("import json; from bench.visit import estimate as e; rows = e.estimates(); "
-                     "print(e.markdown(rows)); print('JSON', json.dumps({r.part.name: "
-                     "[r.part.limit_s, r.seconds] for r in rows}))")  # fmt: skip
+    out = _compiling(
+        "import json; from bench.visit import estimate as e; rows = e.estimates(); "
+        "print(e.markdown(rows)); print('JSON', json.dumps({r.part.name: "
+        "[r.part.limit_s, r.seconds] for r in rows}))"
+    )
     table, _, numbers = out.rpartition("JSON ")
     return table.rstrip(), json.loads(numbers)
 
@@ -109,12 +126,18 @@ def test_every_limit_covers_its_estimate_and_the_parts_fit_the_budget(plan):
 def test_the_sweep_estimate_counts_the_kernels_the_plan_launches():
     """sweep=gpu's Triton rows: 4 bias families x causal or not x (forward, dq, dk/dv), and
     RoPE's forward and backward (the layouts and lengths share a specialization)."""
-    out = _compiling("from bench.visit import estimate; from bench.visit.parts import PARTS; "
-                     "from bench.gpu_compile import plan_launches; "
-                     "part = next(p for p in PARTS if p.name == 'sweep'); "
-                     "print(plan_launches(estimate.plan_of(part.argv)[0]))")  # fmt: skip
-    assert eval(out) == {"_relbias_fwd_kernel": 8, "_relbias_bwd_dq_kernel": 8,
-                         "_relbias_bwd_dkdv_kernel": 8, "_rope_kernel": 2}  # fmt: skip
+    out = _compiling(
+        "from bench.visit import estimate; from bench.visit.parts import PARTS; "
+        "from bench.gpu_compile import plan_launches; "
+        "part = next(p for p in PARTS if p.name == 'sweep'); "
+        "print(plan_launches(estimate.plan_of(part.argv)[0]))"
+    )
+    assert eval(out) == {
+        "_relbias_fwd_kernel": 8,
+        "_relbias_bwd_dq_kernel": 8,
+        "_relbias_bwd_dkdv_kernel": 8,
+        "_rope_kernel": 2,
+    }
 
 
 def test_docs_show_the_estimates_table(plan):

@@ -62,8 +62,17 @@ def test_plan_is_the_product_of_the_axes():
 def test_knobs_cross_only_the_cases_that_declare_them():
     """layout and num_kv_heads are rope's knobs: rope gets 2 x 2 points per shape, sinusoidal
     one; each point's knobs end in the params column."""
-    plan = make_plan(_cfg(cases=["rope", "sinusoidal"], d_model=32, num_heads=4, batch=1,
-                          seq_len=8, layout=["bshd", "bhsd"], num_kv_heads=[None, 2]))  # fmt: skip
+    plan = make_plan(
+        _cfg(
+            cases=["rope", "sinusoidal"],
+            d_model=32,
+            num_heads=4,
+            batch=1,
+            seq_len=8,
+            layout=["bshd", "bhsd"],
+            num_kv_heads=[None, 2],
+        )
+    )
     by = {e.case: e for e in plan.entries}
     assert len(by["rope"].points) == 4 and len(by["sinusoidal"].points) == 1
     assert {p.params(("layout", "num_kv_heads")) for p in by["rope"].points} == {
@@ -87,8 +96,9 @@ def test_grids_union_their_products_and_the_top_level_filters_them():
     ]
     assert plan.entries[1].impls == ("reference", "sdpa")
     assert plan.entries[2].impls == ("reference",)  # rope has no sdpa
-    only = make_plan(_cfg(grids=grids, batch=1, d_model=32, num_heads=4, cases=["rope"],
-                          impls=["reference"]))  # fmt: skip
+    only = make_plan(
+        _cfg(grids=grids, batch=1, d_model=32, num_heads=4, cases=["rope"], impls=["reference"])
+    )
     assert [(e.case, e.impls) for e in only.entries] == [("rope", ("reference",))] * 2
     with pytest.raises(ValueError, match=r"grids\[1\]\.seq_len"):
         make_plan(_cfg(grids=[{}, {"seq_len": 0}]))
@@ -97,9 +107,21 @@ def test_grids_union_their_products_and_the_top_level_filters_them():
 
 
 def test_smoke_shrinks_every_point_and_keeps_the_heads():
-    plan = make_plan(_cfg(grids=[{"cases": ["rope"], "batch": 8, "seq_len": 4096,
-                                  "d_model": 4096, "num_heads": 32, "num_kv_heads": 8}],
-                          smoke=True))  # fmt: skip
+    plan = make_plan(
+        _cfg(
+            grids=[
+                {
+                    "cases": ["rope"],
+                    "batch": 8,
+                    "seq_len": 4096,
+                    "d_model": 4096,
+                    "num_heads": 32,
+                    "num_kv_heads": 8,
+                }
+            ],
+            smoke=True,
+        )
+    )
     (point,) = plan.entries[0].points
     assert (point.batch, point.seq_len, point.head_dim, point.num_heads, point.kv_heads) == (
         1,
@@ -134,8 +156,14 @@ def _run(tmp_path, case, monkeypatch, *, resume=False, points=ONE_POINT, modes=N
     from bench import config, runner
 
     monkeypatch.setitem(runner.CASES, "toy", case)
-    entry = config.Entry("toy", tuple(case.impls), points, ("float32",), ("cpu",),
-                         modes or ("forward", "forward+backward"))  # fmt: skip
+    entry = config.Entry(
+        "toy",
+        tuple(case.impls),
+        points,
+        ("float32",),
+        ("cpu",),
+        modes or ("forward", "forward+backward"),
+    )
     plan = config.Plan((entry,))
     r = Runner(plan, timing, tmp_path, run_id="t", resume=resume, do_calibrate=False)
     r.run()
@@ -206,8 +234,10 @@ def test_implementations_of_a_point_are_timed_side_by_side(tmp_path, monkeypatch
         "flaky": Impl(fails_when_timed),
     }
     modes = ("forward", "forward+backward", "backward")
-    rows = {(r["impl"], r["mode"]): r for r in _run(tmp_path, _toy_case(impls), monkeypatch,
-                                                    modes=modes)}  # fmt: skip
+    rows = {
+        (r["impl"], r["mode"]): r
+        for r in _run(tmp_path, _toy_case(impls), monkeypatch, modes=modes)
+    }
     # flaky fails the gate the 2nd time; the same-size copy joins every group
     assert groups[:2] == [["(copy)", "fast", "flaky", "good"], ["(copy)", "fast", "good"]]
     assert groups[2:] == [["(copy)", "good"], ["(copy)", "fast"]]  # backward: one at a time
@@ -253,8 +283,9 @@ def test_passes_pool_each_rows_samples_over_the_whole_run(tmp_path, monkeypatch)
     seen = []
 
     def fake(fns, device, **kwargs):  # pass k (1, 2, 3) times every call at 10 * k ms
-        seen.append((sorted(fns), round(kwargs["budget_s"], 9), kwargs["max_reps"],
-                     kwargs["min_reps"]))  # fmt: skip
+        seen.append(
+            (sorted(fns), round(kwargs["budget_s"], 9), kwargs["max_reps"], kwargs["min_reps"])
+        )
         k = (len(seen) + 1) // 2  # two groups (modes) per pass
         return {name: runner.Timing((10.0 * k,) * 2) for name in fns}
 
@@ -271,7 +302,8 @@ def test_passes_pool_each_rows_samples_over_the_whole_run(tmp_path, monkeypatch)
     assert [s[0] for s in seen] == [["(copy)", "good"]] * 6  # 2 modes x 3 passes
     assert {s[1:] for s in seen} == {(0.3, 4, 2)}  # a third, rounded up
     assert sorted((r["impl"], r["mode"]) for r in rows) == sorted(
-        (i, m) for i in ("good", "bad") for m in ("forward", "forward+backward"))  # fmt: skip
+        (i, m) for i in ("good", "bad") for m in ("forward", "forward+backward")
+    )
     for r in rows:
         if r["impl"] == "bad":
             assert r["status"] == "wrong"
@@ -309,8 +341,7 @@ def test_an_interrupted_multi_pass_run_resumes_at_its_next_pass(tmp_path, monkey
     with pytest.raises(FileExistsError, match="resume"):
         _run(tmp_path, case, monkeypatch, timing=timing)
     with pytest.raises(ValueError, match="timing.passes=3"):
-        _run(tmp_path, case, monkeypatch, timing=dataclasses.replace(timing, passes=2),
-             resume=True)  # fmt: skip
+        _run(tmp_path, case, monkeypatch, timing=dataclasses.replace(timing, passes=2), resume=True)
     calls.update(n=10, stop_at=0)
     rows = _run(tmp_path, case, monkeypatch, timing=timing, resume=True)
     assert calls["n"] == 14  # passes 2 and 3: two groups each
@@ -369,12 +400,22 @@ def test_reserved_memory_is_a_cuda_column():
 
 def test_an_axis_pinned_on_the_command_line_wins_over_the_grids():
     grids = [{"cases": ["rope"], "seq_len": [8, 16], "batch": 2}]
-    plan = make_plan(_cfg(grids=grids, seq_len=32, d_model=32, num_heads=4),
-                     pinned=frozenset({"seq_len"}))  # fmt: skip
+    plan = make_plan(
+        _cfg(grids=grids, seq_len=32, d_model=32, num_heads=4), pinned=frozenset({"seq_len"})
+    )
     assert {(p.batch, p.seq_len) for p in plan.entries[0].points} == {(2, 32)}
     overlapping = [{"cases": ["rope"], "seq_len": [8, 16]}, {"cases": ["rope"], "seq_len": 16}]
-    plan = make_plan(_cfg(grids=overlapping, batch=1, d_model=32, num_heads=4, device="cpu",
-                          impls=["reference"], mode="forward"))  # fmt: skip
+    plan = make_plan(
+        _cfg(
+            grids=overlapping,
+            batch=1,
+            d_model=32,
+            num_heads=4,
+            device="cpu",
+            impls=["reference"],
+            mode="forward",
+        )
+    )
     assert plan.rows() == 2  # the point both grids list counts once
 
 
@@ -446,15 +487,18 @@ def test_eager_calls_and_truths_that_would_not_fit_are_not_run(tmp_path, monkeyp
 
     case = dataclasses.replace(
         _toy_case({"good": Impl(lambda i: lambda: 2 * i["x"]), "eager": Impl(eager, holds=4)}),
-        level="attention", truth_holds=4,
-    )  # fmt: skip
+        level="attention",
+        truth_holds=4,
+    )
     big = (Point(2, 1024, 8, 4),)  # (2, 4, 1024, 1024) float32: 32 MiB a tensor
     rows = {r["impl"]: r for r in _run(tmp_path, case, monkeypatch, points=big, modes=("forward",))}
     assert rows["eager"]["status"] == "skipped" and calls["eager"] == 0
     assert "needs ~0.1 GiB; 0.0 GiB available" in rows["eager"]["message"]
     assert rows["good"]["status"] == "ok"
-    assert "not checked" in rows["good"]["message"] and "float64 truth needs" in rows["good"][
-        "message"]  # fmt: skip
+    assert (
+        "not checked" in rows["good"]["message"]
+        and "float64 truth needs" in rows["good"]["message"]
+    )
 
 
 def test_a_top_level_value_is_named_as_the_user_wrote_it():
@@ -462,8 +506,11 @@ def test_a_top_level_value_is_named_as_the_user_wrote_it():
     grids[0].seq_len; a value the grid set keeps its grid's name."""
     grids = [{"cases": ["rope"], "seq_len": [8, 16]}]
     with pytest.raises(ValueError, match=r"^seq_len: every value"):
-        make_plan(_cfg(grids=grids, seq_len=[-1], batch=1, d_model=16, num_heads=2),
-                  frozenset({"seq_len"}))  # fmt: skip
+        make_plan(
+            _cfg(grids=grids, seq_len=[-1], batch=1, d_model=16, num_heads=2),
+            frozenset({"seq_len"}),
+        )
     with pytest.raises(ValueError, match=r"^grids\[0\]\.seq_len"):
-        make_plan(_cfg(grids=[{"cases": ["rope"], "seq_len": [-8]}], batch=1, d_model=16,
-                       num_heads=2))  # fmt: skip
+        make_plan(
+            _cfg(grids=[{"cases": ["rope"], "seq_len": [-8]}], batch=1, d_model=16, num_heads=2)
+        )

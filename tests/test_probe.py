@@ -79,11 +79,16 @@ class Oracle(nn.Module):
         return nn.functional.one_hot(want, self.vocab).float()
 
 
-@pytest.mark.parametrize(("name", "wrong", "accuracy"), [
-    ("copy", (), 1.0), ("copy", (40,), 0.0),  # one wrong token: the whole string wrong
-    ("reverse", (61,), 0.0), ("recall", (62,), 3 / 4),  # 4 queries, one wrong
-    ("lookback", (60,), 14 / 15),  # positions 49 .. 63 scored, one wrong
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "wrong", "accuracy"),
+    [
+        ("copy", (), 1.0),
+        ("copy", (40,), 0.0),  # one wrong token: the whole string wrong
+        ("reverse", (61,), 0.0),
+        ("recall", (62,), 3 / 4),  # 4 queries, one wrong
+        ("lookback", (60,), 14 / 15),  # positions 49 .. 63 scored, one wrong
+    ],
+)
 def test_exact_match_counts_an_answer_right_only_when_all_of_it_is(
     name, wrong, accuracy, monkeypatch
 ):
@@ -125,12 +130,20 @@ def _cell(**over) -> dict:
             check_examples=8,
         ),
     }
-    return {**cell, **over}  # fmt: skip
+    return {**cell, **over}
 
 
 def _numbers(rows):
-    return [(r["eval_scaling"], r["eval_len"], r.get("accuracy"), r.get("token_accuracy"),
-             r.get("train_loss")) for r in rows]  # fmt: skip
+    return [
+        (
+            r["eval_scaling"],
+            r["eval_len"],
+            r.get("accuracy"),
+            r.get("token_accuracy"),
+            r.get("train_loss"),
+        )
+        for r in rows
+    ]
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
@@ -157,8 +170,9 @@ def test_bos_lets_causal_attention_without_positions_tell_positions_apart():
     spread = {}
     for bos in (False, True):
         torch.manual_seed(0)
-        model = ProbeModel("nope", 16, d_model=16, num_heads=2, layers=1, train_len=12,
-                           max_len=12, bos=bos)  # fmt: skip
+        model = ProbeModel(
+            "nope", 16, d_model=16, num_heads=2, layers=1, train_len=12, max_len=12, bos=bos
+        )
         with torch.no_grad():
             out = model(tokens)
         assert out.shape == (2, 12, 16)
@@ -171,8 +185,9 @@ def test_training_stops_once_the_check_reaches_the_target_on_unseen_sequences(mo
 
     def fit(target: float) -> dict:
         torch.manual_seed(0)
-        model = ProbeModel("rope", task.vocab_size, d_model=32, num_heads=2, layers=1,
-                           train_len=16, max_len=16)  # fmt: skip
+        model = ProbeModel(
+            "rope", task.vocab_size, d_model=32, num_heads=2, layers=1, train_len=16, max_len=16
+        )
         cfg = TrainConfig(steps=400, batch=32, warmup=10, target=target, check_every=20)
         return train(model, task, cfg, seed=0)
 
@@ -181,8 +196,9 @@ def test_training_stops_once_the_check_reaches_the_target_on_unseen_sequences(mo
     assert full["steps"] == 400 and full["check_accuracy"] != full["check_accuracy"]  # nan
     drawn, sample = [], task.sample
     monkeypatch.setattr(task, "sample", lambda *a, **k: drawn.append(sample(*a, **k)) or drawn[-1])
-    model = ProbeModel("nope", task.vocab_size, d_model=16, num_heads=2, layers=1, train_len=16,
-                       max_len=16)  # fmt: skip
+    model = ProbeModel(
+        "nope", task.vocab_size, d_model=16, num_heads=2, layers=1, train_len=16, max_len=16
+    )
     evaluate(model, task, 16, 8, seed=0, check=True)
     evaluate(model, task, 16, 8, seed=0)
     assert not torch.equal(drawn[0].tokens, drawn[1].tokens)  # the check never sees the test
@@ -191,8 +207,16 @@ def test_training_stops_once_the_check_reaches_the_target_on_unseen_sequences(mo
 def _trained(encoding: str, causal: bool) -> float:
     task = make_task("lookback", 16, 16)
     torch.manual_seed(0)
-    model = ProbeModel(encoding, task.vocab_size, d_model=32, num_heads=2, layers=2,
-                       train_len=16, max_len=16, causal=causal)  # fmt: skip
+    model = ProbeModel(
+        encoding,
+        task.vocab_size,
+        d_model=32,
+        num_heads=2,
+        layers=2,
+        train_len=16,
+        max_len=16,
+        causal=causal,
+    )
     train(model, task, TrainConfig(steps=250, batch=32, lr=3e-3, warmup=25), seed=0)
     return evaluate(model, task, 16, examples=256, seed=0)["token_accuracy"]
 
@@ -224,14 +248,24 @@ def _probe(*args):
     import sys
 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "bench.probe", "probe=tiny", *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "bench.probe", "probe=tiny", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_probe_end_to_end_writes_rows_table_and_plot(tmp_path):
     out = tmp_path / "probe"
-    proc = _probe("encodings=[learnable,rope,t5]", "tasks=[lookback,reverse]",
-                  "rope_eval_scalings=[linear,dynamic]", f"hydra.run.dir={out}")  # fmt: skip
+    proc = _probe(
+        "encodings=[learnable,rope,t5]",
+        "tasks=[lookback,reverse]",
+        "rope_eval_scalings=[linear,dynamic]",
+        f"hydra.run.dir={out}",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = _rows(out / "probe.csv")
     # (learnable + t5 + rope x 3 schedules) x 2 tasks x 2 lengths x 1 seed
@@ -250,24 +284,37 @@ def test_a_resumed_probe_trains_only_what_is_missing(tmp_path):
     out = tmp_path / "probe"
     first = _probe("encodings=[alibi]", "tasks=[lookback]", f"hydra.run.dir={out}")
     assert first.returncode == 0, first.stderr[-2000:]
-    again = _probe("encodings=[alibi,nope]", "tasks=[lookback]", "resume=true",
-                   f"hydra.run.dir={out}")  # fmt: skip
+    again = _probe(
+        "encodings=[alibi,nope]", "tasks=[lookback]", "resume=true", f"hydra.run.dir={out}"
+    )
     assert again.returncode == 0, again.stderr[-2000:]
     assert "1 cells" in again.stdout
     rows = _rows(out / "probe.csv")
     assert sorted(r["encoding"] for r in rows) == ["alibi", "alibi", "nope", "nope"]
-    other = _probe("encodings=[alibi]", "tasks=[lookback]", "train.steps=7", "resume=true",
-                   f"hydra.run.dir={out}")  # fmt: skip
+    other = _probe(
+        "encodings=[alibi]",
+        "tasks=[lookback]",
+        "train.steps=7",
+        "resume=true",
+        f"hydra.run.dir={out}",
+    )
     assert other.returncode == 2 and "train" in other.stderr and "resume" in other.stderr
     assert len(_rows(out / "probe.csv")) == 4  # nothing mixed in
 
 
-@pytest.mark.parametrize(("override", "key"), [
-    ("encodings=[rope,xpos]", "encodings"), ("tasks=[sort]", "tasks"),
-    ("eval_factors=[0]", "eval_factors"), ("train.num_heads=3", "train.d_model"),
-    ("rope_eval_scalings=[ntk]", "rope_eval_scalings"), ("device=tpu", "device"),
-    ("train.target=1.5", "train.target"), ("train.check_every=0", "train.check_every"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("encodings=[rope,xpos]", "encodings"),
+        ("tasks=[sort]", "tasks"),
+        ("eval_factors=[0]", "eval_factors"),
+        ("train.num_heads=3", "train.d_model"),
+        ("rope_eval_scalings=[ntk]", "rope_eval_scalings"),
+        ("device=tpu", "device"),
+        ("train.target=1.5", "train.target"),
+        ("train.check_every=0", "train.check_every"),
+    ],
+)
 def test_a_bad_key_is_named_and_nothing_runs(tmp_path, override, key):
     out = tmp_path / "bad"
     proc = _probe(override, f"hydra.run.dir={out}")

@@ -15,8 +15,14 @@ def test_the_kernel_example_runs_as_written():
     assert blocks, "no python block in the README"
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}  # no TRITON_INTERPRET inherited
     for code in blocks:
-        proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
 
 

@@ -13,8 +13,20 @@ from bench import regress
 CASES = ("rope-forward", "sinusoidal-forward", "t5_attention-forward+backward")
 
 
-def _json(path, *, scale=1.0, slow=None, factor=1.0, suite="posenc-cpu-v2", drop=None, seed=0,
-          blocks=7, rounds=11, threads=1, hiccup=None):  # fmt: skip
+def _json(
+    path,
+    *,
+    scale=1.0,
+    slow=None,
+    factor=1.0,
+    suite="posenc-cpu-v2",
+    drop=None,
+    seed=0,
+    blocks=7,
+    rounds=11,
+    threads=1,
+    hiccup=None,
+):
     """Rounds ~ N(10 ms, 2%) per case, anchors ~ N(2 ms, 2%), calibrations ~ N(1 ms, 2%), all
     times `scale` (the machine's speed) and times 3 in block `hiccup` (a busy moment); the
     `slow` case takes `factor` times longer (its anchor does not)."""
@@ -27,19 +39,38 @@ def _json(path, *, scale=1.0, slow=None, factor=1.0, suite="posenc-cpu-v2", drop
     for block in range(blocks):
         speed = scale * (3 if block == hiccup else 1)
         for name in ("copy", "matmul"):
-            info = {"suite": suite, "case": name, "mode": "-", "kind": "calibration",
-                    "repeat": block, "threads": threads}  # fmt: skip
-            benches.append({"name": f"test_perf[r{block}-{name}]", "extra_info": info,
-                            "stats": {"data": times(1, speed)}})  # fmt: skip
+            info = {
+                "suite": suite,
+                "case": name,
+                "mode": "-",
+                "kind": "calibration",
+                "repeat": block,
+                "threads": threads,
+            }
+            benches.append(
+                {
+                    "name": f"test_perf[r{block}-{name}]",
+                    "extra_info": info,
+                    "stats": {"data": times(1, speed)},
+                }
+            )
         for key in CASES:
             if key == drop:
                 continue
             case, mode = key.split("-", 1)
             data = times(10 * (factor if key == slow else 1), speed)
-            info = {"suite": suite, "case": case, "mode": mode, "kind": "case", "repeat": block,
-                    "threads": threads, "anchor": times(2, speed)}  # fmt: skip
-            benches.append({"name": f"test_perf[r{block}-{key}]", "extra_info": info,
-                            "stats": {"data": data}})  # fmt: skip
+            info = {
+                "suite": suite,
+                "case": case,
+                "mode": mode,
+                "kind": "case",
+                "repeat": block,
+                "threads": threads,
+                "anchor": times(2, speed),
+            }
+            benches.append(
+                {"name": f"test_perf[r{block}-{key}]", "extra_info": info, "stats": {"data": data}}
+            )
     path.write_text(json.dumps({"machine_info": {"machine": "x86_64"}, "benchmarks": benches}))
     return path
 
@@ -83,15 +114,21 @@ def test_below_threshold_or_per_case_threshold_is_ok(tmp_path, capsys):
     assert code == 0
     code, _ = _run(tmp_path, capsys, "--threshold", "rope=0.4", slow="rope-forward", factor=1.3)
     assert code == 0
-    code, _ = _run(tmp_path, capsys, "--default-threshold", "0.1", slow="rope-forward",
-                   factor=1.15)  # fmt: skip
+    code, _ = _run(tmp_path, capsys, "--default-threshold", "0.1", slow="rope-forward", factor=1.15)
     assert code == 1
 
 
 def test_significance_is_required(tmp_path, capsys):
     """Fewer than 3 blocks: the test runs on pooled rounds; 2 rounds cannot be significant."""
-    code, out = _run(tmp_path, capsys, base={"blocks": 1, "rounds": 2}, blocks=1, rounds=2,
-                     slow="rope-forward", factor=1.5)  # fmt: skip
+    code, out = _run(
+        tmp_path,
+        capsys,
+        base={"blocks": 1, "rounds": 2},
+        blocks=1,
+        rounds=2,
+        slow="rope-forward",
+        factor=1.5,
+    )
     assert code == 0
     row = next(line for line in out.out.splitlines() if line.startswith("| rope-forward |"))
     assert "+50" in row and row.endswith("| ok |")

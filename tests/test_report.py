@@ -11,8 +11,12 @@ from tests.test_harness import _run, _toy_case
 
 
 def test_report_from_a_saved_run_and_a_merge(tmp_path, monkeypatch):
-    case = _toy_case({"good": Impl(lambda i: lambda: 2 * i["x"]), "slow": Impl(
-        lambda i: lambda: (2 * i["x"]).clone().mul(1.0))})  # fmt: skip
+    case = _toy_case(
+        {
+            "good": Impl(lambda i: lambda: 2 * i["x"]),
+            "slow": Impl(lambda i: lambda: (2 * i["x"]).clone().mul(1.0)),
+        }
+    )
     monkeypatch.setitem(report.CASES, "toy", case)
     run_a, run_b = tmp_path / "a", tmp_path / "b"
     run_a.mkdir()
@@ -47,11 +51,22 @@ def _write_run(path, slow, fast_ms=0.5):
 
     path.mkdir()
     shape = dict(batch=1, seq_len=8, d_model=4, num_heads=2)
-    rows = [dict(case="toy", impl=impl, mode="forward", device="cpu", device_name="cpu",
-                 dtype="float32", **shape, p50_ms=ms * slow, status="ok",
-                 pct_copy_bw=100 * 0.25 * slow / (ms * slow),  # its group's copy: 0.25 ms
-                 timestamp="2026-11-29T00:00:00")
-            for impl, ms in (("good", 1.0), ("fast", fast_ms))]  # fmt: skip
+    rows = [
+        dict(
+            case="toy",
+            impl=impl,
+            mode="forward",
+            device="cpu",
+            device_name="cpu",
+            dtype="float32",
+            **shape,
+            p50_ms=ms * slow,
+            status="ok",
+            pct_copy_bw=100 * 0.25 * slow / (ms * slow),  # its group's copy: 0.25 ms
+            timestamp="2026-11-29T00:00:00",
+        )
+        for impl, ms in (("good", 1.0), ("fast", fast_ms))
+    ]
     pd.DataFrame(rows).to_csv(path / "results.csv", index=False)
 
 
@@ -60,12 +75,16 @@ def test_report_states_how_well_the_medians_are_known(tmp_path):
     3 within 2%, 2 within 5%, 4.0% at the median row; rows of runs without the columns: none."""
     import pandas as pd
 
-    rows = [dict(p50_ms=10.0, p50_ci_lo_ms=lo, p50_ci_hi_ms=hi, status="ok")
-            for lo, hi in [(9.9, 10.05), (9.8, 10.4), (9.9, 11.0)]]  # fmt: skip
+    rows = [
+        dict(p50_ms=10.0, p50_ci_lo_ms=lo, p50_ci_hi_ms=hi, status="ok")
+        for lo, hi in [(9.9, 10.05), (9.8, 10.4), (9.9, 11.0)]
+    ]
     rows.append(dict(p50_ms=None, p50_ci_lo_ms=None, p50_ci_hi_ms=None, status="wrong"))
     (line,) = [x for x in report.precision(pd.DataFrame(rows)) if x]
-    assert ("within +-2% of it for 1 of 3 ok rows and within +-5% for 2; its larger "
-            "half-width is 4.0% at the median row") in line  # fmt: skip
+    assert (
+        "within +-2% of it for 1 of 3 ok rows and within +-5% for 2; its larger "
+        "half-width is 4.0% at the median row"
+    ) in line
     assert report.precision(pd.DataFrame([dict(p50_ms=1.0, status="ok")])) == []
 
 
@@ -173,12 +192,35 @@ def test_uncertain_and_contended_medians_are_marked(tmp_path, monkeypatch):
     processes held the CPU (here a row from before the contended column: its process got
     under half a core) with #, in the tables; hollow or hatched in the plots."""
     monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
-    rows = [dict(run_id="a", impl="good", p50_ms=1.0, p50_ci_lo_ms=0.99, p50_ci_hi_ms=1.01,
-                 cpu_util=1.0, timestamp="t"),
-            dict(run_id="a", impl="wide", p50_ms=2.0, p50_ci_lo_ms=1.5, p50_ci_hi_ms=2.1,
-                 cpu_util=1.0, timestamp="t"),
-            dict(run_id="a", impl="busy", p50_ms=3.0, p50_ci_lo_ms=2.99, p50_ci_hi_ms=3.01,
-                 cpu_util=0.3, timestamp="t")]  # fmt: skip
+    rows = [
+        dict(
+            run_id="a",
+            impl="good",
+            p50_ms=1.0,
+            p50_ci_lo_ms=0.99,
+            p50_ci_hi_ms=1.01,
+            cpu_util=1.0,
+            timestamp="t",
+        ),
+        dict(
+            run_id="a",
+            impl="wide",
+            p50_ms=2.0,
+            p50_ci_lo_ms=1.5,
+            p50_ci_hi_ms=2.1,
+            cpu_util=1.0,
+            timestamp="t",
+        ),
+        dict(
+            run_id="a",
+            impl="busy",
+            p50_ms=3.0,
+            p50_ci_lo_ms=2.99,
+            p50_ci_hi_ms=3.01,
+            cpu_util=0.3,
+            timestamp="t",
+        ),
+    ]
     _rows(tmp_path / "a", rows)
     report.build([tmp_path / "a"])
     text = (tmp_path / "a" / "report.md").read_text()
@@ -187,9 +229,20 @@ def test_uncertain_and_contended_medians_are_marked(tmp_path, monkeypatch):
 
 
 def _marked_rows(**extra):
-    base = dict(run_id="a", case="toy", device="cpu", device_name="cpu", dtype="float32",
-                batch=1, seq_len=8, d_model=4, num_heads=2, params="{}", status="ok",
-                timestamp="t")  # fmt: skip
+    base = dict(
+        run_id="a",
+        case="toy",
+        device="cpu",
+        device_name="cpu",
+        dtype="float32",
+        batch=1,
+        seq_len=8,
+        d_model=4,
+        num_heads=2,
+        params="{}",
+        status="ok",
+        timestamp="t",
+    )
     return [dict(base, **row) for row in extra["rows"]]
 
 
@@ -197,15 +250,17 @@ def test_figures_past_a_ceiling_or_out_of_order_are_suspect_not_results(tmp_path
     """Faster than the copy timed beside it, past the run's matmul rate, or forward+backward
     faster than forward: marked ! with the reason listed, and a speedup on such a row too."""
     monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
-    rows = _marked_rows(rows=[
-        dict(impl="good", mode="forward", p50_ms=1.0, pct_copy_bw=50.0, pct_peak_flops=10.0),
-        dict(impl="good", mode="forward+backward", p50_ms=3.0, pct_copy_bw=40.0),
-        dict(impl="copyfast", mode="forward", p50_ms=0.1, pct_copy_bw=140.0),
-        dict(impl="copyfast", mode="forward+backward", p50_ms=2.0, pct_copy_bw=60.0),
-        dict(impl="matfast", mode="forward", p50_ms=0.5, pct_peak_flops=223.0),
-        dict(impl="inverted", mode="forward", p50_ms=108.0),
-        dict(impl="inverted", mode="forward+backward", p50_ms=16.8),
-    ])  # fmt: skip
+    rows = _marked_rows(
+        rows=[
+            dict(impl="good", mode="forward", p50_ms=1.0, pct_copy_bw=50.0, pct_peak_flops=10.0),
+            dict(impl="good", mode="forward+backward", p50_ms=3.0, pct_copy_bw=40.0),
+            dict(impl="copyfast", mode="forward", p50_ms=0.1, pct_copy_bw=140.0),
+            dict(impl="copyfast", mode="forward+backward", p50_ms=2.0, pct_copy_bw=60.0),
+            dict(impl="matfast", mode="forward", p50_ms=0.5, pct_peak_flops=223.0),
+            dict(impl="inverted", mode="forward", p50_ms=108.0),
+            dict(impl="inverted", mode="forward+backward", p50_ms=16.8),
+        ]
+    )
     _rows(tmp_path / "a", rows)
     report.build([tmp_path / "a"])
     text = (tmp_path / "a" / "report.md").read_text()
@@ -221,15 +276,27 @@ def test_figures_past_a_ceiling_or_out_of_order_are_suspect_not_results(tmp_path
 
 def test_rows_not_ok_are_grouped_with_their_knobs_count_and_shapes(tmp_path, monkeypatch):
     monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
-    skipped = [dict(impl="good", mode="forward", status="skipped", p50_ms=float("nan"), seq_len=n,
-                    params=f'{{"rope_scaling": "{s}"}}', message="runs on cuda only")
-               for n in (128, 256, 512, 1024) for s in ("none", "yarn")]  # fmt: skip
+    skipped = [
+        dict(
+            impl="good",
+            mode="forward",
+            status="skipped",
+            p50_ms=float("nan"),
+            seq_len=n,
+            params=f'{{"rope_scaling": "{s}"}}',
+            message="runs on cuda only",
+        )
+        for n in (128, 256, 512, 1024)
+        for s in ("none", "yarn")
+    ]
     ok = [dict(impl="good", mode="forward", p50_ms=1.0, seq_len=8, params="{}")]
     _rows(tmp_path / "a", _marked_rows(rows=skipped + ok))
     report.build([tmp_path / "a"])
     text = (tmp_path / "a" / "report.md").read_text()
-    assert ("| toy | good | forward | cpu | rope_scaling=yarn | 4 | B=1 L=128..1024 (4) d=4 H=2 "
-            "| skipped | runs on cuda only |") in text  # fmt: skip
+    assert (
+        "| toy | good | forward | cpu | rope_scaling=yarn | 4 | B=1 L=128..1024 (4) d=4 H=2 "
+        "| skipped | runs on cuda only |"
+    ) in text
     assert "| rope_scaling=none | 4 |" in text
 
 
@@ -263,8 +330,10 @@ def test_plots_colour_an_implementation_alike_and_match_each_case_to_its_bound()
             for n in (8, 16)
         ]
     )
-    assert plots._colors(df)["sdpa @ cpu"] == plots._colors(df[df["case"] == "rope"].iloc[::-1]
-                                                             )["sdpa @ cpu"]  # fmt: skip
+    assert (
+        plots._colors(df)["sdpa @ cpu"]
+        == plots._colors(df[df["case"] == "rope"].iloc[::-1])["sdpa @ cpu"]
+    )
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
@@ -278,13 +347,27 @@ def test_plots_colour_an_implementation_alike_and_match_each_case_to_its_bound()
 
 
 def test_plots_give_each_knob_combination_a_panel_and_name_the_speedups_baseline():
-    rows = [dict(case="rope", impl=i, device="cpu", batch=1, seq_len=n, d_model=16, num_heads=2,
-                 params=f'{{"rope_scaling": "{sc}"}}') for sc in ("none", "yarn", "llama3")
-            for i in ("reference", "triton") for n in (8, 16)]  # fmt: skip
+    rows = [
+        dict(
+            case="rope",
+            impl=i,
+            device="cpu",
+            batch=1,
+            seq_len=n,
+            d_model=16,
+            num_heads=2,
+            params=f'{{"rope_scaling": "{sc}"}}',
+        )
+        for sc in ("none", "yarn", "llama3")
+        for i in ("reference", "triton")
+        for n in (8, 16)
+    ]
     df = pd.DataFrame(rows)
     assert [p[1][3] for p in plots._panels(df)] == [
-        '{"rope_scaling": "none"}', '{"rope_scaling": "yarn"}', '{"rope_scaling": "llama3"}'
-    ]  # fmt: skip
+        '{"rope_scaling": "none"}',
+        '{"rope_scaling": "yarn"}',
+        '{"rope_scaling": "llama3"}',
+    ]
     top = plots._largest_points(df)
     assert len(top) == 6 and set(top["seq_len"]) == {16}
     label = plots.bar_label(dict(rows[-1], baseline="reference"))

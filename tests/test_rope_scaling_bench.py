@@ -7,24 +7,35 @@ import json
 
 from tests.test_cli import _bench, _rows
 
-FAST = ["timing.warmup_s=0", "timing.min_reps=1", "timing.max_reps=1", "timing.budget_s=0",
-        "calibrate=false"]  # fmt: skip
+FAST = [
+    "timing.warmup_s=0",
+    "timing.min_reps=1",
+    "timing.max_reps=1",
+    "timing.budget_s=0",
+    "calibrate=false",
+]
 
 
 def test_long_context_sweep_compares_the_schedules(tmp_path):
     out = tmp_path / "long"
     # triton is left to tests/kernels: under the interpreter L=16384 takes minutes
     args = [
-        "sweep=long_context", "seq_len=[64,16384]", "d_model=256", "num_heads=2",
-        "rope_scaling=[none,yarn,llama3]", "impls=[reference,float32_angles,reference_out]",
-    ]  # fmt: skip
+        "sweep=long_context",
+        "seq_len=[64,16384]",
+        "d_model=256",
+        "num_heads=2",
+        "rope_scaling=[none,yarn,llama3]",
+        "impls=[reference,float32_angles,reference_out]",
+    ]
     proc = _bench(*args, *FAST, f"hydra.run.dir={out}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = _rows(out / "results.csv")
     tables = [r for r in rows if r["case"] == "rope_tables"]
     assert len(tables) == 2 * 3 * 2  # lengths x schedules x impls
-    status = {(json.loads(r["params"])["rope_scaling"], int(r["seq_len"]), r["impl"]): r["status"]
-              for r in tables}  # fmt: skip
+    status = {
+        (json.loads(r["params"])["rope_scaling"], int(r["seq_len"]), r["impl"]): r["status"]
+        for r in tables
+    }
     for scaling in ("none", "yarn", "llama3"):
         assert status[(scaling, 64, "float32_angles")] == "ok"
         assert status[(scaling, 16384, "float32_angles")] == "wrong"
@@ -37,12 +48,22 @@ def test_long_context_sweep_compares_the_schedules(tmp_path):
 
 def test_the_tutorials_rope_has_no_schedule(tmp_path):
     out = tmp_path / "seed"
-    proc = _bench("cases=[rope]", "impls=[seed,reference]", "seq_len=16", "d_model=32",
-                  "num_heads=2", "mode=[forward]", "rope_scaling=[none,dynamic]", *FAST,
-                  f"hydra.run.dir={out}")  # fmt: skip
+    proc = _bench(
+        "cases=[rope]",
+        "impls=[seed,reference]",
+        "seq_len=16",
+        "d_model=32",
+        "num_heads=2",
+        "mode=[forward]",
+        "rope_scaling=[none,dynamic]",
+        *FAST,
+        f"hydra.run.dir={out}",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    got = {(r["impl"], json.loads(r["params"])["rope_scaling"]): (r["status"], r["message"])
-           for r in _rows(out / "results.csv")}  # fmt: skip
+    got = {
+        (r["impl"], json.loads(r["params"])["rope_scaling"]): (r["status"], r["message"])
+        for r in _rows(out / "results.csv")
+    }
     assert got[("seed", "none")][0] == got[("reference", "dynamic")][0] == "ok"
     assert got[("seed", "dynamic")] == ("skipped", "the tutorial's RoPE has no scaling")
 

@@ -23,8 +23,10 @@ def _pairwise(values: list[float]) -> str:
     """Median and max of |b/a - 1| over all pairs, and the share of pairs within 5%."""
     drift = [abs(b / a - 1) for a, b in itertools.combinations(values, 2)]
     within = sum(d <= 0.05 for d in drift)
-    return (f"median {100 * statistics.median(drift):.1f}%, max {100 * max(drift):.1f}%, "
-            f"{within} of {len(drift)} pairs within 5%")  # fmt: skip
+    return (
+        f"median {100 * statistics.median(drift):.1f}%, max {100 * max(drift):.1f}%, "
+        f"{within} of {len(drift)} pairs within 5%"
+    )
 
 
 def main() -> None:
@@ -71,8 +73,10 @@ def main() -> None:
         rel = [v / center for v in values]
         unit = "" if "/" in name else " ms per call"
         scale = 1 if "/" in name else 1e3
-        print(f"{name}: median {scale * center:.3f}{unit}; windows {min(rel):.2f} .. "
-              f"{max(rel):.2f}: " + " ".join(f"{r:.2f}" for r in rel))  # fmt: skip
+        print(
+            f"{name}: median {scale * center:.3f}{unit}; windows {min(rel):.2f} .. "
+            f"{max(rel):.2f}: " + " ".join(f"{r:.2f}" for r in rel)
+        )
     if args.block:
         per = max(1, round(args.block / args.window))
         blocks = [windows[i : i + per] for i in range(0, len(windows) - per + 1, per)]

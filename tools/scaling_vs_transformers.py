@@ -38,8 +38,13 @@ class _Config:
 
 def _phi3_like(dim: int) -> dict:
     short = [1.0 + 0.05 * i for i in range(dim // 2)]
-    return {"type": "longrope", "short_factor": short, "long_factor": [4 * f for f in short],
-            "original_max_position_embeddings": 4096, "factor": 32.0}  # fmt: skip
+    return {
+        "type": "longrope",
+        "short_factor": short,
+        "long_factor": [4 * f for f in short],
+        "original_max_position_embeddings": 4096,
+        "factor": 32.0,
+    }
 
 
 def _cases():
@@ -47,16 +52,43 @@ def _cases():
         for base in (10000.0, 500000.0):
             yield dim, base, {"type": "linear", "factor": 4.0}, None
             for length in (1024, 4096, 20000):
-                yield dim, base, {"type": "dynamic", "factor": 8.0,
-                                  "original_max_position_embeddings": 4096}, length  # fmt: skip
+                yield (
+                    dim,
+                    base,
+                    {"type": "dynamic", "factor": 8.0, "original_max_position_embeddings": 4096},
+                    length,
+                )
             for factor in (4.0, 16.0):
-                yield dim, base, {"type": "yarn", "factor": factor,
-                                  "original_max_position_embeddings": 4096}, None  # fmt: skip
-            yield dim, base, {"type": "yarn", "factor": 8.0, "beta_fast": 16.0, "beta_slow": 2.0,
-                              "original_max_position_embeddings": 2048}, None  # fmt: skip
-            yield dim, base, {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                              "high_freq_factor": 4.0,
-                              "original_max_position_embeddings": 8192}, None  # fmt: skip
+                yield (
+                    dim,
+                    base,
+                    {"type": "yarn", "factor": factor, "original_max_position_embeddings": 4096},
+                    None,
+                )
+            yield (
+                dim,
+                base,
+                {
+                    "type": "yarn",
+                    "factor": 8.0,
+                    "beta_fast": 16.0,
+                    "beta_slow": 2.0,
+                    "original_max_position_embeddings": 2048,
+                },
+                None,
+            )
+            yield (
+                dim,
+                base,
+                {
+                    "type": "llama3",
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 8192,
+                },
+                None,
+            )
             for length in (None, 2048, 131072):
                 yield dim, base, _phi3_like(dim), length
 

@@ -18,8 +18,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.gpu_compile import TARGETS, Spec, capture, compile_job, problems  # noqa: E402
 
-HALF_FWD = [(128, 64, 8, 3), (128, 64, 8, 2), (128, 64, 4, 2), (64, 64, 4, 2), (64, 32, 8, 2),
-            (64, 32, 4, 2)]  # fmt: skip
+HALF_FWD = [
+    (128, 64, 8, 3),
+    (128, 64, 8, 2),
+    (128, 64, 4, 2),
+    (64, 64, 4, 2),
+    (64, 32, 8, 2),
+    (64, 32, 4, 2),
+]
 VALUE_FWD = [(64, 64, 8, 3), (64, 32, 8, 2), (64, 32, 4, 2), (32, 32, 4, 2)]
 FP32_FWD = [(64, 32, 8, 2), (32, 32, 4, 2), (32, 16, 4, 2), (16, 16, 4, 1)]
 HALF_BWD = [(64, 128, 8, 3), (32, 128, 8, 2), (32, 64, 8, 2), (32, 64, 4, 2), (16, 64, 4, 2)]
@@ -33,12 +39,36 @@ def _groups():
     for d in (128, 64):
         for dtype in ("bfloat16", "float32"):
             half = dtype != "float32"
-            out.append((f"fwd plain {dtype} D={d}", "fwd", dtype, d, FAMILIES["plain"],
-                        HALF_FWD if half else FP32_FWD))  # fmt: skip
-            out.append((f"fwd value {dtype} D={d}", "fwd", dtype, d, FAMILIES["value"],
-                        VALUE_FWD if half else FP32_FWD))  # fmt: skip
-            out.append((f"bwd {dtype} D={d}", "bwd", dtype, d, FAMILIES["plain"]
-                        + FAMILIES["value"], HALF_BWD if half else FP32_BWD))  # fmt: skip
+            out.append(
+                (
+                    f"fwd plain {dtype} D={d}",
+                    "fwd",
+                    dtype,
+                    d,
+                    FAMILIES["plain"],
+                    HALF_FWD if half else FP32_FWD,
+                )
+            )
+            out.append(
+                (
+                    f"fwd value {dtype} D={d}",
+                    "fwd",
+                    dtype,
+                    d,
+                    FAMILIES["value"],
+                    VALUE_FWD if half else FP32_FWD,
+                )
+            )
+            out.append(
+                (
+                    f"bwd {dtype} D={d}",
+                    "bwd",
+                    dtype,
+                    d,
+                    FAMILIES["plain"] + FAMILIES["value"],
+                    HALF_BWD if half else FP32_BWD,
+                )
+            )
     return out
 
 

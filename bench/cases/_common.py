@@ -16,8 +16,10 @@ MODES = ("forward", "backward", "forward+backward")
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 TRITON_DEVICES = ("cpu", "cuda") if INTERPRET else ("cuda",)
 TRITON_NOTE = "Triton's interpreter on the CPU" if INTERPRET else ""
-TRITON_ELSEWHERE = ("on a CPU, TRITON_INTERPRET=1 (set before the run) runs it under Triton's "
-                    "interpreter: slowly, to check it, not to time it")  # fmt: skip
+TRITON_ELSEWHERE = (
+    "on a CPU, TRITON_INTERPRET=1 (set before the run) runs it under Triton's "
+    "interpreter: slowly, to check it, not to time it"
+)
 # The backend of every compiled implementation (tests swap in a counting one).
 COMPILE_BACKEND = "inductor"
 
@@ -34,8 +36,10 @@ def compile_impl(fn):
 def parameters(module: nn.Module, device, dtype) -> dict[str, nn.Parameter]:
     """A module's parameters as new nn.Parameters in the row's dtype: built once per point (the
     same seeded weights for every implementation) and bound into each one's module."""
-    return {name: nn.Parameter(p.detach().to(device=device, dtype=dtype))
-            for name, p in module.named_parameters()}  # fmt: skip
+    return {
+        name: nn.Parameter(p.detach().to(device=device, dtype=dtype))
+        for name, p in module.named_parameters()
+    }
 
 
 def bind(module: nn.Module, params: dict[str, nn.Parameter]) -> nn.Module:

@@ -49,18 +49,23 @@ def _forward(cls, compiled: bool = False):
     return make
 
 
-def _case(name, seed_cls, reference_cls, build, truth, cost, grads, seed_note="",
-          seed_truth=None):  # fmt: skip
+def _case(name, seed_cls, reference_cls, build, truth, cost, grads, seed_note="", seed_truth=None):
     """The two absolute encodings are declared alike: seed, reference, compiled reference."""
     return Case(
-        name=name, level="encoder", build=build, reference=truth,
+        name=name,
+        level="encoder",
+        build=build,
+        reference=truth,
         impls={
             "seed": Impl(_forward(seed_cls), note=seed_note, reference=seed_truth),
             "reference": Impl(_forward(reference_cls)),
             "compiled": Impl(_forward(reference_cls, compiled=True), compiled=True),
         },
-        baseline="reference", cost=cost, grad_inputs=grads, batched=("x",),
-    )  # fmt: skip
+        baseline="reference",
+        cost=cost,
+        grad_inputs=grads,
+        batched=("x",),
+    )
 
 
 def _sinusoidal_truth(inputs):
@@ -77,10 +82,16 @@ def _seed_sinusoidal_truth(inputs):
 
 
 SINUSOIDAL = _case(
-    "sinusoidal", seed.SinusoidalPositionalEncoding, posenc.SinusoidalPositionalEncoding,
-    lambda p, device, dtype: {"x": _x(p, device, dtype)}, _sinusoidal_truth, _sinusoidal_cost,
-    ("x",), seed_note="float32 angles", seed_truth=_seed_sinusoidal_truth,
-)  # fmt: skip
+    "sinusoidal",
+    seed.SinusoidalPositionalEncoding,
+    posenc.SinusoidalPositionalEncoding,
+    lambda p, device, dtype: {"x": _x(p, device, dtype)},
+    _sinusoidal_truth,
+    _sinusoidal_cost,
+    ("x",),
+    seed_note="float32 angles",
+    seed_truth=_seed_sinusoidal_truth,
+)
 
 
 def _build_learnable(point: Point, device, dtype):
@@ -94,6 +105,11 @@ def _learnable_truth(inputs):
 
 
 LEARNABLE = _case(
-    "learnable", seed.LearnablePositionalEncoding, posenc.LearnablePositionalEncoding,
-    _build_learnable, _learnable_truth, _learnable_cost, ("x", "params"),
-)  # fmt: skip
+    "learnable",
+    seed.LearnablePositionalEncoding,
+    posenc.LearnablePositionalEncoding,
+    _build_learnable,
+    _learnable_truth,
+    _learnable_cost,
+    ("x", "params"),
+)

@@ -67,8 +67,9 @@ def _cost(clip: int = 0):
         rel = 4 * b * seq * (2 * clip + 1) * d if clip else 0
         weights = 4 * d * d + 4 * d
         forward = Cost((2 * b * seq * d + weights) * dtype.itemsize, proj + attn + rel)
-        backward = Cost((3 * b * seq * d + 2 * weights) * dtype.itemsize,
-                        2 * proj + int(2.5 * attn) + 2 * rel)  # fmt: skip
+        backward = Cost(
+            (3 * b * seq * d + 2 * weights) * dtype.itemsize, 2 * proj + int(2.5 * attn) + 2 * rel
+        )
         return per_mode(forward, backward, mode)
 
     return cost
@@ -120,9 +121,18 @@ def _rope(inputs):
 
 
 def _case(name, factory, impls, clip: int = 0):
-    return Case(name=name, level="attention", build=_builder(factory),
-                reference=_truth(factory), impls=impls, baseline="reference", cost=_cost(clip),
-                grad_inputs=("x", "params"), batched=("x",), truth_holds=4)  # fmt: skip
+    return Case(
+        name=name,
+        level="attention",
+        build=_builder(factory),
+        reference=_truth(factory),
+        impls=impls,
+        baseline="reference",
+        cost=_cost(clip),
+        grad_inputs=("x", "params"),
+        batched=("x",),
+        truth_holds=4,
+    )
 
 
 ATTENTION_SINUSOIDAL = _case(
@@ -166,7 +176,7 @@ SHAW_ATTENTION = _case(
             devices=("cpu",),
             supports=_seed_fits,
             note="tutorial 3.6: no value term, (B,H,L,L,D) tensor",
-        ),  # fmt: skip
+        ),
         "reference": Impl(_impl(_shaw), holds=4),
         "compiled": Impl(_impl(_shaw, compiled=True), compiled=True, holds=2),
     },

@@ -64,9 +64,12 @@ def _build(family: str):
         if family == "alibi":
             inputs["slopes"] = F.alibi_slopes(point.num_heads).float().to(device)
         elif family == "shaw_kv":
-            emb = torch.nn.ParameterDict({
-                n: torch.nn.Parameter(0.5 * torch.randn(2 * SHAW_K + 1, point.head_dim))
-                for n in ("emb_k", "emb_v")})  # fmt: skip
+            emb = torch.nn.ParameterDict(
+                {
+                    n: torch.nn.Parameter(0.5 * torch.randn(2 * SHAW_K + 1, point.head_dim))
+                    for n in ("emb_k", "emb_v")
+                }
+            )
             inputs["params"] = parameters(emb, device, dtype)
         else:
             inputs["params"] = parameters(_module(family, point.num_heads), device, dtype)
@@ -148,8 +151,9 @@ def _sdpa_nobias(inputs):
 
 
 def _nobias_truth(inputs):
-    return nnf.scaled_dot_product_attention(inputs["q"], inputs["k"], inputs["v"],
-                                            is_causal=inputs["causal"])  # fmt: skip
+    return nnf.scaled_dot_product_attention(
+        inputs["q"], inputs["k"], inputs["v"], is_causal=inputs["causal"]
+    )
 
 
 def _score_mod(family: str, inputs: dict):
@@ -161,8 +165,9 @@ def _score_mod(family: str, inputs: dict):
     if family == "t5":
         table = inputs["params"]["relative_attention_bias.weight"]  # (num_buckets, H)
         rel = torch.arange(-(lq - 1), inputs["k"].shape[2], device=q.device)
-        bucket = F.t5_relative_bucket(rel, T5_ARGS["bidirectional"], T5_ARGS["num_buckets"],
-                                      T5_ARGS["max_distance"]).int()  # fmt: skip
+        bucket = F.t5_relative_bucket(
+            rel, T5_ARGS["bidirectional"], T5_ARGS["num_buckets"], T5_ARGS["max_distance"]
+        ).int()
         return lambda score, b, h, i, j: score + table[bucket[j - i + lq - 1], h]
     table = inputs["params"]["table"]  # (H, 2K + 1)
     return lambda score, b, h, i, j: score + table[h, (j - i).clamp(-SHAW_K, SHAW_K) + SHAW_K]
@@ -175,8 +180,9 @@ def _flex(family: str):
         q, k, v = inputs["q"], inputs["k"], inputs["v"]
         block_mask = None
         if inputs["causal"]:
-            block_mask = create_block_mask(lambda b, h, i, j: j <= i, None, None, q.shape[2],
-                                           k.shape[2], device=q.device)  # fmt: skip
+            block_mask = create_block_mask(
+                lambda b, h, i, j: j <= i, None, None, q.shape[2], k.shape[2], device=q.device
+            )
         fn = compile_impl(flex_attention)
         score_mod = _score_mod(family, inputs)
         return lambda: fn(q, k, v, score_mod=score_mod, block_mask=block_mask)
@@ -190,16 +196,21 @@ def _triton(family: str):
         if family == "alibi":
             kwargs = {"alibi_slopes": inputs["slopes"]}
         elif family == "t5":
-            kwargs = {"t5_table": inputs["params"]["relative_attention_bias.weight"],
-                      "t5_num_buckets": T5_ARGS["num_buckets"],
-                      "t5_max_distance": T5_ARGS["max_distance"],
-                      "t5_bidirectional": T5_ARGS["bidirectional"]}  # fmt: skip
+            kwargs = {
+                "t5_table": inputs["params"]["relative_attention_bias.weight"],
+                "t5_num_buckets": T5_ARGS["num_buckets"],
+                "t5_max_distance": T5_ARGS["max_distance"],
+                "t5_bidirectional": T5_ARGS["bidirectional"],
+            }
         elif family == "shaw":
             kwargs = {"shaw_bias": inputs["params"]["table"]}
         else:
             kwargs = {"shaw_k": inputs["params"]["emb_k"], "shaw_v": inputs["params"]["emb_v"]}
-        kwargs.update(causal=inputs["causal"], fwd_tiles=parse_tiles(inputs["fwd_tiles"]),
-                      bwd_tiles=parse_tiles(inputs["bwd_tiles"]))  # fmt: skip
+        kwargs.update(
+            causal=inputs["causal"],
+            fwd_tiles=parse_tiles(inputs["fwd_tiles"]),
+            bwd_tiles=parse_tiles(inputs["bwd_tiles"]),
+        )
         return lambda: kernels.relative_attention(q, k, v, **kwargs)
 
     return make
@@ -220,9 +231,12 @@ def _cost(family: str):
         b, h, n, d = point.batch, point.num_heads, point.seq_len, point.head_dim
         attn = 4 * b * h * n * n * d // (2 if point.causal else 1)
         rel = 4 * b * h * n * (2 * SHAW_K + 1) * d if family == "shaw_kv" else 0
-        table = {"alibi": 4 * h, "t5": T5_ARGS["num_buckets"] * h * dtype.itemsize,
-                 "shaw": h * (2 * SHAW_K + 1) * dtype.itemsize,
-                 "shaw_kv": 2 * (2 * SHAW_K + 1) * d * dtype.itemsize}[family]  # fmt: skip
+        table = {
+            "alibi": 4 * h,
+            "t5": T5_ARGS["num_buckets"] * h * dtype.itemsize,
+            "shaw": h * (2 * SHAW_K + 1) * dtype.itemsize,
+            "shaw_kv": 2 * (2 * SHAW_K + 1) * d * dtype.itemsize,
+        }[family]
         act = b * h * n * d * dtype.itemsize
         forward = Cost(4 * act + table, attn + rel)
         backward = Cost(8 * act + 2 * table, int(2.5 * attn) + 2 * rel)
@@ -235,8 +249,12 @@ def _with_knobs(build):
     """The point's knobs the implementations read, alongside the tensors."""
 
     def wrapped(point: Point, device, dtype):
-        return dict(build(point, device, dtype), causal=point.causal, fwd_tiles=point.fwd_tiles,
-                    bwd_tiles=point.bwd_tiles)  # fmt: skip
+        return dict(
+            build(point, device, dtype),
+            causal=point.causal,
+            fwd_tiles=point.fwd_tiles,
+            bwd_tiles=point.bwd_tiles,
+        )
 
     return wrapped
 
@@ -246,22 +264,48 @@ def _case(name: str, family: str) -> Case:
     no_bias = "Shaw's value term adds to the output: not expressible"
     impls = {
         "reference": Impl(_reference(family), supports=_default_tiles, holds=4),
-        "compiled": Impl(_reference(family, compiled=True), compiled=True, holds=2,
-                         supports=_default_tiles),
-        "sdpa": Impl(_sdpa(family), note="bias materialized as attn_mask", holds=3,
-                     supports=_unsupported(no_bias) if kv else _default_tiles),
-        "sdpa_nobias": Impl(_sdpa_nobias, reference=_nobias_truth, supports=_default_tiles,
-                            note="no bias: the ceiling"),
-        "flex": Impl(_flex(family), compiled=True, note="torch.compile(flex_attention)",
-                     supports=_unsupported(no_bias) if kv else _default_tiles),
-        "triton": Impl(_triton(family), devices=TRITON_DEVICES, elsewhere=TRITON_ELSEWHERE,
-                       note="; ".join(filter(None, ["kernels.relative_attention", TRITON_NOTE]))),
-    }  # fmt: skip
+        "compiled": Impl(
+            _reference(family, compiled=True), compiled=True, holds=2, supports=_default_tiles
+        ),
+        "sdpa": Impl(
+            _sdpa(family),
+            note="bias materialized as attn_mask",
+            holds=3,
+            supports=_unsupported(no_bias) if kv else _default_tiles,
+        ),
+        "sdpa_nobias": Impl(
+            _sdpa_nobias,
+            reference=_nobias_truth,
+            supports=_default_tiles,
+            note="no bias: the ceiling",
+        ),
+        "flex": Impl(
+            _flex(family),
+            compiled=True,
+            note="torch.compile(flex_attention)",
+            supports=_unsupported(no_bias) if kv else _default_tiles,
+        ),
+        "triton": Impl(
+            _triton(family),
+            devices=TRITON_DEVICES,
+            elsewhere=TRITON_ELSEWHERE,
+            note="; ".join(filter(None, ["kernels.relative_attention", TRITON_NOTE])),
+        ),
+    }
     grads = ("q", "k", "v") if family == "alibi" else ("q", "k", "v", "params")
-    return Case(name=name, level="attention", build=_with_knobs(_build(family)),
-                reference=_truth(family), impls=impls, baseline="reference",
-                cost=_cost(family), grad_inputs=grads, batched=("q", "k", "v"),
-                knobs=("causal", "fwd_tiles", "bwd_tiles"), truth_holds=4)  # fmt: skip
+    return Case(
+        name=name,
+        level="attention",
+        build=_with_knobs(_build(family)),
+        reference=_truth(family),
+        impls=impls,
+        baseline="reference",
+        cost=_cost(family),
+        grad_inputs=grads,
+        batched=("q", "k", "v"),
+        knobs=("causal", "fwd_tiles", "bwd_tiles"),
+        truth_holds=4,
+    )
 
 
 ALIBI_ATTENTION = _case("alibi_attention", "alibi")

@@ -61,7 +61,7 @@ RELATIVE_TABLES = Case(
             _forward(seed.RelativePositionEncoding),
             devices=("cpu",),
             note="index matrix built on the CPU (erratum 6)",
-        ),  # fmt: skip
+        ),
         "reference": Impl(_forward(posenc.RelativePositionEncoding)),
     },
     baseline="reference",

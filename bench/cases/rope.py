@@ -49,9 +49,14 @@ def scaling_of(name: str, head_dim: int) -> dict | None:
 
 
 def _scaled_tables(point: Point, dtype, device):
-    return F.rope_cos_sin(point.seq_len, point.head_dim, dtype=dtype, device=device,
-                          scaling=scaling_of(point.rope_scaling, point.head_dim),
-                          seq_len=point.seq_len)  # fmt: skip
+    return F.rope_cos_sin(
+        point.seq_len,
+        point.head_dim,
+        dtype=dtype,
+        device=device,
+        scaling=scaling_of(point.rope_scaling, point.head_dim),
+        seq_len=point.seq_len,
+    )
 
 
 def _plain_only(point: Point) -> str | None:
@@ -261,7 +266,7 @@ ROPE_MODULE = Case(
             _module_impl(seed.RoPEPositionalEncoding),
             reference=_module_seed_truth,
             note="tutorial 4.5: not a rotation",
-        ),  # fmt: skip
+        ),
         "reference": Impl(_module_impl(posenc.RoPEPositionalEncoding)),
         "reference_out": Impl(_module_out, grad=False, note="out= preallocated"),
         "compiled": Impl(_module_compiled, compiled=True),

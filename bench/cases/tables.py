@@ -23,8 +23,11 @@ from posenc import functional as F
 
 
 def _build(point: Point, device, dtype):
-    return {"positions": torch.arange(point.seq_len, device=device), "head_dim": point.head_dim,
-            "scaling": scaling_of(point.rope_scaling, point.head_dim)}  # fmt: skip
+    return {
+        "positions": torch.arange(point.seq_len, device=device),
+        "head_dim": point.head_dim,
+        "scaling": scaling_of(point.rope_scaling, point.head_dim),
+    }
 
 
 def _reference(inputs):
@@ -34,8 +37,7 @@ def _reference(inputs):
 
 def _float32_angles(inputs):
     pos, dim, scaling = inputs["positions"], inputs["head_dim"], inputs["scaling"]
-    inv_freq, factor = F.rope_frequencies(dim, scaling=scaling, seq_len=len(pos),
-                                          device=pos.device)  # fmt: skip
+    inv_freq, factor = F.rope_frequencies(dim, scaling=scaling, seq_len=len(pos), device=pos.device)
     inv32 = inv_freq.float()
 
     def build():
@@ -47,8 +49,9 @@ def _float32_angles(inputs):
 
 def _truth(inputs):
     pos = inputs["positions"]
-    return F.rope_cos_sin(pos, inputs["head_dim"], scaling=inputs["scaling"], seq_len=len(pos),
-                          dtype=torch.float64)  # fmt: skip
+    return F.rope_cos_sin(
+        pos, inputs["head_dim"], scaling=inputs["scaling"], seq_len=len(pos), dtype=torch.float64
+    )
 
 
 def _cost(point: Point, dtype, mode: str) -> Cost:

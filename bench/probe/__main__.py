@@ -44,20 +44,32 @@ def _cells(cfg: DictConfig, plan: dict) -> list[dict]:
     slow = {t: i for i, t in enumerate(_SLOW_FIRST)}
     tasks = sorted(plan["tasks"], key=lambda t: slow.get(t, len(slow)))
     return [
-        {"encoding": e, "task": t, "seed": s, "train_len": cfg.train_len,
-         "eval_factors": plan["eval_factors"], "rope_eval_scalings": plan["rope_eval_scalings"],
-         "eval_examples": cfg.eval_examples, "causal": cfg.causal, "device": cfg.device,
-         "threads": cfg.threads, "train": train}
-        for t in tasks for e in plan["encodings"] for s in plan["seeds"]
-    ]  # fmt: skip
+        {
+            "encoding": e,
+            "task": t,
+            "seed": s,
+            "train_len": cfg.train_len,
+            "eval_factors": plan["eval_factors"],
+            "rope_eval_scalings": plan["rope_eval_scalings"],
+            "eval_examples": cfg.eval_examples,
+            "causal": cfg.causal,
+            "device": cfg.device,
+            "threads": cfg.threads,
+            "train": train,
+        }
+        for t in tasks
+        for e in plan["encodings"]
+        for s in plan["seeds"]
+    ]
 
 
 def _done(cell: dict, existing: set) -> bool:
     """A resumed run skips a cell whose plain evaluation at every length is written."""
     return all(
         (cell["encoding"], "none", cell["task"], str(cell["seed"]), str(f * cell["train_len"]))
-        in existing for f in cell["eval_factors"]
-    )  # fmt: skip
+        in existing
+        for f in cell["eval_factors"]
+    )
 
 
 # keys a resumed run may change: which cells exist, and how many run at once
@@ -86,8 +98,11 @@ def _execute(cells: list[dict], workers: int, writer: ResultsWriter) -> int:
         first = next((r for r in rows if r["factor"] == 1), rows[0])
         acc = first.get("accuracy")
         said = f"{acc:.3f} at train_len" if isinstance(acc, float) else first["status"]
-        print(f"[{done}/{len(cells)}] {cell['encoding']} {cell['task']} seed {cell['seed']}: "
-              f"{said} ({first.get('train_s', 0):.0f} s)", flush=True)  # fmt: skip
+        print(
+            f"[{done}/{len(cells)}] {cell['encoding']} {cell['task']} seed {cell['seed']}: "
+            f"{said} ({first.get('train_s', 0):.0f} s)",
+            flush=True,
+        )
 
     if workers == 1:
         for cell in cells:
@@ -119,8 +134,11 @@ def main(cfg: DictConfig) -> None:
     cells = [c for c in _cells(cfg, plan) if not (cfg.resume and _done(c, writer.existing))]
     workers = cfg.workers or (1 if cfg.device == "cuda" else os.cpu_count() or 1)
     workers = min(workers, max(1, len(cells)))
-    print(f"{len(cells)} cells (encoding x task x seed) to train on {cfg.device}, "
-          f"{workers} at a time -> {out_dir}", flush=True)  # fmt: skip
+    print(
+        f"{len(cells)} cells (encoding x task x seed) to train on {cfg.device}, "
+        f"{workers} at a time -> {out_dir}",
+        flush=True,
+    )
     start = time.perf_counter()
     if not cfg.resume or not (out_dir / "config.yaml").exists():
         OmegaConf.save(cfg, out_dir / "config.yaml")
@@ -136,9 +154,15 @@ def main(cfg: DictConfig) -> None:
     finally:
         writer.close()
     wall = time.perf_counter() - start
-    write_env(out_dir / "env.json", {"run_id": out_dir.name, "wall_s": round(wall, 1),
-                                     "workers": workers,
-                                     "overrides": list(hydra_cfg.overrides.task)})  # fmt: skip
+    write_env(
+        out_dir / "env.json",
+        {
+            "run_id": out_dir.name,
+            "wall_s": round(wall, 1),
+            "workers": workers,
+            "overrides": list(hydra_cfg.overrides.task),
+        },
+    )
     report.build(out_dir)
     print(f"{len(cells)} cells in {wall:.0f} s; table: {out_dir / 'probe.md'}")
 

@@ -56,27 +56,41 @@ def validate(cfg) -> dict:
     plan = {
         "encodings": _choices(cfg.encodings, "encodings", ENCODINGS),
         "tasks": _choices(cfg.tasks, "tasks", tuple(TASKS)),
-        "rope_eval_scalings": (_choices(cfg.rope_eval_scalings, "rope_eval_scalings",
-                                        EVAL_SCALINGS) if cfg.rope_eval_scalings else []),
+        "rope_eval_scalings": (
+            _choices(cfg.rope_eval_scalings, "rope_eval_scalings", EVAL_SCALINGS)
+            if cfg.rope_eval_scalings
+            else []
+        ),
         "eval_factors": _positive_ints(cfg.eval_factors, "eval_factors"),
         "seeds": _seeds(cfg.seeds),
-    }  # fmt: skip
+    }
     for key, minimum in (("train_len", 8), ("eval_examples", 1), ("threads", 1), ("workers", 0)):
         value = cfg[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ValueError(f"{key}: expected an integer >= {minimum}, got {value!r}")
     t = cfg.train
-    positive = ("steps", "batch", "d_model", "num_heads", "layers", "shaw_max_relative",
-                "check_every", "check_examples")  # fmt: skip
+    positive = (
+        "steps",
+        "batch",
+        "d_model",
+        "num_heads",
+        "layers",
+        "shaw_max_relative",
+        "check_every",
+        "check_examples",
+    )
     for key in positive:
         if not isinstance(t[key], int) or t[key] < 1:
             raise ValueError(f"train.{key}: expected a positive integer, got {t[key]!r}")
     if t.d_model % t.num_heads or (t.d_model // t.num_heads) % 2:
-        raise ValueError(f"train.d_model={t.d_model} must split into num_heads={t.num_heads} "
-                         "heads of an even width (RoPE rotates pairs)")  # fmt: skip
+        raise ValueError(
+            f"train.d_model={t.d_model} must split into num_heads={t.num_heads} "
+            "heads of an even width (RoPE rotates pairs)"
+        )
     if not 0 <= t.target <= 1:
-        raise ValueError(f"train.target: expected an accuracy in [0, 1] (0: no early stop), "
-                         f"got {t.target!r}")  # fmt: skip
+        raise ValueError(
+            f"train.target: expected an accuracy in [0, 1] (0: no early stop), got {t.target!r}"
+        )
     if not t.lr > 0 or t.warmup < 0:
         raise ValueError(f"train.lr must be > 0 and train.warmup >= 0, got {t.lr}, {t.warmup}")
     if cfg.device not in ("cpu", "cuda"):

@@ -52,10 +52,20 @@ class ProbeModel(nn.Module):
     """
 
     def __init__(
-        self, encoding: str, vocab: int, *, d_model: int = 64, num_heads: int = 4,
-        layers: int = 3, train_len: int, max_len: int, causal: bool = True,
-        shaw_max_relative: int = 32, rope_scaling: dict | None = None, bos: bool = True,
-    ):  # fmt: skip
+        self,
+        encoding: str,
+        vocab: int,
+        *,
+        d_model: int = 64,
+        num_heads: int = 4,
+        layers: int = 3,
+        train_len: int,
+        max_len: int,
+        causal: bool = True,
+        shaw_max_relative: int = 32,
+        rope_scaling: dict | None = None,
+        bos: bool = True,
+    ):
         super().__init__()
         if encoding not in ENCODINGS:
             raise ValueError(f"encodings: unknown {encoding!r}; encodings: {', '.join(ENCODINGS)}")
@@ -79,8 +89,9 @@ class ProbeModel(nn.Module):
             if encoding == "shaw":
                 return posenc.RelativeMultiHeadAttention(d_model, num_heads, shaw_max_relative)
             if encoding == "rope":
-                return posenc.RoPEMultiHeadAttention(d_model, num_heads, max_len,
-                                                     scaling=rope_scaling)  # fmt: skip
+                return posenc.RoPEMultiHeadAttention(
+                    d_model, num_heads, max_len, scaling=rope_scaling
+                )
             return posenc.MultiHeadAttention(d_model, num_heads)
 
         self.blocks = nn.ModuleList(Block(attention(), d_model) for _ in range(layers))

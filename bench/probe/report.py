@@ -56,16 +56,22 @@ def markdown(df: pd.DataFrame) -> str:
     s = summary(df)
     seeds = df["seed"].nunique()
     train_len = int(df["train_len"].iloc[0])
-    lines = [f"# Length-generalization probe: exact-match accuracy (mean over {seeds} seeds, "
-             f"min-max in brackets), trained at {train_len} tokens", ""]  # fmt: skip
+    lines = [
+        f"# Length-generalization probe: exact-match accuracy (mean over {seeds} seeds, "
+        f"min-max in brackets), trained at {train_len} tokens",
+        "",
+    ]
     errors = df[df["status"] == "error"]
     for task in [t for t in TASKS if t in set(s["task"])]:
         st = s[s["task"] == task]
         lengths = sorted(st["eval_len"].unique())
         chance = float(df[df["task"] == task]["chance"].iloc[0])
-        lines += [f"## {task} (chance {chance:.3g})", "",
-                  "| encoding | " + " | ".join(f"{n} ({n // train_len}x)" for n in lengths) + " |",
-                  "|---|" + "---|" * len(lengths)]  # fmt: skip
+        lines += [
+            f"## {task} (chance {chance:.3g})",
+            "",
+            "| encoding | " + " | ".join(f"{n} ({n // train_len}x)" for n in lengths) + " |",
+            "|---|" + "---|" * len(lengths),
+        ]
         for line in _order(st["line"]):
             by_len = st[st["line"] == line].set_index("eval_len")
             cells = [_cell(by_len.loc[n]) if n in by_len.index else "" for n in lengths]
@@ -75,7 +81,7 @@ def markdown(df: pd.DataFrame) -> str:
         lines += ["## Errors", ""] + [
             f"- {r.encoding} {r.eval_scaling} {r.task} L={r.eval_len} seed {r.seed}: {r.message}"
             for r in errors.itertuples()
-        ]  # fmt: skip
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -96,18 +102,28 @@ def plot(df: pd.DataFrame, path: Path) -> None:
                 "yarn": "-.",
                 "llama3": (0, (5, 1, 1, 1)),
             }.get(schedule, "-")
-            ax.plot(g["eval_len"], g["mean"], style, marker="o", ms=3, label=line,
-                    color=colours.get(enc))  # fmt: skip
-            ax.fill_between(g["eval_len"], g["min"], g["max"], alpha=0.12,
-                            color=colours.get(enc))  # fmt: skip
+            ax.plot(
+                g["eval_len"],
+                g["mean"],
+                style,
+                marker="o",
+                ms=3,
+                label=line,
+                color=colours.get(enc),
+            )
+            ax.fill_between(g["eval_len"], g["min"], g["max"], alpha=0.12, color=colours.get(enc))
         chance = float(df[df["task"] == task]["chance"].iloc[0])
         ax.axhline(chance, color="grey", lw=0.8, ls=":")
         ax.axvline(int(df["train_len"].iloc[0]), color="black", lw=0.8, ls="--")
         ax.set_xscale("log", base=2)
         lengths = sorted(df["eval_len"].unique())
         ax.set_xticks(lengths, [str(n) for n in lengths])
-        ax.set(title=task, xlabel="evaluation length (tokens; dashed: training length)",
-               ylabel="exact-match accuracy", ylim=(-0.03, 1.03))  # fmt: skip
+        ax.set(
+            title=task,
+            xlabel="evaluation length (tokens; dashed: training length)",
+            ylabel="exact-match accuracy",
+            ylim=(-0.03, 1.03),
+        )
     axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -18,11 +18,30 @@ from bench.probe.tasks import make_task
 from bench.probe.train import TrainConfig, evaluate, train
 
 COLUMNS = (
-    "encoding", "eval_scaling", "task", "seed", "train_len", "eval_len", "factor", "status",
-    "accuracy", "token_accuracy", "answers", "chance", "train_loss", "train_s", "steps",
+    "encoding",
+    "eval_scaling",
+    "task",
+    "seed",
+    "train_len",
+    "eval_len",
+    "factor",
+    "status",
+    "accuracy",
+    "token_accuracy",
+    "answers",
+    "chance",
+    "train_loss",
+    "train_s",
+    "steps",
     "check_accuracy",
-    "d_model", "num_heads", "layers", "causal", "device", "message", "timestamp",
-)  # fmt: skip
+    "d_model",
+    "num_heads",
+    "layers",
+    "causal",
+    "device",
+    "message",
+    "timestamp",
+)
 KEY = ("encoding", "eval_scaling", "task", "seed", "eval_len")
 
 
@@ -39,10 +58,18 @@ def _schedule(kind: str, factor: int, train_len: int) -> dict | None:
 def _model(encoding: str, task, cell: dict, max_len: int, scaling: dict | None = None):
     t = cell["train"]
     return ProbeModel(
-        encoding, task.vocab_size, d_model=t.d_model, num_heads=t.num_heads, layers=t.layers,
-        train_len=cell["train_len"], max_len=max_len, causal=cell["causal"],
-        shaw_max_relative=t.shaw_max_relative, rope_scaling=scaling, bos=t.bos,
-    )  # fmt: skip
+        encoding,
+        task.vocab_size,
+        d_model=t.d_model,
+        num_heads=t.num_heads,
+        layers=t.layers,
+        train_len=cell["train_len"],
+        max_len=max_len,
+        causal=cell["causal"],
+        shaw_max_relative=t.shaw_max_relative,
+        rope_scaling=scaling,
+        bos=t.bos,
+    )
 
 
 def run_cell(cell: dict) -> list[dict]:
@@ -64,17 +91,31 @@ def _run_cell(cell: dict) -> list[dict]:
     task = make_task(cell["task"], train_len, max_len)
     scalings = ["none"] + (list(cell["rope_eval_scalings"]) if enc == "rope" else [])
     base = {
-        "encoding": enc, "task": task.name, "seed": seed, "train_len": train_len,
-        "chance": task.chance, "d_model": cfg.d_model,
-        "num_heads": cfg.num_heads, "layers": cfg.layers, "causal": cell["causal"],
+        "encoding": enc,
+        "task": task.name,
+        "seed": seed,
+        "train_len": train_len,
+        "chance": task.chance,
+        "d_model": cfg.d_model,
+        "num_heads": cfg.num_heads,
+        "layers": cfg.layers,
+        "causal": cell["causal"],
         "device": cell["device"],
-    }  # fmt: skip
+    }
     rows = []
 
     def row(scaling: str, factor: int, **values) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        rows.append({**base, "eval_scaling": scaling, "factor": factor,
-                     "eval_len": factor * train_len, "timestamp": stamp, **values})  # fmt: skip
+        rows.append(
+            {
+                **base,
+                "eval_scaling": scaling,
+                "factor": factor,
+                "eval_len": factor * train_len,
+                "timestamp": stamp,
+                **values,
+            }
+        )
 
     try:
         torch.manual_seed(seed)
@@ -89,15 +130,19 @@ def _run_cell(cell: dict) -> list[dict]:
         n = factor * train_len
         for scaling in scalings:
             if enc == "learnable" and n > train_len:
-                row(scaling, factor, status="n/a", **trained,
-                    message=f"learned table has {train_len} positions")  # fmt: skip
+                row(
+                    scaling,
+                    factor,
+                    status="n/a",
+                    **trained,
+                    message=f"learned table has {train_len} positions",
+                )
                 continue
             try:
                 evaluated = model
                 if scaling != "none":  # the same weights, tables rebuilt under the schedule
                     trained_len = train_len + cfg.bos  # the RoPE positions seen in training
-                    evaluated = _model(enc, task, cell, n,
-                                       _schedule(scaling, factor, trained_len))  # fmt: skip
+                    evaluated = _model(enc, task, cell, n, _schedule(scaling, factor, trained_len))
                     evaluated.load_state_dict(model.state_dict())
                     evaluated.to(cell["device"])
                 got = evaluate(evaluated, task, n, cell["eval_examples"], seed)

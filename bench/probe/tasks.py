@@ -75,11 +75,21 @@ class Recall:
 
     name = "recall"
 
-    def __init__(self, train_len: int, max_len: int, pairs: int = 6, queries: int = 4,
-                 keys: int = 16, values: int = 16, fillers: int = 8):  # fmt: skip
+    def __init__(
+        self,
+        train_len: int,
+        max_len: int,
+        pairs: int = 6,
+        queries: int = 4,
+        keys: int = 16,
+        values: int = 16,
+        fillers: int = 8,
+    ):
         if pairs + queries > train_len or pairs > keys:
-            raise ValueError(f"recall: {pairs} pairs and {queries} queries do not fit in "
-                             f"train_len={train_len} with {keys} keys")  # fmt: skip
+            raise ValueError(
+                f"recall: {pairs} pairs and {queries} queries do not fit in "
+                f"train_len={train_len} with {keys} keys"
+            )
         self.train_len, self.pairs, self.queries = train_len, pairs, queries
         self.keys, self.values, self.fillers = keys, values, fillers
         self.vocab_size, self.chance = keys * values + keys + fillers, 1.0 / values

@@ -65,8 +65,9 @@ def train(model: ProbeModel, task, cfg: TrainConfig, seed: int) -> dict:
     taken and the check's last accuracy (nan when no check ran)."""
     gen = _generator(seed, TASK_IDS[task.name], 0)
     # fused: one kernel for all parameters (about 5% of a CPU step here, measured side by side)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
-                            fused=True)  # fmt: skip
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True
+    )
 
     def lr_at(step: int) -> float:
         if step < cfg.warmup:
@@ -91,13 +92,18 @@ def train(model: ProbeModel, task, cfg: TrainConfig, seed: int) -> dict:
             if checked >= cfg.target:
                 steps = step + 1
                 break
-    return {"train_loss": float(sum(tail)) / len(tail), "train_s": time.perf_counter() - start,
-            "steps": steps, "check_accuracy": checked}  # fmt: skip
+    return {
+        "train_loss": float(sum(tail)) / len(tail),
+        "train_s": time.perf_counter() - start,
+        "steps": steps,
+        "check_accuracy": checked,
+    }
 
 
 @torch.no_grad()
-def evaluate(model: ProbeModel, task, n: int, examples: int, seed: int, batch: int = 64,
-             check: bool = False) -> dict:  # fmt: skip
+def evaluate(
+    model: ProbeModel, task, n: int, examples: int, seed: int, batch: int = 64, check: bool = False
+) -> dict:
     """Exact-match accuracy over answers at length n (and per-token accuracy), on `examples`
     sequences drawn from a generator that depends on (seed, task, n) only; check=True draws
     from another one (training's early-stopping check: never the evaluation's sequences)."""

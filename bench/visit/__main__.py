@@ -51,8 +51,9 @@ class Visit:
         self.out.mkdir(parents=True, exist_ok=True)
         self.log = open(self.out / "visit.log", "a", buffering=1)  # noqa: SIM115
         self.lock = threading.Lock()
-        self.env = dict(os.environ, PYTHONUNBUFFERED="1",
-                        TRITON_CACHE_DIR=str(self.work / "triton-cache"))  # fmt: skip
+        self.env = dict(
+            os.environ, PYTHONUNBUFFERED="1", TRITON_CACHE_DIR=str(self.work / "triton-cache")
+        )
         self.env["PYTHONPATH"] = os.pathsep.join(
             [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
         )
@@ -107,8 +108,9 @@ class Visit:
 
     def _run_quiet(self, argv: list[str], timeout: int) -> str:
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                                  env=self.env, cwd=ROOT)  # fmt: skip
+            proc = subprocess.run(
+                argv, capture_output=True, text=True, timeout=timeout, env=self.env, cwd=ROOT
+            )
             text = proc.stdout + proc.stderr
         except (OSError, subprocess.SubprocessError) as exc:
             text = f"{argv[0]}: {exc}\n"
@@ -118,8 +120,10 @@ class Visit:
     def argv(self, part: Part) -> list[str]:
         args = part.argv if not self.smoke else (part.smoke_argv or (*part.argv, *SMOKE))
         device = "cpu" if self.smoke else "cuda"
-        return [self.python, *(a.format(res=self.res, device=device, audit=self.audit)
-                               for a in args)]  # fmt: skip
+        return [
+            self.python,
+            *(a.format(res=self.res, device=device, audit=self.audit) for a in args),
+        ]
 
     def run_part(self, part: Part) -> None:
         if part.name == "audit" and not self.audit.is_file():
@@ -133,22 +137,29 @@ class Visit:
         if limit < part.min_s:
             self.status(f"== {part.name}: skipped, {avail}s left (needs {part.min_s}s)")
             return
-        self.say(f"== {part.name} (limit {limit}s, {self.elapsed()}s into the visit): "
-                 f"{part.what}")  # fmt: skip
+        self.say(f"== {part.name} (limit {limit}s, {self.elapsed()}s into the visit): {part.what}")
         before = self._cached_kernels()
         t0 = time.monotonic()
         rc = self._stream(self.argv(part), limit)
         compiled = self._cached_kernels() - before
-        self.status(f"== {part.name}: exit {rc} after {int(time.monotonic() - t0)}s "
-                    f"(limit {limit}s; Triton kernels compiled: {compiled})")  # fmt: skip
+        self.status(
+            f"== {part.name}: exit {rc} after {int(time.monotonic() - t0)}s "
+            f"(limit {limit}s; Triton kernels compiled: {compiled})"
+        )
         self.pack()
 
     def _stream(self, argv: list[str], limit: int) -> int:
         """Runs argv, its output line by line to the console and the log; killed (its whole
         process group) at the limit: exit 124."""
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=self.env, cwd=ROOT,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.env,
+            cwd=ROOT,
+            start_new_session=True,
+        )
         pump = threading.Thread(target=self._pump, args=(proc,), daemon=True)
         pump.start()
         try:
@@ -187,8 +198,9 @@ class Visit:
     def run(self) -> None:
         stop = threading.Event()
         packer = threading.Thread(target=self._packer, args=(stop,), daemon=True)
-        self.say(f"visit: smoke={self.smoke} out={self.out} budget={self.budget_s}s "
-                 f"python={self.python}")  # fmt: skip
+        self.say(
+            f"visit: smoke={self.smoke} out={self.out} budget={self.budget_s}s python={self.python}"
+        )
         try:
             self.env_part()
             self.pack()
@@ -205,22 +217,31 @@ class Visit:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m bench.visit",
-                                     description=__doc__.splitlines()[0])  # fmt: skip
-    parser.add_argument("--smoke", action="store_true",
-                        help="rehearse on a CPU: Triton's interpreter, tiny sizes")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python3 -m bench.visit", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="rehearse on a CPU: Triton's interpreter, tiny sizes"
+    )
     parser.add_argument(
         "--budget",
         type=int,
         default=None,
         help=f"seconds for the whole visit (default {BUDGET_S}; smoke 3600)",
     )
-    parser.add_argument("--out", type=Path, default=None,
-                        help="where visit.log and results.tgz go (default $OUT, else "
-                             "results/gpu-run/<time>)")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where visit.log and results.tgz go (default $OUT, else results/gpu-run/<time>)",
+    )
     parser.add_argument("--python", default=sys.executable, help="the parts' interpreter")
-    parser.add_argument("--audit", type=Path, default=ROOT / ".audit" / "audit.py",
-                        help="the independent audit's copy (make gpu-prep)")  # fmt: skip
+    parser.add_argument(
+        "--audit",
+        type=Path,
+        default=ROOT / ".audit" / "audit.py",
+        help="the independent audit's copy (make gpu-prep)",
+    )
     parser.add_argument(
         "--plan",
         action="store_true",
@@ -235,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     budget = args.budget if args.budget is not None else (3600 if args.smoke else BUDGET_S)
     if budget < 1:
         parser.error(f"--budget must be a positive number of seconds, got {budget}")
-    out = args.out or Path(os.environ.get("OUT") or ROOT / "results" / "gpu-run"
-                           / time.strftime("%Y%m%d-%H%M%S"))  # fmt: skip
+    out = args.out or Path(
+        os.environ.get("OUT") or ROOT / "results" / "gpu-run" / time.strftime("%Y%m%d-%H%M%S")
+    )
     Visit(out.resolve(), budget, args.smoke, args.python, args.audit.resolve()).run()
     return 0
 

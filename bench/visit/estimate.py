@@ -89,9 +89,11 @@ def sweep_estimate(part: Part, seconds: dict[str, float]) -> Estimate:
     tm = cfg.timing
     timing_s = (rows + groups) * (tm.warmup_s + tm.budget_s)
     total = START_S + compile_s + graphs * INDUCTOR_S + timing_s + groups * TRUTH_S
-    detail = (f"{rows} rows in {groups} groups x {tm.warmup_s + tm.budget_s:g} s (and a copy "
-              f"per group): {timing_s:.0f} s; {sum(kernels.values())} Triton kernels: "
-              f"{compile_s:.0f} s; {graphs} compiled graphs: {graphs * INDUCTOR_S} s")  # fmt: skip
+    detail = (
+        f"{rows} rows in {groups} groups x {tm.warmup_s + tm.budget_s:g} s (and a copy "
+        f"per group): {timing_s:.0f} s; {sum(kernels.values())} Triton kernels: "
+        f"{compile_s:.0f} s; {graphs} compiled graphs: {graphs * INDUCTOR_S} s"
+    )
     return Estimate(part, total, detail)
 
 
@@ -103,8 +105,10 @@ def tests_estimate(part: Part, seconds: dict[str, float]) -> Estimate:
     compile_s = sum(n * seconds.get(k, mean) for k, n in per_kernel.items())
     compile_s += LONG_TEST_KERNELS * mean
     total = 2 * START_S + (compile_s + tests * TEST_CALL_S) / TEST_WORKERS
-    detail = (f"{kernels} Triton kernels ({compile_s:.0f} s of compiles) and {tests} tests "
-              f"over {TEST_WORKERS} workers")  # fmt: skip
+    detail = (
+        f"{kernels} Triton kernels ({compile_s:.0f} s of compiles) and {tests} tests "
+        f"over {TEST_WORKERS} workers"
+    )
     return Estimate(part, total, detail)
 
 
@@ -112,9 +116,11 @@ def audit_estimate(part: Part, seconds: dict[str, float]) -> Estimate:
     compile_s = sum(n * seconds[k] for k, n in AUDIT["kernels"].items())
     graphs_s = AUDIT["graphs"] * INDUCTOR_S
     total = START_S + compile_s + graphs_s + AUDIT["rows"] * AUDIT["row_s"]
-    detail = (f"{AUDIT['rows']} do_bench rows; {sum(AUDIT['kernels'].values())} Triton kernels: "
-              f"{compile_s:.0f} s; {AUDIT['graphs']} compiled graphs: {graphs_s} s (its "
-              "docstring says 2-3 minutes; it writes audit.csv only at its end)")  # fmt: skip
+    detail = (
+        f"{AUDIT['rows']} do_bench rows; {sum(AUDIT['kernels'].values())} Triton kernels: "
+        f"{compile_s:.0f} s; {AUDIT['graphs']} compiled graphs: {graphs_s} s (its "
+        "docstring says 2-3 minutes; it writes audit.csv only at its end)"
+    )
     return Estimate(part, total, detail)
 
 
@@ -142,8 +148,11 @@ def markdown(rows: list[Estimate]) -> str:
     reserved = [e.part for e in rows if e.part.reserved]
     rest = [e.part.name for e in rows if not e.part.reserved]
     names = ", ".join(p.name for p in reserved)
-    lines += ["", f"Reserved: {ENV_S} s for env and the limits of {names}, "
-              f"{ENV_S + sum(p.limit_s for p in reserved)} s of the {BUDGET_S} s budget "
-              f"(estimated {ENV_S + sum(e.seconds for e in rows if e.part.reserved):.0f} s); "
-              f"{', '.join(rest)} run in what is left."]  # fmt: skip
+    lines += [
+        "",
+        f"Reserved: {ENV_S} s for env and the limits of {names}, "
+        f"{ENV_S + sum(p.limit_s for p in reserved)} s of the {BUDGET_S} s budget "
+        f"(estimated {ENV_S + sum(e.seconds for e in rows if e.part.reserved):.0f} s); "
+        f"{', '.join(rest)} run in what is left.",
+    ]
     return "\n".join(lines)

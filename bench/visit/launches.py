@@ -22,9 +22,11 @@ TESTS = Counter()  # test outcomes
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--launches-out", default=None, metavar="PATH",
+        "--launches-out",
+        default=None,
+        metavar="PATH",
         help="write the distinct Triton specializations per kernel as JSON",
-    )  # fmt: skip
+    )
 
 
 def pytest_configure(config):

@@ -57,8 +57,7 @@ def _reference(family, module, tables, causal):
         return shaw
 
     def biased(q, k, v):
-        return F.relative_attention(q, k, v, bias=copy.deepcopy(module).to(q.dtype),
-                                    causal=causal)  # fmt: skip
+        return F.relative_attention(q, k, v, bias=copy.deepcopy(module).to(q.dtype), causal=causal)
 
     return biased
 

@@ -26,8 +26,11 @@ def _family(name, heads):
         return module, {"alibi_slopes": module.slopes}
     if name == "t5":
         module = posenc.T5RelativeBias(heads, num_buckets=16, max_distance=32)
-        kwargs = {"t5_table": module.relative_attention_bias.weight.detach(),
-                  "t5_num_buckets": 16, "t5_max_distance": 32}  # fmt: skip
+        kwargs = {
+            "t5_table": module.relative_attention_bias.weight.detach(),
+            "t5_num_buckets": 16,
+            "t5_max_distance": 32,
+        }
         return module, kwargs
     module = posenc.ShawBias(heads, max_relative_position=3)
     return module, {"shaw_bias": module.table.detach()}
@@ -77,8 +80,15 @@ def test_shaw_key_and_value_terms(case, dtype):
     k, v = (torch.randn(b, h, lk, d).to(dtype) for _ in range(2))
     emb_k, emb_v = torch.randn(2, 2 * clip + 1, d)
     mask = torch.ones(lq, lk, dtype=torch.bool).tril() if causal else None
-    want, _ = F.shaw_attention(q.double(), k.double(), v.double(), emb_k.double(),
-                               emb_v.double() if value else None, clip, mask=mask)  # fmt: skip
+    want, _ = F.shaw_attention(
+        q.double(),
+        k.double(),
+        v.double(),
+        emb_k.double(),
+        emb_v.double() if value else None,
+        clip,
+        mask=mask,
+    )
     args = [t.to(DEVICE) for t in (q, k, v)]
     shaw_v = emb_v.to(DEVICE) if value else None
     got = relbias.relative_attention(*args, shaw_k=emb_k.to(DEVICE), shaw_v=shaw_v, causal=causal)
@@ -109,33 +119,69 @@ def _ra(q, k, v, **kwargs):
 
 BAD = [
     ("no bias", _ra(q4, q4, q4), ValueError, "exactly one"),
-    ("two biases", _ra(q4, q4, q4, alibi_slopes=ones(2), shaw_bias=ones(2, 3)), ValueError,
-     "exactly one"),
+    (
+        "two biases",
+        _ra(q4, q4, q4, alibi_slopes=ones(2), shaw_bias=ones(2, 3)),
+        ValueError,
+        "exactly one",
+    ),
     ("slopes shape", _ra(q4, q4, q4, alibi_slopes=ones(3)), ValueError, "alibi_slopes"),
     ("t5 shape", _ra(q4, q4, q4, t5_table=ones(2, 32)), ValueError, "t5_table"),
     ("shaw shape", _ra(q4, q4, q4, shaw_bias=ones(2, 4)), ValueError, "shaw_bias"),
     ("head dim", _ra(q4, k4d, k4d, alibi_slopes=ones(2)), ValueError, "k and v"),
-    ("dtype", _ra(q4, q4.half(), q4.half(), alibi_slopes=ones(2)), ValueError,
-     "k is torch.float16"),
+    (
+        "dtype",
+        _ra(q4, q4.half(), q4.half(), alibi_slopes=ones(2)),
+        ValueError,
+        "k is torch.float16",
+    ),
     ("int", _ra(q4.long(), q4, q4, alibi_slopes=ones(2)), TypeError, "q must be"),
     ("causal lengths", _ra(q4, k6, k6, alibi_slopes=ones(2), causal=True), ValueError, "causal"),
-    ("device", _ra(q4, q4, q4, alibi_slopes=ones(2).to("meta")), ValueError,
-     "alibi_slopes is on meta"),
+    (
+        "device",
+        _ra(q4, q4, q4, alibi_slopes=ones(2).to("meta")),
+        ValueError,
+        "alibi_slopes is on meta",
+    ),
     ("shaw_v alone", _ra(q4, q4, q4, shaw_v=ones(3, 8)), ValueError, "shaw_v needs shaw_k"),
     ("shaw_k shape", _ra(q4, q4, q4, shaw_k=ones(3, 4)), ValueError, "shaw_k must be"),
-    ("shaw_v shape", _ra(q4, q4, q4, shaw_k=ones(3, 8), shaw_v=ones(5, 8)), ValueError,
-     "shaw_v must be"),
-    ("tiles type", _ra(q4, q4, q4, alibi_slopes=ones(2), fwd_tiles="big"), TypeError,
-     "fwd_tiles must be"),
-    ("block_m", _ra(q4, q4, q4, alibi_slopes=ones(2), fwd_tiles=relbias.Tiles(24, 16)),
-     ValueError, "fwd_tiles.block_m"),
-    ("block_n", _ra(q4, q4, q4, alibi_slopes=ones(2), bwd_tiles=(16, 512)), ValueError,
-     "bwd_tiles.block_n"),
-    ("warps", _ra(q4, q4, q4, alibi_slopes=ones(2), bwd_tiles=relbias.Tiles(16, 16, 3)),
-     ValueError, "bwd_tiles.num_warps"),
-    ("stages", _ra(q4, q4, q4, alibi_slopes=ones(2), fwd_tiles=relbias.Tiles(16, 16, 4, 0)),
-     ValueError, "fwd_tiles.num_stages"),
-]  # fmt: skip
+    (
+        "shaw_v shape",
+        _ra(q4, q4, q4, shaw_k=ones(3, 8), shaw_v=ones(5, 8)),
+        ValueError,
+        "shaw_v must be",
+    ),
+    (
+        "tiles type",
+        _ra(q4, q4, q4, alibi_slopes=ones(2), fwd_tiles="big"),
+        TypeError,
+        "fwd_tiles must be",
+    ),
+    (
+        "block_m",
+        _ra(q4, q4, q4, alibi_slopes=ones(2), fwd_tiles=relbias.Tiles(24, 16)),
+        ValueError,
+        "fwd_tiles.block_m",
+    ),
+    (
+        "block_n",
+        _ra(q4, q4, q4, alibi_slopes=ones(2), bwd_tiles=(16, 512)),
+        ValueError,
+        "bwd_tiles.block_n",
+    ),
+    (
+        "warps",
+        _ra(q4, q4, q4, alibi_slopes=ones(2), bwd_tiles=relbias.Tiles(16, 16, 3)),
+        ValueError,
+        "bwd_tiles.num_warps",
+    ),
+    (
+        "stages",
+        _ra(q4, q4, q4, alibi_slopes=ones(2), fwd_tiles=relbias.Tiles(16, 16, 4, 0)),
+        ValueError,
+        "fwd_tiles.num_stages",
+    ),
+]
 
 
 @pytest.mark.parametrize(("call", "exc", "text"), [c[1:] for c in BAD], ids=[c[0] for c in BAD])
@@ -180,8 +226,7 @@ def test_backward_matches_reference(case, dtype):
     grad_out = torch.randn(out.shape, dtype=torch.float64)
     want = torch.autograd.grad(out, want_leaves, grad_out)
     leaves = [_leaf(t.to(DEVICE)) for t in (q, k, v, table)]
-    got_out = relbias.relative_attention(*leaves[:3], causal=causal,
-                                         **{**kwargs, name: leaves[3]})  # fmt: skip
+    got_out = relbias.relative_attention(*leaves[:3], causal=causal, **{**kwargs, name: leaves[3]})
     got = torch.autograd.grad(got_out, leaves, grad_out.to(DEVICE, dtype))
     for label, g, w in zip(("dq", "dk", "dv", "d" + name), got, want, strict=True):
         assert g.dtype == (dtype if label != "d" + name else torch.float32)
@@ -203,8 +248,9 @@ def test_shaw_key_and_value_backward(case, dtype):
     grad_out = torch.randn(out.shape, dtype=torch.float64)
     want = torch.autograd.grad(out, want_leaves, grad_out)
     leaves = [_leaf(t.to(DEVICE)) for t in inputs]
-    got_out = relbias.relative_attention(*leaves[:3], shaw_k=leaves[3], causal=causal,
-                                         shaw_v=leaves[4] if value else None)  # fmt: skip
+    got_out = relbias.relative_attention(
+        *leaves[:3], shaw_k=leaves[3], causal=causal, shaw_v=leaves[4] if value else None
+    )
     got = torch.autograd.grad(got_out, leaves, grad_out.to(DEVICE, dtype))
     labels = ("dq", "dk", "dv", "dshaw_k", "dshaw_v")[: len(inputs)]
     for label, g, w in zip(labels, got, want, strict=True):
@@ -230,12 +276,15 @@ def test_table_gradient_is_deterministic():
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = ("from bench.gpu_compile import Spec, capture, compile_job;"
-            "jobs = capture(Spec('relbias', 't5'), 90);"
-            "dq = [j for j in jobs if j['name'] == '_relbias_bwd_dq_kernel'];"
-            "print(len(dq), compile_job(dq[0])['atomics'])")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=300)  # fmt: skip
+    code = (
+        "from bench.gpu_compile import Spec, capture, compile_job;"
+        "jobs = capture(Spec('relbias', 't5'), 90);"
+        "dq = [j for j in jobs if j['name'] == '_relbias_bwd_dq_kernel'];"
+        "print(len(dq), compile_job(dq[0])['atomics'])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["1", "0"], out.stdout
 
@@ -255,8 +304,9 @@ def test_t5_buckets_are_exact_for_the_public_configuration():
         else:
             n = torch.maximum(n, torch.zeros_like(n))
         exact = num_buckets // 2
-        large = exact + (torch.log(n.float() / exact) / math.log(max_distance / exact)
-                         * (num_buckets - exact)).to(torch.long)  # fmt: skip
+        large = exact + (
+            torch.log(n.float() / exact) / math.log(max_distance / exact) * (num_buckets - exact)
+        ).to(torch.long)
         large = torch.minimum(large, torch.full_like(large, num_buckets - 1))
         return bucket + torch.where(n < exact, n, large)
 
@@ -307,11 +357,16 @@ def test_memory_grows_linearly_with_length(family):
     def peak(n):
         q, k, v = (torch.randn(1, 2, n, 16, device=DEVICE, requires_grad=True) for _ in range(3))
         if family == "t5":
-            kwargs = {"t5_table": torch.randn(16, 2, device=DEVICE, requires_grad=True),
-                      "t5_num_buckets": 16, "t5_max_distance": 32}  # fmt: skip
+            kwargs = {
+                "t5_table": torch.randn(16, 2, device=DEVICE, requires_grad=True),
+                "t5_num_buckets": 16,
+                "t5_max_distance": 32,
+            }
         else:
-            kwargs = {"shaw_k": torch.randn(9, 16, device=DEVICE, requires_grad=True),
-                      "shaw_v": torch.randn(9, 16, device=DEVICE, requires_grad=True)}  # fmt: skip
+            kwargs = {
+                "shaw_k": torch.randn(9, 16, device=DEVICE, requires_grad=True),
+                "shaw_v": torch.randn(9, 16, device=DEVICE, requires_grad=True),
+            }
 
         def call():
             relbias.relative_attention(q, k, v, **kwargs).sum().backward()
@@ -332,8 +387,10 @@ def test_cpu_tensor_outside_the_interpreter_says_how(monkeypatch):
 
 # Tiles other than the interpreter's 16 x 16: rectangular, both orientations, the dq kernel's
 # transpose of bwd_tiles, tiles longer than the sequence; float32 forward and backward.
-TILES = [(relbias.Tiles(32, 16), relbias.Tiles(16, 32)),
-         (relbias.Tiles(16, 64, 8, 3), relbias.Tiles(64, 16, 8, 3))]  # fmt: skip
+TILES = [
+    (relbias.Tiles(32, 16), relbias.Tiles(16, 32)),
+    (relbias.Tiles(16, 64, 8, 3), relbias.Tiles(64, 16, 8, 3)),
+]
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -350,8 +407,16 @@ def test_other_tiles_match_reference(family, tiles, causal):
             return F.shaw_attention(q, k, v, emb_k, emb_v, 3, mask=mask)[0]
 
         def kernel(q, k, v, emb_k, emb_v):
-            return relbias.relative_attention(q, k, v, shaw_k=emb_k, shaw_v=emb_v, causal=causal,
-                                              fwd_tiles=tiles[0], bwd_tiles=tiles[1])  # fmt: skip
+            return relbias.relative_attention(
+                q,
+                k,
+                v,
+                shaw_k=emb_k,
+                shaw_v=emb_v,
+                causal=causal,
+                fwd_tiles=tiles[0],
+                bwd_tiles=tiles[1],
+            )
     else:
         module, kwargs = _family(family, 2)
         name = next(n for n in kwargs if n in ("alibi_slopes", "t5_table", "shaw_bias"))
@@ -368,12 +433,15 @@ def test_other_tiles_match_reference(family, tiles, causal):
 
         def kernel(q, k, v, table):
             kwargs[name] = table
-            return relbias.relative_attention(q, k, v, causal=causal, fwd_tiles=tiles[0],
-                                              bwd_tiles=tiles[1], **kwargs)  # fmt: skip
+            return relbias.relative_attention(
+                q, k, v, causal=causal, fwd_tiles=tiles[0], bwd_tiles=tiles[1], **kwargs
+            )
 
     # tables as Parameters: the reference module takes them as they are (T5's Embedding.weight)
-    want_leaves = [*(_leaf(t, torch.float64) for t in (q, k, v)),
-                   *(torch.nn.Parameter(t.double()) for t in tables)]  # fmt: skip
+    want_leaves = [
+        *(_leaf(t, torch.float64) for t in (q, k, v)),
+        *(torch.nn.Parameter(t.double()) for t in tables),
+    ]
     want_out = reference(*want_leaves)
     grad_out = torch.randn(want_out.shape, dtype=torch.float64)
     want = torch.autograd.grad(want_out, want_leaves, grad_out)

@@ -151,9 +151,15 @@ def test_inplace_writes_into_the_inputs(case):
     if isinstance(pos_arg, torch.Tensor):
         pos_arg = pos_arg.to(DEVICE)
     qo, ko = kernels.apply_rope(
-        q, k, cos, sin, positions=pos_arg, interleaved=case.interleaved, layout=case.layout,
+        q,
+        k,
+        cos,
+        sin,
+        positions=pos_arg,
+        interleaved=case.interleaved,
+        layout=case.layout,
         inplace=True,
-    )  # fmt: skip
+    )
     assert qo is q and ko is k
     assert_close(q.cpu().double(), want_q, atol=2e-6, rtol=2e-6)
     assert_close(k.cpu().double(), want_k, atol=2e-6, rtol=2e-6)
@@ -262,12 +268,21 @@ def test_tensor_positions_need_no_host_sync():
         assert_close(out[0], step(q, k, offsets)[0])
 
 
-@pytest.mark.parametrize("scaling", [
-    {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
-    {"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 16},
-    {"type": "longrope", "short_factor": [1.0, 1.5, 2.0, 3.0], "long_factor": [2.0, 3.0, 5.0, 9.0],
-     "original_max_position_embeddings": 16, "factor": 2.0},
-], ids=lambda s: s["type"])  # fmt: skip
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+        {"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 16},
+        {
+            "type": "longrope",
+            "short_factor": [1.0, 1.5, 2.0, 3.0],
+            "long_factor": [2.0, 3.0, 5.0, 9.0],
+            "original_max_position_embeddings": 16,
+            "factor": 2.0,
+        },
+    ],
+    ids=lambda s: s["type"],
+)
 def test_the_kernel_takes_any_schedules_tables(scaling):
     """A long-context variant changes the tables (and scales them by its attention factor);
     the kernel consumes them unchanged: FusedRoPE against posenc's module, partial rotary."""

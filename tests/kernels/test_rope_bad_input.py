@@ -126,8 +126,9 @@ DEVICE_CHECKED = [
 ]
 
 
-@pytest.mark.parametrize("positions", [c[1] for c in DEVICE_CHECKED],
-                         ids=[c[0] for c in DEVICE_CHECKED])  # fmt: skip
+@pytest.mark.parametrize(
+    "positions", [c[1] for c in DEVICE_CHECKED], ids=[c[0] for c in DEVICE_CHECKED]
+)
 def test_tensor_positions_out_of_range_fail_on_the_device(positions):
     if DEVICE == "cpu":
         with pytest.raises(RuntimeError, match=r"positions must lie in 0 \.\. 15"):
@@ -136,12 +137,13 @@ def test_tensor_positions_out_of_range_fail_on_the_device(positions):
     import subprocess
     import sys
 
-    code = ("import torch, kernels; from posenc import functional as F; "
-            "q = torch.randn(2, 5, 2, 8, device='cuda'); cos, sin = F.rope_cos_sin(16, 8, "
-            f"device='cuda'); kernels.apply_rope(q, q, cos, sin, positions={positions}"
-            ".cuda()); torch.cuda.synchronize()")  # fmt: skip
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    code = (
+        "import torch, kernels; from posenc import functional as F; "
+        "q = torch.randn(2, 5, 2, 8, device='cuda'); cos, sin = F.rope_cos_sin(16, 8, "
+        f"device='cuda'); kernels.apply_rope(q, q, cos, sin, positions={positions}"
+        ".cuda()); torch.cuda.synchronize()"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "assert" in (proc.stderr + proc.stdout).lower()
 
 

@@ -103,9 +103,13 @@ def _mha_anchor(inputs):
     return lambda: mha(x, x, x, need_weights=False)[0]
 
 
-ANCHORS = {"rope": _rope_anchor, "sinusoidal": _sinusoidal_anchor,
-           "shaw_attention": _mha_anchor, "alibi_attention": _bias_anchor,
-           "t5_attention": _bias_anchor}  # fmt: skip
+ANCHORS = {
+    "rope": _rope_anchor,
+    "sinusoidal": _sinusoidal_anchor,
+    "shaw_attention": _mha_anchor,
+    "alibi_attention": _bias_anchor,
+    "t5_attention": _bias_anchor,
+}
 
 
 def _anchor(case: str, mode: str):

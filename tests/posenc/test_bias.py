@@ -77,10 +77,14 @@ def test_relative_attention_against_loops(lq, lk, causal):
     m = F.alibi_slopes(3)
     biases = {
         "alibi": (alibi, lambda h, i, j: -m[h].item() * ((i - j) if causal else abs(j - i))),
-        "t5": (t5, lambda h, i, j: t5.relative_attention_bias.weight[
-            _t5_bucket_one(j - i, True, 8, 16), h].item()),
+        "t5": (
+            t5,
+            lambda h, i, j: t5.relative_attention_bias.weight[
+                _t5_bucket_one(j - i, True, 8, 16), h
+            ].item(),
+        ),
         "shaw": (shaw, lambda h, i, j: shaw.table[h, min(max(j - i, -2), 2) + 2].item()),
-    }  # fmt: skip
+    }
     for module, fn in biases.values():
         got = F.relative_attention(q, k, v, bias=module, causal=causal)
         assert_close(got, _naive_attention(q, k, v, fn, causal), atol=1e-12, rtol=1e-10)

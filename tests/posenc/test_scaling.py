@@ -18,31 +18,76 @@ DEFAULT8 = [1.0, 0.1, 0.01, 0.001]  # base 10000, dim 8: 10000^(-2i/8)
 HAND = [
     ("linear x4", {"type": "linear", "factor": 4.0}, None, [0.25, 0.025, 0.0025, 0.00025], 1.0),
     # factor 2, original 16, L 32: base 10000 * (2 * 32 / 16 - 1)^(8/6) = 10000 * 3^(4/3)
-    ("dynamic past the context", {"type": "dynamic", "factor": 2.0,
-     "original_max_position_embeddings": 16}, 32,
-     [(10000 * 3 ** (4 / 3)) ** (-i / 4) for i in range(4)], 1.0),
-    ("dynamic within the context", {"type": "dynamic", "factor": 2.0,
-     "original_max_position_embeddings": 16}, 12, DEFAULT8, 1.0),
+    (
+        "dynamic past the context",
+        {"type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 16},
+        32,
+        [(10000 * 3 ** (4 / 3)) ** (-i / 4) for i in range(4)],
+        1.0,
+    ),
+    (
+        "dynamic within the context",
+        {"type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 16},
+        12,
+        DEFAULT8,
+        1.0,
+    ),
     # original 2048: pairs turning 32 times -> 8 ln(2048 / 64 pi) / (2 ln 1e4) = 1.008 -> floor 1;
     # once -> 8 ln(2048 / 2 pi) / (2 ln 1e4) = 2.513 -> ceil 3; ramp (i - 1) / 2 = 0, 0, .5, 1
-    ("yarn x4", {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}, None,
-     [1.0, 0.1, 0.5 * 0.01 + 0.5 * 0.0025, 0.00025], 0.1 * math.log(4) + 1),
+    (
+        "yarn x4",
+        {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048},
+        None,
+        [1.0, 0.1, 0.5 * 0.01 + 0.5 * 0.0025, 0.00025],
+        0.1 * math.log(4) + 1,
+    ),
     # original 1024: wavelengths 2 pi / theta = 6.28, 62.8, 628.3, 6283; 1024 / 4 = 256 < 628.3
     # <= 1024: smooth = (1024 / 628.3 - 1) / 3; 6283 > 1024: divided by 8
-    ("llama3 x8", {"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 1024},
-     None, [1.0, 0.1, (1 - (1024 * 0.01 / (2 * math.pi) - 1) / 3) * 0.01 / 8
-                       + (1024 * 0.01 / (2 * math.pi) - 1) / 3 * 0.01, 0.001 / 8], 1.0),
-    ("longrope short", {"type": "longrope", "short_factor": [1, 2, 1, 2],
-     "long_factor": [4, 8, 4, 8], "original_max_position_embeddings": 16, "factor": 4.0}, 8,
-     [1.0, 0.05, 0.01, 0.0005], math.sqrt(1.5)),  # sqrt(1 + ln 4 / ln 16)
-    ("longrope long", {"type": "longrope", "short_factor": [1, 2, 1, 2],
-     "long_factor": [4, 8, 4, 8], "original_max_position_embeddings": 16, "factor": 4.0}, 32,
-     [0.25, 0.0125, 0.0025, 0.000125], math.sqrt(1.5)),
-]  # fmt: skip
+    (
+        "llama3 x8",
+        {"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 1024},
+        None,
+        [
+            1.0,
+            0.1,
+            (1 - (1024 * 0.01 / (2 * math.pi) - 1) / 3) * 0.01 / 8
+            + (1024 * 0.01 / (2 * math.pi) - 1) / 3 * 0.01,
+            0.001 / 8,
+        ],
+        1.0,
+    ),
+    (
+        "longrope short",
+        {
+            "type": "longrope",
+            "short_factor": [1, 2, 1, 2],
+            "long_factor": [4, 8, 4, 8],
+            "original_max_position_embeddings": 16,
+            "factor": 4.0,
+        },
+        8,
+        [1.0, 0.05, 0.01, 0.0005],
+        math.sqrt(1.5),
+    ),  # sqrt(1 + ln 4 / ln 16)
+    (
+        "longrope long",
+        {
+            "type": "longrope",
+            "short_factor": [1, 2, 1, 2],
+            "long_factor": [4, 8, 4, 8],
+            "original_max_position_embeddings": 16,
+            "factor": 4.0,
+        },
+        32,
+        [0.25, 0.0125, 0.0025, 0.000125],
+        math.sqrt(1.5),
+    ),
+]
 
 
-@pytest.mark.parametrize(("scaling", "seq_len", "want", "factor"), [h[1:] for h in HAND],
-                         ids=[h[0] for h in HAND])  # fmt: skip
+@pytest.mark.parametrize(
+    ("scaling", "seq_len", "want", "factor"), [h[1:] for h in HAND], ids=[h[0] for h in HAND]
+)
 def test_hand_worked_cases(scaling, seq_len, want, factor):
     inv_freq, attention = rope_frequencies(8, 10000.0, scaling, seq_len)
     assert inv_freq.dtype == torch.float64 and inv_freq.shape == (4,)
@@ -77,9 +122,14 @@ VARIANTS = [
     {"type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 64},
     {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
     {"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 64},
-    {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [1.0 + i for i in range(8)],
-     "original_max_position_embeddings": 64, "factor": 8.0},
-]  # fmt: skip
+    {
+        "type": "longrope",
+        "short_factor": [1.0] * 8,
+        "long_factor": [1.0 + i for i in range(8)],
+        "original_max_position_embeddings": 64,
+        "factor": 8.0,
+    },
+]
 
 
 @pytest.mark.parametrize("scaling", VARIANTS, ids=lambda s: s["type"] if s else "none")
@@ -132,17 +182,45 @@ BAD = [
     ({"type": "linear", "factor": 0.5}, ValueError, r"scaling\['factor'\] must be >= 1"),
     ({"type": "linear", "factor": 2.0, "beta": 1}, ValueError, r"scaling\['beta'\]: not a key"),
     ({"type": "yarn", "factor": 2.0}, ValueError, "original_max_position_embeddings"),
-    ({"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64, "beta_fast": 1.0,
-      "beta_slow": 2.0}, ValueError, r"scaling\['beta_fast'\]"),
-    ({"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 64,
-      "low_freq_factor": 4.0, "high_freq_factor": 1.0}, ValueError,
-     r"scaling\['low_freq_factor'\]"),
-    ({"type": "longrope", "short_factor": [1.0], "long_factor": [1.0] * 4,
-      "original_max_position_embeddings": 64}, ValueError, r"scaling\['short_factor'\] must have"),
-    ({"type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 0}, ValueError,
-     "original_max_position_embeddings"),
+    (
+        {
+            "type": "yarn",
+            "factor": 2.0,
+            "original_max_position_embeddings": 64,
+            "beta_fast": 1.0,
+            "beta_slow": 2.0,
+        },
+        ValueError,
+        r"scaling\['beta_fast'\]",
+    ),
+    (
+        {
+            "type": "llama3",
+            "factor": 8.0,
+            "original_max_position_embeddings": 64,
+            "low_freq_factor": 4.0,
+            "high_freq_factor": 1.0,
+        },
+        ValueError,
+        r"scaling\['low_freq_factor'\]",
+    ),
+    (
+        {
+            "type": "longrope",
+            "short_factor": [1.0],
+            "long_factor": [1.0] * 4,
+            "original_max_position_embeddings": 64,
+        },
+        ValueError,
+        r"scaling\['short_factor'\] must have",
+    ),
+    (
+        {"type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 0},
+        ValueError,
+        "original_max_position_embeddings",
+    ),
     ("yarn", TypeError, "scaling must be None or a dict"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("scaling", "exc", "text"), BAD, ids=[str(b[2]) for b in BAD])
