@@ -67,8 +67,8 @@ compat: $(COMPAT_VENV)/.installed
 # spill at a default tile, shared memory past the limit, or a half-precision dot without wgmma.
 GPU_COMPILE_JOBS ?= 2
 gpu-compile: $(STAMP) $(COMPAT_VENV)/.installed
-	$(PY) -m bench.gpu_compile --jobs $(GPU_COMPILE_JOBS)
-	$(COMPAT_VENV)/bin/python -m bench.gpu_compile --jobs $(GPU_COMPILE_JOBS)
+	$(PY) -m bench.audit --jobs $(GPU_COMPILE_JOBS)
+	$(COMPAT_VENV)/bin/python -m bench.audit --jobs $(GPU_COMPILE_JOBS)
 
 # On a CUDA machine: the kernel tests (the same CI runs under the interpreter, plus the long
 # half-precision cases that only a GPU runs), then the GPU sweep (configs/sweep/gpu.yaml).
@@ -114,7 +114,7 @@ probe: $(STAMP)
 REGRESS_OUT ?= results/regress
 # 15%, not the tool's 25% default: the normalized noise measured here stays under 8% (README).
 REGRESS_THRESHOLD ?= 0.15
-PERF_SUITE  := $(PY) -m pytest tests/perf/perf_suite.py --benchmark-only -q --benchmark-save-data
+PERF_SUITE  := $(PY) -m pytest bench/regress/suite.py --benchmark-only -q --benchmark-save-data
 
 regress: $(STAMP)
 	@mkdir -p $(REGRESS_OUT)

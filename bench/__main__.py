@@ -21,12 +21,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from bench import cli, profile, report
-from bench import config as bench_config
+from bench.config import cli, plugins, schema
+from bench.config import plan as bench_config
+from bench.report import build as report
 from bench.results import git_sha, write_env
-from bench.runner import Runner
+from bench.run import profile
+from bench.run.runner import Runner
 
-bench_config.register()
 # The run directory's name: results/runs/<time>-<sweep><the overrides that change what runs>
 OmegaConf.register_new_resolver("bench_tag", cli.run_tag, replace=True)
 IGNORED = ("resume",)  # keys a resumed run may change
@@ -85,6 +86,10 @@ def _record(out_dir: Path, cfg: DictConfig, overrides: list[str], summary: dict)
 def main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     out_dir = Path(hydra_cfg.runtime.output_dir)
+    try:  # again, for a launcher's job in its own process (a no-op where entry() loaded them)
+        plugins.load(cfg.plugins)
+    except plugins.PluginError as exc:
+        _fail(str(exc), out_dir)
     overrides = list(hydra_cfg.overrides.task)
     pinned = frozenset(o.split("=", 1)[0].lstrip("+~") for o in overrides)
     try:
@@ -142,8 +147,15 @@ def main(cfg: DictConfig) -> None:
 
 
 def entry() -> None:
-    """Checks that need no config: --help, keys that do not exist."""
+    """The plugins first (their cases and knobs are part of the schema), then the checks that
+    need no config: --help, keys that do not exist, the sweep's name, the run directory."""
     argv = sys.argv[1:]
+    try:
+        plugins.load(plugins.named_in(argv))
+    except plugins.PluginError as exc:
+        print(f"invalid configuration: {exc}", file=sys.stderr)
+        sys.exit(2)
+    schema.register()
     if "--help" in argv or "-h" in argv:
         print(cli.help_text())
         return

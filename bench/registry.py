@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import torch
@@ -19,26 +20,106 @@ import torch
 Inputs = dict[str, Any]  # tensors (and parameter dicts) built once per point
 Output = torch.Tensor | tuple[torch.Tensor, ...]
 
-# Knobs: axes that only some cases have. A case declares the ones it reads; the plan crosses a
-# case's points with the values of its own knobs only, and the row's `params` column records them.
-KNOBS = ("num_kv_heads", "layout", "causal", "fwd_tiles", "bwd_tiles", "rope_scaling")
+BASE_AXES = ("batch", "seq_len", "d_model", "num_heads")
+
+
+class Mode(str, Enum):
+    """What a row times (bench/run/tasks.py). A str: the CSV keeps its values."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    FORWARD_BACKWARD = "forward+backward"
+
+    __str__ = str.__str__
+
+
+class Status(str, Enum):
+    OK = "ok"
+    WRONG = "wrong"
+    OOM = "oom"
+    SKIPPED = "skipped"
+    ERROR = "error"
+
+    __str__ = str.__str__
+
+
+class Level(str, Enum):
+    ENCODER = "encoder"
+    ATTENTION = "attention"
+
+    __str__ = str.__str__
+
+
+MODES = tuple(m.value for m in Mode)
 
 
 @dataclass(frozen=True)
-class Point:
-    """One point of a sweep. head_dim = d_model / num_heads; knobs keep their defaults in the
-    cases that do not declare them."""
+class Knob:
+    """An axis only some cases have, declared once, by the case that reads it: its name (the
+    config key and the row's `params` entry), its default (what a case that does not declare it
+    sees), a line of help (`python -m bench --help`), and its check: (value, key) -> the values
+    as a list, or ValueError naming the key (bench/checks.py). The config's key, its
+    validation, the help and the plan's crossing all come from this declaration."""
 
-    batch: int
-    seq_len: int
-    d_model: int
-    num_heads: int
-    num_kv_heads: int | None = None  # grouped-query attention: k has this many heads (None: H)
-    layout: str = "bhsd"  # memory order of (B, H, L, D) tensors: "bhsd" or "bshd"
-    causal: bool = False
-    fwd_tiles: str = "default"  # the Triton attention kernel's tiles, "MxNxWARPSxSTAGES"
-    bwd_tiles: str = "default"
-    rope_scaling: str = "none"  # a long-context RoPE schedule (bench/cases/rope.py: SCALINGS)
+    name: str
+    default: Any
+    help: str
+    check: Callable[[Any, str], list]
+
+
+KNOBS: dict[str, Knob] = {}  # every knob a declared case has, by name (filled by Case)
+
+
+def _declare(knob: Knob) -> None:
+    if knob.name in BASE_AXES or not knob.name.isidentifier():
+        raise ValueError(f"knob {knob.name!r}: not a name a knob can have")
+    if KNOBS.get(knob.name, knob) != knob:
+        raise ValueError(f"knob {knob.name!r} is declared twice, differently")
+    KNOBS[knob.name] = knob
+
+
+class Point:
+    """One point of a sweep: B, L, d_model, H, and the values of the knobs that differ from
+    their defaults (any knob reads as an attribute: point.layout). head_dim = d_model / H."""
+
+    __slots__ = ("batch", "seq_len", "d_model", "num_heads", "knobs")
+
+    def __init__(self, batch: int, seq_len: int, d_model: int, num_heads: int, **knobs):
+        for name in knobs:
+            if name not in KNOBS:
+                raise TypeError(f"Point: no knob {name!r} (declared: {', '.join(KNOBS)})")
+        set_ = object.__setattr__
+        set_(self, "batch", batch)
+        set_(self, "seq_len", seq_len)
+        set_(self, "d_model", d_model)
+        set_(self, "num_heads", num_heads)
+        set_(
+            self, "knobs", tuple(sorted((k, v) for k, v in knobs.items() if v != KNOBS[k].default))
+        )
+
+    def __getattr__(self, name: str):
+        if name in KNOBS:
+            return dict(self.knobs).get(name, KNOBS[name].default)
+        raise AttributeError(f"Point has no attribute or knob {name!r}")
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Point is immutable")
+
+    def _key(self) -> tuple:
+        return (self.batch, self.seq_len, self.d_model, self.num_heads, self.knobs)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Point) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v!r}" for k, v in self.knobs)
+        return f"Point({self.batch}, {self.seq_len}, {self.d_model}, {self.num_heads}{extra})"
+
+    def __reduce__(self):  # picklable (multirun launchers)
+        return (_point, (self.batch, self.seq_len, self.d_model, self.num_heads, self.knobs))
 
     @property
     def head_dim(self) -> int:
@@ -46,7 +127,7 @@ class Point:
 
     @property
     def kv_heads(self) -> int:
-        return self.num_kv_heads or self.num_heads
+        return getattr(self, "num_kv_heads", None) or self.num_heads
 
     def params(self, knobs: tuple[str, ...]) -> str:
         """The `params` column: the case's knobs as JSON (keys sorted)."""
@@ -57,7 +138,8 @@ class Point:
         return f"B={self.batch} L={self.seq_len} d={self.d_model} H={self.num_heads}{extra}"
 
 
-POINT_FIELDS = tuple(f.name for f in fields(Point))
+def _point(batch, seq_len, d_model, num_heads, knobs):
+    return Point(batch, seq_len, d_model, num_heads, **dict(knobs))
 
 
 @dataclass(frozen=True)
@@ -133,15 +215,57 @@ class Case:
     cost: Callable[[Point, torch.dtype, str], Cost]
     grad_inputs: tuple[str, ...] = ()
     batched: tuple[str, ...] = ()
-    knobs: tuple[str, ...] = ()
+    knobs: tuple[Knob, ...] = ()
     constraint: Callable[[Point], str | None] = field(default=lambda p: None)
     truth_holds: int = 0
+
+    def __post_init__(self):
+        for knob in self.knobs:
+            _declare(knob)
+
+    @property
+    def knob_names(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.knobs)
 
     def check(self, point: Point) -> str | None:
         """Why this point does not apply to the case (None if it does)."""
         if point.d_model % point.num_heads:
             return f"d_model={point.d_model} not divisible by num_heads={point.num_heads}"
         return self.constraint(point)
+
+
+CASES: dict[str, Case] = {}  # every declared case by name: the built-in ones, then plugins'
+
+
+def register_case(case: Case) -> Case:
+    """Adds a case (its knobs are declared with it). A plugin's new case is measured, checked
+    and reported like the built-in ones."""
+    if not isinstance(case, Case):
+        raise TypeError(f"register_case: expected a bench.registry.Case, got {type(case).__name__}")
+    if case.name in CASES:
+        raise ValueError(f"register_case: a case named {case.name!r} exists already")
+    if case.baseline not in case.impls:
+        raise ValueError(
+            f"register_case: {case.name}: baseline {case.baseline!r} is not one of "
+            f"its impls ({', '.join(case.impls)})"
+        )
+    CASES[case.name] = case
+    return case
+
+
+def register_impl(case_name: str, impl_name: str, impl: Impl) -> Impl:
+    """Adds an implementation to a declared case: it gets the case's inputs, its check against
+    the float64 truth (outputs and gradients), timing, metrics and report, like the built-ins."""
+    if case_name not in CASES:
+        raise ValueError(f"register_impl: no case {case_name!r}; cases: {', '.join(CASES)}")
+    if not isinstance(impl, Impl):
+        raise TypeError(f"register_impl: expected a bench.registry.Impl, got {type(impl).__name__}")
+    if not impl_name.isidentifier() or impl_name in CASES[case_name].impls:
+        raise ValueError(
+            f"register_impl: {case_name} has an impl {impl_name!r} already, or that is not a name"
+        )
+    CASES[case_name].impls[impl_name] = impl
+    return impl
 
 
 def as_tuple(out: Output) -> tuple[torch.Tensor, ...]:

@@ -74,7 +74,6 @@ KEY = (
     "num_heads",
     "params",
 )
-STATUSES = ("ok", "wrong", "oom", "skipped", "error")
 
 
 def row_key(row: dict, key: tuple[str, ...] = KEY) -> tuple[str, ...]:

@@ -17,3 +17,16 @@ def parse_tiles(text: str):
     if not TILES.match(text):
         raise ValueError(f"expected 'default' or MxNxWARPSxSTAGES (e.g. 128x64x8x3), got {text!r}")
     return check_tiles("tiles", Tiles(*(int(v) for v in text.split("x"))))
+
+
+def check(value, key: str) -> list[str]:
+    """The tiles knobs' check: every value "default" or tiles the kernel accepts."""
+    from bench.checks import as_list
+
+    values = [str(v) for v in as_list(value)]
+    for v in values:
+        try:
+            parse_tiles(v)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{key}: {str(exc).removeprefix('tiles.')}") from None
+    return values

@@ -10,15 +10,6 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 
-def pytest_addoption(parser):
-    parser.addoption(
-        "--perf-slowdown",
-        default=None,
-        metavar="CASE",
-        help="tests/perf: make CASE do 25%% more work (the planted regression)",
-    )
-
-
 @pytest.fixture(autouse=True)
 def _seeded():
     """Every test starts from the same random state (tests must not depend on order)."""

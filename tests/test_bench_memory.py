@@ -1,8 +1,8 @@
-"""bench.memory counts the tensor bytes a call holds at its peak."""
+"""bench.run.memory counts the tensor bytes a call holds at its peak."""
 
 import torch
 
-from bench.memory import peak_bytes
+from bench.run.memory import peak_bytes
 
 MIB = 1 << 20
 

@@ -1,11 +1,11 @@
-"""bench.timing with a fake clock: warm-up by time, repeat limits, quantiles."""
+"""bench.run.timing with a fake clock: warm-up by time, repeat limits, quantiles."""
 
 import math
 
 import pytest
 import torch
 
-from bench.timing import GRAPH_BELOW_MS, Timing, measure
+from bench.run.timing import GRAPH_BELOW_MS, Timing, measure
 
 
 class FakeClock:
@@ -156,7 +156,7 @@ def test_side_by_side_spreads_a_slow_phase_over_every_call():
     """a takes 3 units and b 1; the first 40% of the window is twice as slow. Measured one after
     the other, a lands in the slow phase and looks 6x slower than b; side by side, both see the
     same mix and the median ratio stays 3."""
-    from bench.timing import measure_side_by_side
+    from bench.run.timing import measure_side_by_side
 
     kw = dict(warmup_s=0, min_reps=1, max_reps=100_000, budget_s=10.0, rel_spread=None)
     seq = SlowPhaseMachine(0, 8)
@@ -173,7 +173,7 @@ def test_side_by_side_spreads_a_slow_phase_over_every_call():
 
 
 def test_side_by_side_min_reps_spread_and_a_failing_call():
-    from bench.timing import measure_side_by_side
+    from bench.run.timing import measure_side_by_side
 
     clock = SlowPhaseMachine(0, 0)
     calls = {"n": 0}
@@ -214,7 +214,7 @@ def test_side_by_side_spreads_every_call_over_the_whole_window():
     through. Each slice takes at most 40 / 20 = 2 samples, so the fast call is sampled in every
     round, in the slow half as much as the slow call is (with 20 ms slices it used to take its
     40 samples in the first two rounds and never see the slow phase)."""
-    from bench.timing import measure_side_by_side
+    from bench.run.timing import measure_side_by_side
 
     clock = SlowPhaseMachine(0.6, float("inf"))  # 20 rounds of 2 x (1 + 30) ms: 1.24 s
     group = {"fast": clock.call(0.001), "slow": clock.call(0.030)}
@@ -235,7 +235,7 @@ def test_one_timing_method_per_side_by_side_group(monkeypatch):
     """On CUDA a group is timed one way: CUDA graphs for every call when the fastest is under
     graph_below_ms and all can be captured, else events for every call (never a mix of warm-L2
     graph samples and cold-L2 event samples in one group's ratios)."""
-    from bench import timing
+    from bench.run import timing
 
     monkeypatch.setattr(timing, "_sync", lambda device: None)
     monkeypatch.setattr(timing, "_time_once", lambda fn, device, clock: fn())  # fn -> its ms

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from bench import check
 from bench.registry import Case, Cost, Impl, Point
+from bench.run import check
 from tests.test_harness import _run
 
 
@@ -117,11 +117,11 @@ def test_bfloat16_is_held_to_the_reference_in_bfloat16(tmp_path, monkeypatch):
     """An error of 1% in bfloat16 (well inside a fixed 5% tolerance) is several times the
     reference's own error in bfloat16: wrong. The reference itself passes."""
     off = Impl(lambda i: lambda: (2 * i["x"] + i["table"]) * 1.01)
-    from bench import config
+    from bench.config import plan as config
 
     monkeypatch.setitem(config.DTYPES, "bfloat16", torch.bfloat16)
     case = _table_case({"good": GOOD, "off": off})
-    from bench import runner
+    from bench.run import runner
 
     monkeypatch.setitem(runner.CASES, "toy", case)
     entry = config.Entry(

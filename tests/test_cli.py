@@ -339,7 +339,7 @@ def test_cuda_without_a_gpu_is_skipped_with_one_message(tmp_path):
 
 def test_kernel_launches_are_read_from_a_trace(tmp_path):
     """The GPU part of the profile, on a synthetic trace (no GPU here): grids, blocks, registers."""
-    from bench.profile import kernel_launches
+    from bench.run.profile import kernel_launches
 
     launch = {
         "cat": "kernel",

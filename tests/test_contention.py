@@ -8,10 +8,11 @@ import sys
 import pytest
 import torch
 
-from bench import machine
-from bench.config import Entry, Plan, TimingConfig
+from bench.config.plan import Entry, Plan
+from bench.config.schema import TimingConfig
 from bench.registry import Case, Cost, Impl, Point
-from bench.runner import Runner
+from bench.run import machine
+from bench.run.runner import Runner
 
 linux = pytest.mark.skipif(machine.snapshot() is None, reason="reads /proc/stat")
 # long enough a window for /proc/stat's 10 ms ticks: 0.6 s of samples per implementation
@@ -33,7 +34,7 @@ def _case():
 
 
 def _rows(tmp_path, monkeypatch, capsys=None):
-    from bench import runner
+    from bench.run import runner
 
     monkeypatch.setitem(runner.CASES, "toy", _case())
     plan = Plan(

@@ -5,10 +5,11 @@ import re
 
 import torch
 
-from bench import eta
-from bench.config import Entry, Plan, TimingConfig
+from bench.config.plan import Entry, Plan
+from bench.config.schema import TimingConfig
 from bench.registry import Case, Cost, Impl, Point
-from bench.runner import Runner
+from bench.run import eta
+from bench.run.runner import Runner
 
 RATES = {"calib_copy_gbps": 1e-6, "calib_matmul_tflops": 1.0}  # 1 kB/s: a 8 kB row is 8 s
 TIMING = TimingConfig(
@@ -58,11 +59,11 @@ def test_the_time_left_follows_the_rows_costs_not_their_count(tmp_path, monkeypa
     """Small rows first, then rows 16x as large: the progress line halfway through predicts the
     rest within 10% of what it takes. Dividing the time so far by the rows done (the estimate
     before bench/eta.py) would predict a sixth of it."""
-    from bench import runner
+    from bench.run import point, runner
 
     clock = FakeClock()
     monkeypatch.setitem(runner.CASES, "toy", _case(clock))
-    monkeypatch.setattr(runner, "calibrate", lambda device, dtype: dict(RATES))
+    monkeypatch.setattr(point, "calibrate", lambda device, dtype: dict(RATES))
     points = tuple(Point(1, n, 4, 2) for n in [*range(64, 70), *range(1024, 1030)])
     plan = Plan((Entry("toy", ("a", "b"), points, ("float32",), ("cpu",), ("forward",)),))
     r = Runner(plan, TIMING, tmp_path, run_id="t")

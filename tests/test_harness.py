@@ -8,15 +8,16 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bench.config import BenchConfig, TimingConfig, make_plan
+from bench.config.plan import make_plan
+from bench.config.schema import TimingConfig, config_class
 from bench.registry import Case, Cost, Impl, Point
-from bench.runner import Runner
+from bench.run.runner import Runner
 
 FAST = TimingConfig(warmup_s=0.0, min_reps=2, max_reps=3, budget_s=0.0, rel_spread=None)
 
 
 def _cfg(**overrides):
-    cfg = OmegaConf.structured(BenchConfig)
+    cfg = OmegaConf.structured(config_class())
     for key, value in overrides.items():
         OmegaConf.update(cfg, key, value)
     return cfg
@@ -153,7 +154,8 @@ ONE_POINT = (Point(3, 8, 4, 2),)
 
 
 def _run(tmp_path, case, monkeypatch, *, resume=False, points=ONE_POINT, modes=None, timing=FAST):
-    from bench import config, runner
+    from bench.config import plan as config
+    from bench.run import runner
 
     monkeypatch.setitem(runner.CASES, "toy", case)
     entry = config.Entry(
@@ -207,7 +209,7 @@ def test_implementations_of_a_point_are_timed_side_by_side(tmp_path, monkeypatch
     """Per point and mode one side-by-side group of every implementation that passed the gate
     (never a wrong one); backward mode, whose calls hold a graph each, one at a time; a call
     that fails inside the group becomes its own error row."""
-    from bench import runner, timing
+    from bench.run import point, timing
 
     groups = []
 
@@ -215,7 +217,7 @@ def test_implementations_of_a_point_are_timed_side_by_side(tmp_path, monkeypatch
         groups.append(sorted(fns))
         return timing.measure_side_by_side(fns, *args, **kwargs)
 
-    monkeypatch.setattr(runner, "measure_side_by_side", spy)
+    monkeypatch.setattr(point, "measure_side_by_side", spy)
     flaky = {"n": 0}
 
     def fails_when_timed(inputs):
@@ -251,7 +253,7 @@ def test_implementations_of_a_point_are_timed_side_by_side(tmp_path, monkeypatch
 def test_each_row_carries_the_copy_timed_in_its_group(tmp_path, monkeypatch):
     """copy_ms is the median of a copy of the row's modelled bytes timed side by side with it;
     pct_copy_bw = 100 * copy_ms / p50_ms. With timing.copy_ref off both columns stay empty."""
-    from bench import calibrate, runner
+    from bench.run import calibrate, point
 
     sizes = []
 
@@ -259,7 +261,7 @@ def test_each_row_carries_the_copy_timed_in_its_group(tmp_path, monkeypatch):
         sizes.append(n_bytes)
         return calibrate.copy_call(n_bytes, device)
 
-    monkeypatch.setattr(runner, "copy_call", spy)
+    monkeypatch.setattr(point, "copy_call", spy)
     case = _toy_case({"good": Impl(lambda i: lambda: 2 * i["x"])})
     rows = _run(tmp_path, case, monkeypatch)
     assert sizes == [8 * 3 * 8, 2 * 8 * 3 * 8]  # forward, forward+backward (twice the bytes)
@@ -278,7 +280,7 @@ def test_passes_pool_each_rows_samples_over_the_whole_run(tmp_path, monkeypatch)
     """timing.passes=3: the plan is swept three times, each group with a third of the budget
     and max_reps; each ok row is written once, in the last pass, from the samples of all three
     (so its median spans the run); a wrong row is written in the first pass and never again."""
-    from bench import runner
+    from bench.run import point
 
     seen = []
 
@@ -287,9 +289,9 @@ def test_passes_pool_each_rows_samples_over_the_whole_run(tmp_path, monkeypatch)
             (sorted(fns), round(kwargs["budget_s"], 9), kwargs["max_reps"], kwargs["min_reps"])
         )
         k = (len(seen) + 1) // 2  # two groups (modes) per pass
-        return {name: runner.Timing((10.0 * k,) * 2) for name in fns}
+        return {name: point.Timing((10.0 * k,) * 2) for name in fns}
 
-    monkeypatch.setattr(runner, "measure_side_by_side", fake)
+    monkeypatch.setattr(point, "measure_side_by_side", fake)
     made = {"bad": 0}
 
     def bad(inputs):
@@ -320,7 +322,7 @@ def test_an_interrupted_multi_pass_run_resumes_at_its_next_pass(tmp_path, monkey
     """Ctrl-C in pass 2 of 3: pass 1's samples are in pooled.json; resume=true runs passes 2
     and 3 only and writes rows with all three passes' samples; another timing.passes, or a run
     without resume, is refused rather than losing them."""
-    from bench import runner
+    from bench.run import point
 
     calls = {"n": 0, "stop_at": 3}
 
@@ -328,9 +330,9 @@ def test_an_interrupted_multi_pass_run_resumes_at_its_next_pass(tmp_path, monkey
         calls["n"] += 1
         if calls["n"] == calls["stop_at"]:  # pass 2's first group
             raise KeyboardInterrupt
-        return {name: runner.Timing((float(calls["n"]),)) for name in fns}
+        return {name: point.Timing((float(calls["n"]),)) for name in fns}
 
-    monkeypatch.setattr(runner, "measure_side_by_side", fake)
+    monkeypatch.setattr(point, "measure_side_by_side", fake)
     case = _toy_case({"good": Impl(lambda i: lambda: 2 * i["x"])})
     timing = dataclasses.replace(FAST, passes=3)
     with pytest.raises(KeyboardInterrupt):
@@ -354,7 +356,7 @@ def test_an_interrupted_multi_pass_run_resumes_at_its_next_pass(tmp_path, monkey
 
 
 def test_copy_call_moves_the_bytes_asked_for():
-    from bench.calibrate import copy_call
+    from bench.run.calibrate import copy_call
 
     assert copy_call(7, torch.device("cpu")) is None  # less than one float32 each way
     call = copy_call(64, torch.device("cpu"))
@@ -388,7 +390,7 @@ def test_resume_refuses_a_results_file_of_another_schema(tmp_path, monkeypatch):
 
 
 def test_reserved_memory_is_a_cuda_column():
-    from bench.memory import peak_bytes, peak_reserved_bytes
+    from bench.run.memory import peak_bytes, peak_reserved_bytes
 
     if not torch.cuda.is_available():
         assert peak_reserved_bytes("cpu") is None
@@ -456,7 +458,7 @@ def test_compiled_rows_past_dynamos_recompile_limit_stay_compiled(tmp_path, monk
 def test_a_recompile_limit_hit_is_a_row_error_not_an_eager_row(tmp_path, monkeypatch):
     import torch._dynamo
 
-    from bench import runner
+    from bench.run import runner
 
     torch._dynamo.reset()
     monkeypatch.setattr(runner, "RECOMPILE_LIMIT", 4)
@@ -473,7 +475,7 @@ def test_eager_calls_and_truths_that_would_not_fit_are_not_run(tmp_path, monkeyp
     """An implementation holding (B, H, L, L) tensors past the free memory is skipped, saying
     how much it needs; a float64 truth that would not fit is not computed, and the rows that
     lean on it are timed and say they are unchecked."""
-    from bench import memory
+    from bench.run import memory
 
     monkeypatch.setattr(memory, "available_bytes", lambda device: 40 * 2**20)  # 40 MiB free
     calls = {"eager": 0}

@@ -1,4 +1,4 @@
-"""bench.regress on synthetic pytest-benchmark JSON: machines that are faster or slower as a
+"""bench.regress.gate on synthetic pytest-benchmark JSON: machines that are faster or slower as a
 whole or for a moment, a true regression, thresholds, missing cases, corrupt files, other
 suites and thread counts."""
 
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from bench import regress
+from bench.regress import gate as regress
 
 CASES = ("rope-forward", "sinusoidal-forward", "t5_attention-forward+backward")
 
@@ -163,4 +163,4 @@ def test_corrupt_or_missing_file_exits_2(tmp_path, capsys):
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"benchmarks": [{"name": "x", "extra_info": {}, "stats": {}}]}))
     assert regress.main(["--baseline", str(base), "--current", str(other)]) == 2
-    assert "is not from tests/perf/perf_suite.py" in capsys.readouterr().err
+    assert "is not from bench/regress/suite.py" in capsys.readouterr().err

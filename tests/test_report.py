@@ -1,12 +1,13 @@
-"""bench.report and bench.compare: tables and plots from saved rows; runs compared."""
+"""bench.report.build and bench.report.compare: tables and plots from saved rows; runs compared."""
 
 import csv
 from pathlib import Path
 
 import pandas as pd
 
-from bench import compare, plots, report
 from bench.registry import Impl, Point
+from bench.report import build as report
+from bench.report import compare, plots
 from tests.test_harness import _run, _toy_case
 
 

@@ -1,4 +1,5 @@
-"""Every declared case, by name. One file per family; adding a case is adding it here."""
+"""The built-in cases, registered (bench.registry.CASES, by name). One file per family; adding a
+case is adding it here, or registering it from a plugin."""
 
 from bench.cases.absolute import LEARNABLE, SINUSOIDAL
 from bench.cases.attention import ATTENTION_SINUSOIDAL, ROPE_ATTENTION, SHAW_ATTENTION
@@ -11,22 +12,24 @@ from bench.cases.bias import (
 from bench.cases.relative import RELATIVE_TABLES
 from bench.cases.rope import ROPE, ROPE_MODULE
 from bench.cases.tables import ROPE_TABLES
+from bench.registry import CASES, register_case
 
-CASES = {
-    case.name: case
-    for case in (
-        SINUSOIDAL,
-        LEARNABLE,
-        ROPE,
-        ROPE_MODULE,
-        ROPE_TABLES,
-        RELATIVE_TABLES,
-        ATTENTION_SINUSOIDAL,
-        SHAW_ATTENTION,
-        ROPE_ATTENTION,
-        ALIBI_ATTENTION,
-        T5_ATTENTION,
-        SHAW_BIAS_ATTENTION,
-        SHAW_KV_ATTENTION,
-    )
-}
+for _case in (
+    SINUSOIDAL,
+    LEARNABLE,
+    ROPE,
+    ROPE_MODULE,
+    ROPE_TABLES,
+    RELATIVE_TABLES,
+    ATTENTION_SINUSOIDAL,
+    SHAW_ATTENTION,
+    ROPE_ATTENTION,
+    ALIBI_ATTENTION,
+    T5_ATTENTION,
+    SHAW_BIAS_ATTENTION,
+    SHAW_KV_ATTENTION,
+):
+    if _case.name not in CASES:  # importing this module twice registers once
+        register_case(_case)
+
+__all__ = ["CASES"]

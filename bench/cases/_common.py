@@ -10,7 +10,6 @@ from torch import nn
 
 from bench.registry import Cost
 
-MODES = ("forward", "backward", "forward+backward")
 # Where the Triton kernels run: a GPU, or also the CPU when Triton's interpreter is on (set
 # before triton is imported): slow, for testing a sweep's plumbing (rows say so).
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"

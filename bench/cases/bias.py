@@ -30,6 +30,7 @@ import torch.nn.functional as nnf
 
 import kernels
 import posenc
+from bench import tiles
 from bench.cases._common import (
     TRITON_DEVICES,
     TRITON_ELSEWHERE,
@@ -39,12 +40,21 @@ from bench.cases._common import (
     parameters,
     per_mode,
 )
-from bench.registry import Case, Cost, Impl, Point
+from bench.checks import bools
+from bench.registry import Case, Cost, Impl, Knob, Point
 from bench.tiles import parse_tiles
 from posenc import functional as F
 
 SHAW_K = 16  # Shaw's clip distance K: 2K + 1 = 33 relative positions
 T5_ARGS = dict(num_buckets=32, max_distance=128, bidirectional=True)  # T5's public configuration
+CAUSAL = Knob("causal", False, "causal masking: true or false", bools)
+FWD_TILES = Knob(
+    "fwd_tiles",
+    "default",
+    "the Triton attention kernel's forward tiles: default or MxNxWARPSxSTAGES (e.g. 128x64x8x3)",
+    tiles.check,
+)
+BWD_TILES = Knob("bwd_tiles", "default", "its backward tiles, likewise", tiles.check)
 
 
 def _module(family: str, heads: int):
@@ -303,7 +313,7 @@ def _case(name: str, family: str) -> Case:
         cost=_cost(family),
         grad_inputs=grads,
         batched=("q", "k", "v"),
-        knobs=("causal", "fwd_tiles", "bwd_tiles"),
+        knobs=(CAUSAL, FWD_TILES, BWD_TILES),
         truth_holds=4,
     )
 

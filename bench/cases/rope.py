@@ -23,13 +23,32 @@ from bench.cases._common import (
     compile_impl,
     per_mode,
 )
-from bench.registry import Call, Case, Cost, Impl, Point
+from bench.checks import one_of, positive_ints
+from bench.registry import Call, Case, Cost, Impl, Knob, Point
 from posenc import functional as F
 from posenc import seed
 
 # Long-context schedules (posenc/_scaling.py), as a sweep knob: an 8x extension of a 4096-token
 # original context, the shape of Llama 3.1's (which extends 8192 by 8) at this harness's lengths.
 SCALINGS = ("none", "linear", "dynamic", "yarn", "llama3", "longrope")
+LAYOUT = Knob(
+    "layout",
+    "bhsd",
+    "memory order of the (B, H, L, D) tensors: bhsd or bshd",
+    one_of("bhsd", "bshd"),
+)
+NUM_KV_HEADS = Knob(
+    "num_kv_heads",
+    None,
+    "grouped-query attention: k with this many heads (null: num_heads; must divide it)",
+    lambda value, key: positive_ints(value, key, allow_none=True),
+)
+ROPE_SCALING = Knob(
+    "rope_scaling",
+    "none",
+    "RoPE's long-context schedule: " + ", ".join(SCALINGS),
+    one_of(*SCALINGS),
+)
 ORIGINAL, FACTOR = 4096, 8.0
 
 
@@ -204,7 +223,7 @@ ROPE = Case(
     cost=_cost,
     grad_inputs=("q", "k"),
     batched=("q", "k"),
-    knobs=("layout", "num_kv_heads", "rope_scaling"),
+    knobs=(LAYOUT, NUM_KV_HEADS, ROPE_SCALING),
     constraint=lambda p: None if p.head_dim % 2 == 0 else f"head_dim={p.head_dim} is odd",
 )
 

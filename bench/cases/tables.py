@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from bench.cases._common import per_mode
-from bench.cases.rope import SCALINGS, scaling_of
+from bench.cases.rope import ROPE_SCALING, SCALINGS, scaling_of
 from bench.registry import Case, Cost, Impl, Point
 from posenc import functional as F
 
@@ -71,7 +71,7 @@ ROPE_TABLES = Case(
     },
     baseline="reference",
     cost=_cost,
-    knobs=("rope_scaling",),
+    knobs=(ROPE_SCALING,),
     constraint=lambda p: None if p.head_dim % 2 == 0 else f"head_dim={p.head_dim} is odd",
 )
 

@@ -25,7 +25,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from bench.config import changed_since
+from bench.config.plan import changed_since
 from bench.probe import config as probe_config
 from bench.probe import report
 from bench.probe.run import COLUMNS, KEY, run_cell

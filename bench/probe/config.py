@@ -10,7 +10,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from bench.config import _as_list, _choices, _positive_ints  # the harness's: errors alike
+from bench.checks import as_list, choices, positive_ints  # the harness's: errors alike
 from bench.probe.model import ENCODINGS
 from bench.probe.tasks import TASKS
 from bench.probe.train import TrainConfig
@@ -45,7 +45,7 @@ def register() -> None:
 
 
 def _seeds(value) -> list[int]:
-    values = _as_list(value)
+    values = as_list(value)
     if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in values):
         raise ValueError(f"seeds: expected integers >= 0, got {value!r}")
     return values
@@ -54,14 +54,14 @@ def _seeds(value) -> list[int]:
 def validate(cfg) -> dict:
     """The checked plan: lists of encodings, tasks, schedules, factors, seeds."""
     plan = {
-        "encodings": _choices(cfg.encodings, "encodings", ENCODINGS),
-        "tasks": _choices(cfg.tasks, "tasks", tuple(TASKS)),
+        "encodings": choices(cfg.encodings, "encodings", ENCODINGS),
+        "tasks": choices(cfg.tasks, "tasks", tuple(TASKS)),
         "rope_eval_scalings": (
-            _choices(cfg.rope_eval_scalings, "rope_eval_scalings", EVAL_SCALINGS)
+            choices(cfg.rope_eval_scalings, "rope_eval_scalings", EVAL_SCALINGS)
             if cfg.rope_eval_scalings
             else []
         ),
-        "eval_factors": _positive_ints(cfg.eval_factors, "eval_factors"),
+        "eval_factors": positive_ints(cfg.eval_factors, "eval_factors"),
         "seeds": _seeds(cfg.seeds),
     }
     for key, minimum in (("train_len", 8), ("eval_examples", 1), ("threads", 1), ("workers", 0)):

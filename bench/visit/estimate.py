@@ -66,9 +66,10 @@ def plan_of(argv: tuple[str, ...]):
     """The harness's plan for a part's `python -m bench ...` overrides (Hydra compose)."""
     from hydra import compose, initialize_config_dir
 
-    from bench import config
+    from bench.config import plan as config
+    from bench.config import schema
 
-    config.register()
+    schema.register()
     overrides = [a for a in argv if "=" in a and not a.startswith(("hydra.", "device="))]
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose("bench", overrides=[*overrides, "device=cuda"])
@@ -76,10 +77,10 @@ def plan_of(argv: tuple[str, ...]):
 
 
 def sweep_estimate(part: Part, seconds: dict[str, float]) -> Estimate:
-    from bench.gpu_compile import plan_launches
+    from bench.audit.gpu_compile import plan_launches
 
     plan, cfg = plan_of(part.argv)
-    from bench.eta import timed_rows
+    from bench.run.eta import timed_rows
 
     timed = {(c.name, i, p, m, d, t): c.impls[i] for c, i, p, m, d, t in timed_rows(plan)}
     rows, groups = len(timed), len({(c, p, m) for c, _, p, m, _, _ in timed})

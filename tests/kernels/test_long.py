@@ -12,7 +12,7 @@ import torch
 
 import kernels
 import posenc
-from bench.check import FACTOR, FLOOR
+from bench.run.check import FACTOR, FLOOR
 from posenc import functional as F
 
 GPU = torch.cuda.is_available()

@@ -277,7 +277,7 @@ def test_table_gradient_is_deterministic():
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = (
-        "from bench.gpu_compile import Spec, capture, compile_job;"
+        "from bench.audit.gpu_compile import Spec, capture, compile_job;"
         "jobs = capture(Spec('relbias', 't5'), 90);"
         "dq = [j for j in jobs if j['name'] == '_relbias_bwd_dq_kernel'];"
         "print(len(dq), compile_job(dq[0])['atomics'])"
@@ -349,10 +349,10 @@ def test_table_gradient_only_when_the_table_trains(family, monkeypatch):
 
 @pytest.mark.parametrize("family", ["t5", "shaw_kv"])
 def test_memory_grows_linearly_with_length(family):
-    """Peak bytes of torch storage the call allocates (bench.memory.peak_bytes: the CUDA
+    """Peak bytes of torch storage the call allocates (bench.run.memory.peak_bytes: the CUDA
     allocator on a GPU, a dispatch-mode tally on the CPU), forward and backward, at L and 2L:
     doubling L must about double it (an (L x L) tensor anywhere would quadruple its share)."""
-    from bench.memory import peak_bytes
+    from bench.run.memory import peak_bytes
 
     def peak(n):
         q, k, v = (torch.randn(1, 2, n, 16, device=DEVICE, requires_grad=True) for _ in range(3))

@@ -1,6 +1,6 @@
 """The CI timing gate: `python -m bench.regress --baseline FILE --current FILE [--confirm]`.
 
-Compares two pytest-benchmark JSON files of tests/perf/perf_suite.py. Every round of a case is
+Compares two pytest-benchmark JSON files of bench/regress/suite.py. Every round of a case is
 divided by the round of its anchor timed just before it (a frozen eager formula of the same
 work, see the suite), so that a machine that is faster or slower, as a whole or for a moment,
 cancels out. The suite measures each case in several blocks spread over the run; a case's
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from scipy.stats import mannwhitneyu
 
-SUITE_FILE = "tests/perf/perf_suite.py"
+SUITE_FILE = "bench/regress/suite.py"
 MIN_BLOCKS = 3  # fewer blocks than this: test the pooled rounds instead
 
 
@@ -276,7 +276,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"\nverdict: {'REGRESSION in ' + ', '.join(flagged) if flagged else 'ok'}")
     return 1 if flagged else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

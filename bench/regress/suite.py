@@ -1,7 +1,7 @@
 """The CI timing suite (pytest-benchmark): fixed CPU points of the harness's declared cases.
 
-Run by `make regress` (`pytest tests/perf/perf_suite.py --benchmark-only ...`); the normal test
-run does not collect it (its file name is not test_*.py).
+Run by `make regress` (`pytest bench/regress/suite.py --benchmark-only ...`); the normal test
+run does not collect it (it is not under tests/, nor named test_*.py).
 
 How it keeps a noisy 2-core VM from raising false alarms (measured in the README):
 - one thread: a busy neighbour on the other core then costs cache and memory bandwidth, not half
@@ -9,11 +9,11 @@ How it keeps a noisy 2-core VM from raising false alarms (measured in the README
 - every round of a case is paired with a round of its anchor, timed just before it: a frozen
   eager formula of the same work (RoPE by cat of halves, x + table, SDPA with a materialized
   bias, torch's own MultiheadAttention), kept in this file so that a change to posenc shows in
-  the case and not in the anchor; bench.regress divides each round by its anchor's;
+  the case and not in the anchor; bench.regress.gate divides each round by its anchor's;
 - REPEATS blocks, each going over every case once, so that a slow minute of the machine hits
-  one block of every case, not all rounds of one; bench.regress tests the block medians;
+  one block of every case, not all rounds of one; bench.regress.gate tests the block medians;
 - copy and matmul calibrations in every block record how fast the machine was as a whole (the
-  raw change bench.regress prints next to the normalized one).
+  raw change bench.regress.gate prints next to the normalized one).
 
 `--perf-slowdown CASE` makes CASE do 25% more work (the same op again on a quarter of the batch):
 the planted regression that the gate must catch.
@@ -27,10 +27,10 @@ import pytest
 import torch
 import torch.nn.functional as tf
 
-from bench import check
 from bench.cases import CASES
 from bench.registry import Point, as_call
-from bench.tasks import leaves_of, timed_call
+from bench.run import check
+from bench.run.tasks import leaves_of, timed_call
 from posenc import functional as F
 
 # bump when points, anchors, threads or what a mode times change: other suites are refused
@@ -59,7 +59,7 @@ def _inputs(case_name: str, mode: str, point: Point) -> dict:
 
 
 def _timed(case_name: str, make, inputs: dict, mode: str):
-    """The harness's timed call of `mode` (bench.tasks.timed_call)."""
+    """The harness's timed call of `mode` (bench.run.tasks.timed_call)."""
     call = as_call(make(inputs))
     return timed_call(call, leaves_of(call, inputs, CASES[case_name]), mode)
 

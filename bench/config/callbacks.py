@@ -11,8 +11,9 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from bench import cli, report
-from bench.config import make_plan
+from bench.config import cli
+from bench.config.plan import make_plan
+from bench.report import build as report
 
 
 class AggregateRuns(Callback):

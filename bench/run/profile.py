@@ -16,11 +16,12 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench import check
 from bench.cases import CASES
-from bench.config import DTYPES, Plan
+from bench.config.plan import Plan
+from bench.config.schema import DTYPES
 from bench.registry import as_call
-from bench.tasks import leaves_of, timed_call
+from bench.run import check
+from bench.run.tasks import leaves_of, timed_call
 
 
 def run(plan: Plan, cfg, out_dir: Path, pinned: frozenset[str] = frozenset()) -> None:

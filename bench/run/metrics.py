@@ -5,9 +5,9 @@ same side-by-side group."""
 
 from __future__ import annotations
 
-from bench import machine
 from bench.registry import Cost
-from bench.timing import Timing
+from bench.run import machine
+from bench.run.timing import Timing
 
 
 def contended(t: Timing, threads: int) -> bool:

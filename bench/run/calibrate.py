@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from bench.timing import measure
+from bench.run.timing import measure
 
 
 def calibrate(device: torch.device, dtype: torch.dtype, budget_s: float = 0.5) -> dict:

@@ -27,7 +27,6 @@ import itertools
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -261,10 +260,10 @@ def plan_launches(plan, capability: int = 90) -> dict[str, int]:
     from triton.compiler import make_backend
     from triton.runtime.jit import create_function_from_signature
 
-    from bench import check
     from bench.cases import CASES
-    from bench.config import DTYPES
-    from bench.tasks import Task, leaves_of, make_call, run_for_check
+    from bench.config.schema import DTYPES
+    from bench.run import check
+    from bench.run.tasks import Task, leaves_of, make_call, run_for_check
 
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise RuntimeError("plan_launches records the JIT's launches: unset TRITON_INTERPRET")
@@ -606,7 +605,3 @@ def main(argv: list[str] | None = None) -> int:
             f"causal={r['causal']} {r['variant']} {r['tiles']}: {r['problem']}"
         )
     return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bench import machine
+from bench.run import machine
 
 GRAPH_BELOW_MS = 0.01  # CUDA calls shorter than 10 us are timed through a CUDA graph
 
@@ -25,7 +25,7 @@ class Timing:
     method: str = "host"  # "host" (perf_counter), "events" (CUDA events), "cuda_graph"
     # the process's CPU time over the wall time of the samples (host timing only): about the
     # number of busy threads when the machine is free; well under 1 means another process took
-    # the CPU while this row was timed (bench.report marks such rows)
+    # the CPU while this row was timed (bench.report.build marks such rows)
     cpu_util: float | None = None
     # the first call of the warm-up, in ms: what a user pays once (compiles, autotuning, the
     # allocator's first blocks); the GPU visit's part limits are estimated from it

@@ -15,12 +15,16 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from bench.cases import CASES
-from bench.config import BenchConfig, TimingConfig
+from bench.config.schema import KEYS, TimingConfig, config_class
 from bench.registry import KNOBS
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-FIELDS = [f.name for f in dataclasses.fields(BenchConfig)]
 TIMING = [f.name for f in dataclasses.fields(TimingConfig)]
+
+
+def fields() -> list[str]:
+    """Every top-level key: the schema's, knobs included (plugins' too, once loaded)."""
+    return [f.name for f in dataclasses.fields(config_class())]
 
 
 def sweeps() -> dict[str, str]:
@@ -60,13 +64,13 @@ def help_text() -> str:
         "",
         f"Implementations (impls=[...]): {', '.join(impls)}",
         "",
-        "Main keys (a scalar or a list each):",
-        "  batch, seq_len, d_model, num_heads   the shape axes",
-        f"  {', '.join(KNOBS)}",
-        "      knobs: only the cases that declare them cross their values",
-        "  dtype=float32|float16|bfloat16  device=auto|cpu|cuda  mode=forward|backward|...",
-        "  timing.budget_s, timing.max_reps, timing.passes, timing.rel_ci, timing.threads",
-        "  smoke=true (tiny points)  profile=true  resume=true hydra.run.dir=<run>",
+        "Keys (each axis a scalar or a list):",
+        *(f"  {name:16s} {text}" for name, _default, text in KEYS[1:5]),
+        "Knobs (only the cases that declare one cross its values):",
+        *(line for k in KNOBS.values() for line in _knob_help(k)),
+        *(f"  {name:16s} {text}" for name, _default, text in KEYS[5:]),
+        "  timing.*         " + ", ".join(TIMING),
+        "  resume=true hydra.run.dir=<run>   finish an interrupted run",
         "",
         "Examples:",
         "  python -m bench cases=[rope] seq_len=[512,2048] dtype=bfloat16",
@@ -75,6 +79,12 @@ def help_text() -> str:
         "Hydra's own help: --hydra-help.",
     ]
     return "\n".join(lines)
+
+
+def _knob_help(knob) -> list[str]:
+    cases = ", ".join(c.name for c in CASES.values() if knob in c.knobs)
+    text = f"{knob.help} (default {knob.default}; {cases})"
+    return textwrap.wrap(text, 96, initial_indent=f"  {knob.name:16s} ", subsequent_indent=" " * 19)
 
 
 def _nearest(word: str, choices: list[str]) -> str:
@@ -92,8 +102,8 @@ def unknown_key(argv: list[str]) -> str | None:
         if key in ("sweep", "hydra") or key.startswith(("hydra.", "hydra/")):
             continue
         head, _, rest = key.partition(".")
-        if head not in FIELDS:
-            return f"{head}: not a key of this harness{_nearest(head, FIELDS)}"
+        if head not in fields():
+            return f"{head}: not a key of this harness{_nearest(head, fields())}"
         if head == "timing" and rest and rest.split(".")[0] not in TIMING:
             name = rest.split(".")[0]
             return f"timing.{name}: not a timing key{_nearest(name, TIMING)}"

@@ -1,9 +1,9 @@
-"""PNG plots from result rows (called by bench.report; never from the timing loop).
+"""PNG plots from result rows (called by bench.report.build; never from the timing loop).
 
 - time_vs_seq_len_<mode>_<dtype>.png: one panel per case and knob combination (a sweep of
   RoPE's schedules gets one per schedule), median ms vs L at its most common (B, d_model, H),
   one line per impl @ device with its p20-p80 band; one colour per impl @ device in every
-  panel; hollow markers for uncertain, contended or suspect medians (bench.flags).
+  panel; hollow markers for uncertain, contended or suspect medians (bench.report.flags).
 - speedup_<mode>_<dtype>.png: each case's implementations against its baseline, named on each
   bar (left out: it is the 1.0 line) at the panel's largest L, values on the bars.
 - pct_copy_bw_<mode>_<dtype>.png: the encoders' time as % of a same-size copy timed beside
@@ -48,14 +48,14 @@ def _colors(df: pd.DataFrame) -> dict[str, tuple]:
 
 
 def _point(case: str, common: tuple) -> str:
-    from bench.report import knobs
+    from bench.report.build import knobs
 
     extra = knobs(common[3])
     return f"{case} (B={common[0]}, d={common[1]}, H={common[2]}{', ' + extra if extra else ''})"
 
 
 def _marked(df: pd.DataFrame) -> pd.Series:
-    """Points not to be read as plain results: uncertain, contended or suspect (bench.flags)."""
+    """Points not to be read as plain results: uncertain, contended or suspect (flags.py)."""
     flag = df["uncertain"].astype(bool)
     if "contended" in df:
         flag |= df["contended"].astype(bool)
@@ -138,7 +138,7 @@ def _versus(row) -> str:
 
 
 def _knobs(row) -> str:
-    from bench.report import knobs
+    from bench.report.build import knobs
 
     extra = knobs(row.get("params", "{}"))
     return f", {extra}" if extra else ""
@@ -180,7 +180,7 @@ def _bars(
 
 
 def write_all(df: pd.DataFrame, out: Path) -> list[Path]:
-    """df: merged rows with `speedup` and `uncertain` (bench.report). -> the files written."""
+    """df: merged rows with `speedup` and `uncertain` (bench.report.build). -> the files written."""
     from bench.cases import CASES
 
     written = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.timing import Timing
+from bench.run.timing import Timing
 
 
 class Pool:

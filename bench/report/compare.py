@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report import SHAPE, _baseline, _speedups, load
+from bench.report.build import SHAPE, _baseline, _speedups, load
 
 
 def _drift(dir_a: Path, dir_b: Path) -> tuple[pd.DataFrame, dict[str, pd.Series]]:

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench import flags, machine, plots
 from bench.cases import CASES
-from bench.config import MODES
+from bench.registry import MODES
+from bench.report import flags, plots
+from bench.run import machine
 
 SHAPE = ["batch", "seq_len", "d_model", "num_heads", "params"]
 
@@ -337,7 +338,7 @@ def _new_dir(kind: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    from bench import compare
+    from bench.report import compare
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dirs", nargs="+", type=Path, help="run or sweep directories")
@@ -377,7 +378,3 @@ def main(argv: list[str] | None = None) -> Path:
     out = build(args.dirs, out)
     print(f"wrote {out}/report.md, merged.csv and plots")
     return out
-
-
-if __name__ == "__main__":
-    main()

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from bench import check
 from bench.registry import Call, Case, Impl, Point, as_call, as_tuple
+from bench.run import check
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: a dict key per row
@@ -58,7 +58,7 @@ class Task:
             d_model=p.d_model,
             num_heads=p.num_heads,
             head_dim=p.head_dim,
-            params=p.params(self.case.knobs) if self.case.knobs else json.dumps({}),
+            params=p.params(self.case.knob_names) if self.case.knobs else json.dumps({}),
             threads=torch.get_num_threads(),
             timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"),
         )

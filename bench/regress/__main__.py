@@ -1,0 +1,5 @@
+import sys
+
+from bench.regress.gate import main
+
+sys.exit(main())

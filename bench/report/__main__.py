@@ -1,0 +1,3 @@
+from bench.report.build import main
+
+main()
