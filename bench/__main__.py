@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from bench.config import cli, plugins, schema
 from bench.config import plan as bench_config
 from bench.report import build as report
+from bench.report import markdown, rows
 from bench.results import git_sha, write_env
 from bench.run import profile
 from bench.run.runner import Runner
@@ -126,7 +127,7 @@ def main(cfg: DictConfig) -> None:
         )
         if not cfg.resume:
             OmegaConf.save(cfg, out_dir / "config.yaml")
-        if report.has_rows([out_dir]):  # the report of what is there, rebuilt on resume
+        if rows.has_rows([out_dir]):  # the report of what is there, rebuilt on resume
             report.build([out_dir])
             print(f"report of the rows so far: {out_dir / 'report.md'}", file=sys.stderr)
         sys.exit(130)
@@ -137,12 +138,12 @@ def main(cfg: DictConfig) -> None:
     )
     if hydra_cfg.mode == RunMode.MULTIRUN:  # a multirun reports once, at its end (callbacks)
         return
-    if not report.has_rows([out_dir]):
+    if not rows.has_rows([out_dir]):
         print("nothing to report: no row was measured (is the device there?)")
         return
     report.build([out_dir])
     if cfg.tutorial_timing:  # sweep=seed_5_2: print the table that extends section 5.2
-        print("\n".join(report.tutorial_table(report.load([out_dir]))))
+        print("\n".join(markdown.tutorial_table(rows.load([out_dir]))))
     print(f"report: {out_dir / 'report.md'}")
 
 

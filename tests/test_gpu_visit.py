@@ -128,7 +128,7 @@ def test_the_sweep_estimate_counts_the_kernels_the_plan_launches():
     RoPE's forward and backward (the layouts and lengths share a specialization)."""
     out = _compiling(
         "from bench.visit import estimate; from bench.visit.parts import PARTS; "
-        "from bench.audit.gpu_compile import plan_launches; "
+        "from bench.audit.capture import plan_launches; "
         "part = next(p for p in PARTS if p.name == 'sweep'); "
         "print(plan_launches(estimate.plan_of(part.argv)[0]))"
     )

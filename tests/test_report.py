@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.registry import Impl, Point
+from bench.registry import CASES, Impl, Point
 from bench.report import build as report
-from bench.report import compare, plots
+from bench.report import compare, markdown, plots
 from tests.test_harness import _run, _toy_case
 
 
@@ -18,7 +18,7 @@ def test_report_from_a_saved_run_and_a_merge(tmp_path, monkeypatch):
             "slow": Impl(lambda i: lambda: (2 * i["x"]).clone().mul(1.0)),
         }
     )
-    monkeypatch.setitem(report.CASES, "toy", case)
+    monkeypatch.setitem(CASES, "toy", case)
     run_a, run_b = tmp_path / "a", tmp_path / "b"
     run_a.mkdir()
     run_b.mkdir()
@@ -37,7 +37,7 @@ def test_report_from_a_saved_run_and_a_merge(tmp_path, monkeypatch):
 
 def test_report_compare_two_runs_into_a_new_directory(tmp_path, monkeypatch, capsys):
     case = _toy_case({"good": Impl(lambda i: lambda: 2 * i["x"])})
-    monkeypatch.setitem(report.CASES, "toy", case)
+    monkeypatch.setitem(CASES, "toy", case)
     runs = [tmp_path / "a", tmp_path / "b"]
     for run in runs:
         run.mkdir()
@@ -81,18 +81,18 @@ def test_report_states_how_well_the_medians_are_known(tmp_path):
         for lo, hi in [(9.9, 10.05), (9.8, 10.4), (9.9, 11.0)]
     ]
     rows.append(dict(p50_ms=None, p50_ci_lo_ms=None, p50_ci_hi_ms=None, status="wrong"))
-    (line,) = [x for x in report.precision(pd.DataFrame(rows)) if x]
+    (line,) = [x for x in markdown.precision(pd.DataFrame(rows)) if x]
     assert (
         "within +-2% of it for 1 of 3 ok rows and within +-5% for 2; its larger "
         "half-width is 4.0% at the median row"
     ) in line
-    assert report.precision(pd.DataFrame([dict(p50_ms=1.0, status="ok")])) == []
+    assert markdown.precision(pd.DataFrame([dict(p50_ms=1.0, status="ok")])) == []
 
 
 def test_compare_separates_machine_drift_from_speedup_drift(tmp_path, monkeypatch):
     """Run B is 20% slower everywhere (a slower phase of the machine): every time moves by 20%,
     the speedup measured side by side within each run does not move."""
-    monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    monkeypatch.setitem(CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
     _write_run(tmp_path / "a", 1.0)
     _write_run(tmp_path / "b", 1.2)
     text = compare.compare(tmp_path / "a", tmp_path / "b")
@@ -107,7 +107,7 @@ def test_compare_runs_made_before_the_copy_column(tmp_path, monkeypatch):
     """Results written before pct_copy_bw existed still compare; the copy lines are left out."""
     import pandas as pd
 
-    monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    monkeypatch.setitem(CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
     for name, slow in (("a", 1.0), ("b", 1.1)):
         _write_run(tmp_path / name, slow)
         df = pd.read_csv(tmp_path / name / "results.csv")
@@ -121,7 +121,7 @@ def test_compare_runs_made_before_the_copy_column(tmp_path, monkeypatch):
 
 
 def test_compare_many_runs_tables_every_pair(tmp_path, monkeypatch):
-    monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    monkeypatch.setitem(CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
     # r2: the whole machine 2% slower; r3: only `fast` got faster (0.5 -> 0.4 ms)
     for name, slow, fast in (("r1", 1.0, 0.5), ("r2", 1.02, 0.5), ("r3", 1.0, 0.4)):
         _write_run(tmp_path / name, slow, fast)
@@ -167,7 +167,7 @@ def _rows(path, rows):
 def test_merging_runs_writes_a_new_directory_and_says_what_repeats(tmp_path, monkeypatch):
     """Two runs measured the same row: merged.csv keeps both, the report shows the latest and
     says so; a speedup is taken within one run, never from two runs' times."""
-    monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    monkeypatch.setitem(CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
     _rows(
         tmp_path / "a",
         [
@@ -192,7 +192,7 @@ def test_uncertain_and_contended_medians_are_marked(tmp_path, monkeypatch):
     """A median whose 95% interval is wider than +-10% shows with ~, a row timed while other
     processes held the CPU (here a row from before the contended column: its process got
     under half a core) with #, in the tables; hollow or hatched in the plots."""
-    monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    monkeypatch.setitem(CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
     rows = [
         dict(
             run_id="a",
@@ -250,7 +250,7 @@ def _marked_rows(**extra):
 def test_figures_past_a_ceiling_or_out_of_order_are_suspect_not_results(tmp_path, monkeypatch):
     """Faster than the copy timed beside it, past the run's matmul rate, or forward+backward
     faster than forward: marked ! with the reason listed, and a speedup on such a row too."""
-    monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    monkeypatch.setitem(CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
     rows = _marked_rows(
         rows=[
             dict(impl="good", mode="forward", p50_ms=1.0, pct_copy_bw=50.0, pct_peak_flops=10.0),
@@ -276,7 +276,7 @@ def test_figures_past_a_ceiling_or_out_of_order_are_suspect_not_results(tmp_path
 
 
 def test_rows_not_ok_are_grouped_with_their_knobs_count_and_shapes(tmp_path, monkeypatch):
-    monkeypatch.setitem(report.CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    monkeypatch.setitem(CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
     skipped = [
         dict(
             impl="good",

@@ -16,7 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.audit.gpu_compile import TARGETS, Spec, capture, compile_job, problems  # noqa: E402
+from bench.audit.capture import TARGETS, Spec, capture  # noqa: E402
+from bench.audit.compile import compile_job, problems  # noqa: E402
 
 HALF_FWD = [
     (128, 64, 8, 3),

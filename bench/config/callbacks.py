@@ -14,6 +14,7 @@ from hydra.experimental.callback import Callback
 from bench.config import cli
 from bench.config.plan import make_plan
 from bench.report import build as report
+from bench.report import rows
 
 
 class AggregateRuns(Callback):
@@ -34,7 +35,7 @@ class AggregateRuns(Callback):
 
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
-        if report.has_rows([sweep_dir]):
+        if rows.has_rows([sweep_dir]):
             report.build([sweep_dir])
             print(f"multirun report: {sweep_dir / 'report.md'}")
         else:

@@ -18,7 +18,7 @@ from bench.cases import CASES
 from bench.config.schema import KEYS, TimingConfig, config_class
 from bench.registry import KNOBS
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 TIMING = [f.name for f in dataclasses.fields(TimingConfig)]
 
 
@@ -69,7 +69,12 @@ def help_text() -> str:
         "Knobs (only the cases that declare one cross its values):",
         *(line for k in KNOBS.values() for line in _knob_help(k)),
         *(f"  {name:16s} {text}" for name, _default, text in KEYS[5:]),
-        "  timing.*         " + ", ".join(TIMING),
+        *textwrap.wrap(
+            ", ".join(f"timing.{n}" for n in TIMING),
+            96,
+            initial_indent="  ",
+            subsequent_indent="  ",
+        ),
         "  resume=true hydra.run.dir=<run>   finish an interrupted run",
         "",
         "Examples:",

@@ -6,7 +6,8 @@ multirun (`-m batch=1,8`) gives each job a scalar, a single run takes lists (`ba
 A sweep whose cases need different shapes lists `grids`: each grid overrides some axes, and the
 plan is the union of the grids' products. An axis set on the command line (`pinned`) wins over
 every grid's (`sweep=gpu seq_len=2048`), except `cases` and `impls`, which filter what the grids
-list (`sweep=gpu cases=[rope]`). `smoke=true` shrinks every point to a tiny one (B=1,
+list (`sweep=gpu cases=[rope]`); a case named there that no grid lists (a plugin's) runs at the
+top-level axes. `smoke=true` shrinks every point to a tiny one (B=1,
 L=16, 24, ..., D=16, the heads kept) to test a sweep's plumbing, e.g. on the CPU interpreter.
 Everything is checked before anything runs; errors name the key (`grids[1].seq_len: ...`).
 """
@@ -201,8 +202,19 @@ def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
             return prefix + axis if axis in own else axis
 
         entries += _entries(_smoke(axes) if cfg["smoke"] else axes, name, filters)
+    listed = {c for g in grids for c in choices(g.get("cases", "all"), "cases", list(CASES))}
+    orphans = [c for c in filters["cases"] or [] if c not in listed]
+    if orphans:  # cases the command line names and no grid lists: at the top-level axes
+        axes = dict(base, cases=orphans)
+        entries += _entries(_smoke(axes) if cfg["smoke"] else axes, lambda a: a, filters)
     if not entries:
-        raise ValueError("impls: none of the chosen implementations belongs to a chosen case")
+        wanted = ", ".join(as_list(cfg["impls"]))
+        chosen = choices(cfg["cases"], "cases", list(CASES))
+        have = "; ".join(f"{c}: {', '.join(CASES[c].impls)}" for c in chosen[:4])
+        raise ValueError(
+            f"impls: none of the chosen implementations ({wanted}) belongs to a "
+            f"chosen case ({have}); pass impls=[...] or impls=all"
+        )
     return Plan(tuple(entries))
 
 

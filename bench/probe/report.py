@@ -19,6 +19,7 @@ import pandas as pd  # noqa: E402
 
 from bench.probe.model import ENCODINGS  # noqa: E402
 from bench.probe.tasks import TASKS  # noqa: E402
+from bench.tables import markdown_table  # noqa: E402
 
 
 def load(out_dir: Path) -> pd.DataFrame:
@@ -66,17 +67,14 @@ def markdown(df: pd.DataFrame) -> str:
         st = s[s["task"] == task]
         lengths = sorted(st["eval_len"].unique())
         chance = float(df[df["task"] == task]["chance"].iloc[0])
-        lines += [
-            f"## {task} (chance {chance:.3g})",
-            "",
-            "| encoding | " + " | ".join(f"{n} ({n // train_len}x)" for n in lengths) + " |",
-            "|---|" + "---|" * len(lengths),
-        ]
+        header = ["encoding", *(f"{n} ({n // train_len}x)" for n in lengths)]
+        rows = []
         for line in _order(st["line"]):
             by_len = st[st["line"] == line].set_index("eval_len")
-            cells = [_cell(by_len.loc[n]) if n in by_len.index else "" for n in lengths]
-            lines.append(f"| {line} | " + " | ".join(cells) + " |")
-        lines.append("")
+            rows.append(
+                [line, *(_cell(by_len.loc[n]) if n in by_len.index else "" for n in lengths)]
+            )
+        lines += [f"## {task} (chance {chance:.3g})", "", *markdown_table(header, rows), ""]
     if len(errors):
         lines += ["## Errors", ""] + [
             f"- {r.encoding} {r.eval_scaling} {r.task} L={r.eval_len} seed {r.seed}: {r.message}"

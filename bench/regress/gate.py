@@ -27,6 +27,8 @@ from pathlib import Path
 
 from scipy.stats import mannwhitneyu
 
+from bench.tables import markdown_table
+
 SUITE_FILE = "bench/regress/suite.py"
 MIN_BLOCKS = 3  # fewer blocks than this: test the pooled rounds instead
 
@@ -161,18 +163,28 @@ def compare(
 
 
 def table(verdicts: list[Verdict]) -> str:
-    lines = [
-        "| case | baseline (norm.) | current (norm.) | raw change | normalized change "
-        "| p-value | verdict |",
-        "|---|---|---|---|---|---|---|",
+    header = [
+        "case",
+        "baseline (norm.)",
+        "current (norm.)",
+        "raw change",
+        "normalized change",
+        "p-value",
+        "verdict",
     ]
-    for v in verdicts:
-        lines.append(
-            f"| {v.case} | {v.baseline:.3f} | {v.current:.3f} "
-            f"| {100 * v.raw_change:+.1f}% | {100 * v.change:+.1f}% | {v.p_value:.2g} "
-            f"| {v.verdict} |"
-        )
-    return "\n".join(lines)
+    rows = [
+        [
+            v.case,
+            f"{v.baseline:.3f}",
+            f"{v.current:.3f}",
+            f"{100 * v.raw_change:+.1f}%",
+            f"{100 * v.change:+.1f}%",
+            f"{v.p_value:.2g}",
+            v.verdict,
+        ]
+        for v in verdicts
+    ]
+    return "\n".join(markdown_table(header, rows))
 
 
 def machine_line(base: dict, cur: dict) -> str:

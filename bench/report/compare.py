@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.build import SHAPE, _baseline, _speedups, load
+from bench.report.rows import SHAPE, baseline, load, speedups
+from bench.tables import markdown_table
 
 
 def _drift(dir_a: Path, dir_b: Path) -> tuple[pd.DataFrame, dict[str, pd.Series]]:
@@ -22,7 +23,7 @@ def _drift(dir_a: Path, dir_b: Path) -> tuple[pd.DataFrame, dict[str, pd.Series]
     relative to the copy timed in the same group ("vs copy": pct_copy_bw, where both runs have
     it). The last two are ratios measured side by side within each run."""
     key = ["case", "impl", "mode", "device", "dtype", *SHAPE]
-    a, b = (_speedups(df[df["status"] == "ok"]) for df in (load([dir_a]), load([dir_b])))
+    a, b = (speedups(df[df["status"] == "ok"]) for df in (load([dir_a]), load([dir_b])))
     for df in (a, b):
         if "pct_copy_bw" not in df:  # runs made before the copy was timed alongside
             df["pct_copy_bw"] = float("nan")
@@ -30,7 +31,7 @@ def _drift(dir_a: Path, dir_b: Path) -> tuple[pd.DataFrame, dict[str, pd.Series]
     if both.empty:
         raise ValueError(f"no ok rows in common between {dir_a} and {dir_b}")
     both["ratio"] = both["p50_ms_b"] / both["p50_ms_a"]
-    others = both[both["speedup_a"].notna() & (both["impl"] != both["case"].map(_baseline))]
+    others = both[both["speedup_a"].notna() & (both["impl"] != both["case"].map(baseline))]
     copied = both[both["pct_copy_bw_a"].notna() & both["pct_copy_bw_b"].notna()]
     return both, {
         "times": (both["ratio"] - 1).abs(),
@@ -68,24 +69,40 @@ def compare(dir_a: Path, dir_b: Path) -> str:
                 f"max {100 * d.max():.1f}%; within 5%: {_within(d)}.",
                 "",
             ]
-    lines += [
-        "| case | impl | mode | shape | p50 A ms | p50 B ms | B / A | speedup A | speedup B "
-        "| % copy A | % copy B |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+    header = [
+        "case",
+        "impl",
+        "mode",
+        "shape",
+        "p50 A ms",
+        "p50 B ms",
+        "B / A",
+        "speedup A",
+        "speedup B",
+        "% copy A",
+        "% copy B",
     ]
+    body = []
     for _, r in both.iterrows():
         shape = f"B={r['batch']} L={r['seq_len']} d={r['d_model']} H={r['num_heads']}"
-        speedups = " | ".join(
-            f"{r[c]:.2f}x" if pd.notna(r[c]) else "" for c in ("speedup_a", "speedup_b")
-        )
-        copies = " | ".join(
+        speedups = [f"{r[c]:.2f}x" if pd.notna(r[c]) else "" for c in ("speedup_a", "speedup_b")]
+        copies = [
             f"{r[c]:.1f}" if pd.notna(r[c]) else "" for c in ("pct_copy_bw_a", "pct_copy_bw_b")
+        ]
+        body.append(
+            [
+                r["case"],
+                r["impl"],
+                r["mode"],
+                shape,
+                f"{r['p50_ms_a']:.3f}",
+                f"{r['p50_ms_b']:.3f}",
+                f"{r['ratio']:.3f}",
+                *speedups,
+                *copies,
+            ]
         )
-        lines.append(
-            f"| {r['case']} | {r['impl']} | {r['mode']} | {shape} | {r['p50_ms_a']:.3f} "
-            f"| {r['p50_ms_b']:.3f} | {r['ratio']:.3f} | {speedups} | {copies} |"
-        )
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *markdown_table(header, body)]) + "\n"
 
 
 def compare_all(dirs: list[Path]) -> str:
@@ -97,10 +114,18 @@ def compare_all(dirs: list[Path]) -> str:
         "",
         "Runs: " + ", ".join(f"{i + 1} = {Path(d).name}" for i, d in enumerate(dirs)) + ".",
         "",
-        "| pair | rows | times: median, max of \\|B/A - 1\\| | rows within 5% "
-        "| speedups: median, max | speedups within 5% | vs copy: median, max | vs copy within 5% |",
-        "|---|---|---|---|---|---|---|---|",
     ]
+    header = [
+        "pair",
+        "rows",
+        "times: median, max of \\|B/A - 1\\|",
+        "rows within 5%",
+        "speedups: median, max",
+        "speedups within 5%",
+        "vs copy: median, max",
+        "vs copy within 5%",
+    ]
+    body = []
     medians: dict[str, list[float]] = {"times": [], "speedups": [], "vs copy": []}
     rows = []  # every row of every pair: |B/A - 1| of its median
     for i, j in itertools.combinations(range(len(dirs)), 2):
@@ -113,7 +138,8 @@ def compare_all(dirs: list[Path]) -> str:
                 cells += [f"{100 * d.median():.1f}%, {100 * d.max():.1f}%", _within(d)]
             else:
                 cells += ["", ""]
-        lines.append("| " + " | ".join(cells) + " |")
+        body.append(cells)
+    lines += markdown_table(header, body)
     m = pd.Series(medians["times"])
     lines += [
         "",

@@ -23,6 +23,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from bench.cases import CASES  # noqa: E402
+from bench.report.rows import knobs  # noqa: E402
+
 OTHER = ["batch", "d_model", "num_heads", "params"]
 
 
@@ -48,8 +51,6 @@ def _colors(df: pd.DataFrame) -> dict[str, tuple]:
 
 
 def _point(case: str, common: tuple) -> str:
-    from bench.report.build import knobs
-
     extra = knobs(common[3])
     return f"{case} (B={common[0]}, d={common[1]}, H={common[2]}{', ' + extra if extra else ''})"
 
@@ -138,8 +139,6 @@ def _versus(row) -> str:
 
 
 def _knobs(row) -> str:
-    from bench.report.build import knobs
-
     extra = knobs(row.get("params", "{}"))
     return f", {extra}" if extra else ""
 
@@ -181,8 +180,6 @@ def _bars(
 
 def write_all(df: pd.DataFrame, out: Path) -> list[Path]:
     """df: merged rows with `speedup` and `uncertain` (bench.report.build). -> the files written."""
-    from bench.cases import CASES
-
     written = []
     ok = df[(df["status"] == "ok") & df["p50_ms"].notna()]
     if ok.empty:

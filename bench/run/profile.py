@@ -22,6 +22,7 @@ from bench.config.schema import DTYPES
 from bench.registry import as_call
 from bench.run import check
 from bench.run.tasks import leaves_of, timed_call
+from bench.tables import markdown_table
 
 
 def run(plan: Plan, cfg, out_dir: Path, pinned: frozenset[str] = frozenset()) -> None:
@@ -95,12 +96,8 @@ def kernel_launches(trace: Path) -> str:
             args.get("shared memory"),
         )
         seen[key] = seen.get(key, 0) + 1
-    lines = [
-        "| kernel | grid | block | registers/thread | shared bytes | launches |",
-        "|---|---|---|---|---|---|",
-    ]
-    lines += [f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {n} |" for k, n in seen.items()]
-    return "\n".join(lines) + "\n"
+    header = ["kernel", "grid", "block", "registers/thread", "shared bytes", "launches"]
+    return "\n".join(markdown_table(header, [[*k, n] for k, n in seen.items()])) + "\n"
 
 
 def _triton_kernels() -> str:
@@ -108,7 +105,7 @@ def _triton_kernels() -> str:
     import kernels.relbias
     import kernels.rope
 
-    lines = ["| kernel | registers | spills | warps | shared bytes |", "|---|---|---|---|---|"]
+    rows = []
     relbias = kernels.relbias
     for fn in (
         kernels.rope._rope_kernel,
@@ -119,9 +116,14 @@ def _triton_kernels() -> str:
         for caches in getattr(fn, "device_caches", {}).values():
             for compiled in caches[0].values():
                 meta = compiled.metadata
-                lines.append(
-                    f"| {fn.__name__} | {getattr(compiled, 'n_regs', '?')} | "
-                    f"{getattr(compiled, 'n_spills', '?')} | {meta.num_warps} | "
-                    f"{meta.shared} |"
+                rows.append(
+                    [
+                        fn.__name__,
+                        getattr(compiled, "n_regs", "?"),
+                        getattr(compiled, "n_spills", "?"),
+                        meta.num_warps,
+                        meta.shared,
+                    ]
                 )
-    return "\n".join(lines) + "\n"
+    header = ["kernel", "registers", "spills", "warps", "shared bytes"]
+    return "\n".join(markdown_table(header, rows)) + "\n"

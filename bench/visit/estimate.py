@@ -6,7 +6,7 @@ A sweep part's estimate = process start + the Triton kernels it compiles x their
 + its torch.compile graphs x an assumed compile time + its rows x (warm-up + budget) + its
 groups x (the copy's warm-up + budget + a float64 truth). What is counted:
   - Triton kernels: every `triton` row of the part's plan run through its launchers on meta
-    tensors at its real shape (bench/gpu_compile.py's recorder), each launch bound by Triton's
+    tensors at its real shape (bench/audit/capture.py's recorder), each launch bound by Triton's
     own binder for sm_90a: distinct keys are distinct compiles, exactly as the GPU's JIT keys them.
   - The tests' kernels: the same binder over the kernel tests run under the interpreter
     (bench/visit/launches.py), counted once and committed in results/gpu-compile/
@@ -26,6 +26,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.tables import markdown_table
 from bench.visit.parts import BUDGET_S, ENV_S, PARTS, Part
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,7 +78,7 @@ def plan_of(argv: tuple[str, ...]):
 
 
 def sweep_estimate(part: Part, seconds: dict[str, float]) -> Estimate:
-    from bench.audit.gpu_compile import plan_launches
+    from bench.audit.capture import plan_launches
 
     plan, cfg = plan_of(part.argv)
     from bench.run.eta import timed_rows
@@ -143,9 +144,10 @@ def estimates() -> list[Estimate]:
 
 
 def markdown(rows: list[Estimate]) -> str:
-    lines = ["| part | limit s | estimate s | what is counted |", "|---|---|---|---|"]
-    for e in rows:
-        lines.append(f"| {e.part.name} | {e.part.limit_s} | {e.seconds:.0f} | {e.detail} |")
+    lines = markdown_table(
+        ["part", "limit s", "estimate s", "what is counted"],
+        [[e.part.name, e.part.limit_s, f"{e.seconds:.0f}", e.detail] for e in rows],
+    )
     reserved = [e.part for e in rows if e.part.reserved]
     rest = [e.part.name for e in rows if not e.part.reserved]
     names = ", ".join(p.name for p in reserved)

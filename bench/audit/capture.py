@@ -1,0 +1,271 @@
+"""What the GPU runs launch, captured on the CPU: the launchers run on meta tensors of the real
+shapes with `torch.cuda.get_device_capability` answering the target's and Triton's
+`JITFunction.run` replaced by a recorder; each launch is bound by Triton's own binder for the
+target (pointer and integer divisibility, unit strides as constants: what the JIT would give on
+that GPU, allocations being 16-byte aligned). `specs` is the audit's curated cover of the axes,
+`plan_launches` counts the distinct compiles of any harness plan (the GPU visit's estimates)."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One launcher call: RoPE (variant: layout / pairs / rotary / positions) or attention."""
+
+    kernel: str  # "rope" | "relbias"
+    family: str = ""  # relbias: alibi, t5, shaw, shaw_kv
+    dtype: str = "bfloat16"
+    head_dim: int = 128
+    causal: bool = False
+    layout: str = "bshd"
+    interleaved: bool = False
+    rotary: str = "full"  # full | partial (a quarter of D, GPT-NeoX style)
+    positions: str = "none"  # none | per_seq | ids
+    fwd_tiles: tuple | None = None  # a candidate (not the launcher's default)
+    bwd_tiles: tuple | None = None
+
+    @property
+    def variant(self) -> str:
+        if self.kernel == "rope":
+            pairs = "interleaved" if self.interleaved else "half-split"
+            return f"{self.layout} {pairs} {self.rotary} pos={self.positions}"
+        return "candidate" if self.fwd_tiles or self.bwd_tiles else "default"
+
+
+TARGETS = {"sm_90a": 90, "sm_80": 80}
+
+
+def specs(only: str | None = None) -> list[Spec]:
+    """What `make gpu-check` and `sweep=gpu` launch: a curated cover of the axes (each value
+    at least once, the sweep's shapes in full), not their product."""
+    rope = [Spec("rope")]  # Llama-like: B=8, L=4096, Hq=32, Hk=8, D=128, bf16, bshd
+    rope += [Spec("rope", dtype=d) for d in ("float16", "float32")]
+    rope += [
+        Spec("rope", layout="bhsd"),
+        Spec("rope", interleaved=True),
+        Spec("rope", interleaved=True, layout="bhsd"),
+        Spec("rope", rotary="partial"),
+        Spec("rope", positions="per_seq"),
+        Spec("rope", positions="ids"),
+        Spec("rope", head_dim=64),
+    ]
+    families = ("alibi", "t5", "shaw", "shaw_kv")
+    attn = [Spec("relbias", f, causal=c) for f in families for c in (False, True)]
+    attn += [Spec("relbias", f, dtype=d) for f in families for d in ("float16", "float32")]
+    attn += [Spec("relbias", f, head_dim=64) for f in families]
+    out = [s for s in rope + attn if only in (None, s.kernel)]
+    return out
+
+
+def tile_candidates() -> list[Spec]:
+    """The tuning sweep's candidates (configs/sweep/gpu_tiles.yaml), on the H100/H200 only."""
+    import yaml
+
+    grids = yaml.safe_load(Path("configs/sweep/gpu_tiles.yaml").read_text())["grids"]
+    fwd = next(g["fwd_tiles"] for g in grids if "fwd_tiles" in g)
+    bwd = next(g["bwd_tiles"] for g in grids if "bwd_tiles" in g)
+    out = []
+    for family in ("alibi", "shaw_kv"):
+        out += [Spec("relbias", family, fwd_tiles=_tiles(t)) for t in fwd]
+        out += [Spec("relbias", family, bwd_tiles=_tiles(t)) for t in bwd]
+    return out
+
+
+def _tiles(text: str) -> tuple:
+    from bench.tiles import parse_tiles
+
+    return tuple(parse_tiles(text))
+
+
+# -- capture: the launchers, on meta tensors -------------------------------------------------
+
+
+@contextlib.contextmanager
+def recording(capability: int):
+    """JITFunction.run records instead of launching; the GPU is `capability`."""
+    from triton.runtime.jit import JITFunction
+
+    launches = []
+
+    def record(self, *args, grid, warmup, **kwargs):
+        launches.append((self, args, kwargs))
+
+    run, cap = JITFunction.run, torch.cuda.get_device_capability
+    JITFunction.run = record
+    torch.cuda.get_device_capability = lambda device=None: divmod(capability, 10)
+    try:
+        yield launches
+    finally:
+        JITFunction.run, torch.cuda.get_device_capability = run, cap
+
+
+def _meta(*shape, dtype=torch.float32, grad=False):
+    return torch.empty(*shape, dtype=dtype, device="meta", requires_grad=grad)
+
+
+def _launch_rope(spec: Spec) -> None:
+    """kernels.rope's launcher, forward and backward, at the Llama-like shape."""
+    from kernels import rope
+
+    dtype = getattr(torch, spec.dtype)
+    b, n, hq, hk, d = 8, 4096, 32, 8, spec.head_dim
+    rot = d if spec.rotary == "full" else d // 4
+    shape = (lambda h: (b, n, h, d)) if spec.layout == "bshd" else (lambda h: (b, h, n, d))
+    q, k = _meta(*shape(hq), dtype=dtype), _meta(*shape(hk), dtype=dtype)
+    if spec.layout == "bhsd":
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # the launcher sees (B, L, H, D) views
+    cos, sin = _meta(n, rot // 2), _meta(n, rot // 2)
+    pos = {
+        "none": None,
+        "per_seq": _meta(b, dtype=torch.int64),
+        "ids": _meta(b, n, dtype=torch.int64),
+    }[spec.positions]
+    for backward in (False, True):
+        rope._launch(
+            q,
+            k,
+            torch.empty_like(q),
+            torch.empty_like(k),
+            cos,
+            sin,
+            pos,
+            0,
+            spec.interleaved,
+            backward,
+        )
+
+
+def _launch_relbias(spec: Spec) -> None:
+    """kernels.relative_attention forward and backward (its autograd Function), at the GPU
+    sweep's shape: B=4, H=16, L=4096."""
+    from kernels import relbias
+
+    dtype = getattr(torch, spec.dtype)
+    b, h, n, d = 4, 16, 4096, spec.head_dim
+    q, k, v = (_meta(b, h, n, d, dtype=dtype, grad=True) for _ in range(3))
+    kwargs = {
+        "alibi": lambda: {"alibi_slopes": _meta(h)},
+        "t5": lambda: {"t5_table": _meta(32, h, grad=True)},
+        "shaw": lambda: {"shaw_bias": _meta(h, 33, grad=True)},
+        "shaw_kv": lambda: {"shaw_k": _meta(33, d, grad=True), "shaw_v": _meta(33, d, grad=True)},
+    }[spec.family]()
+    tiles = {
+        "fwd_tiles": spec.fwd_tiles and relbias.Tiles(*spec.fwd_tiles),
+        "bwd_tiles": spec.bwd_tiles and relbias.Tiles(*spec.bwd_tiles),
+    }
+    out = relbias.relative_attention(q, k, v, causal=spec.causal, **kwargs, **tiles)
+    if spec.fwd_tiles is None:  # a forward candidate: its backward is the default's
+        torch.autograd.grad(out, [q, k, v], torch.empty_like(out))
+
+
+def capture(spec: Spec, capability: int) -> list[dict]:
+    """The launches of one spec, specialized for the target: plain data a worker compiles."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    target = GPUTarget("cuda", capability, 32)
+    backend = make_backend(target)
+    with recording(capability) as launches:
+        (_launch_rope if spec.kernel == "rope" else _launch_relbias)(spec)
+    jobs = []
+    for fn, args, kwargs in launches:
+        if spec.kernel == "relbias" and spec.bwd_tiles and "fwd" in fn.__name__:
+            continue  # a backward candidate: its forward is the default's
+        binder = create_function_from_signature(fn.signature, fn.params, backend)
+        bound, specialization, opts = binder(*args, **kwargs)
+        options, signature, constexprs, attrs = fn._pack_args(
+            backend, kwargs, bound, specialization, opts
+        )
+        jobs.append(
+            dict(
+                module=fn.fn.__module__,
+                name=fn.__name__,
+                signature=signature,
+                constexprs={k: _plain(v) for k, v in constexprs.items()},
+                attrs=attrs,
+                options=dict(options.__dict__),
+                capability=capability,
+                block=(kwargs.get("BLOCK_M"), kwargs.get("BLOCK_N")),
+            )
+        )
+    return jobs
+
+
+def plan_launches(plan, capability: int = 90) -> dict[str, int]:
+    """Distinct Triton compiles per kernel that the `triton` rows of a harness plan launch on a
+    GPU of `capability`: each row's call (and its gradient, in the backward modes) run on meta
+    tensors at its real shape, every launch bound by Triton's binder as the JIT keys it."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    from bench.cases import CASES
+    from bench.config.schema import DTYPES
+    from bench.run import check
+    from bench.run.tasks import Task, leaves_of, make_call, run_for_check
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        raise RuntimeError("plan_launches records the JIT's launches: unset TRITON_INTERPRET")
+    meta = torch.device("meta")
+    with recording(capability) as launches, _rope_launches_on_meta():
+        for entry in plan.entries:
+            case = CASES[entry.case]
+            if "triton" not in entry.impls:
+                continue
+            for point, mode, dtype in itertools.product(entry.points, entry.modes, entry.dtypes):
+                if case.check(point) or case.impls["triton"].supports(point):
+                    continue
+                inputs = case.build(point, meta, DTYPES[dtype])
+                for t in check.leaves(inputs, case.grad_inputs).values():
+                    t.requires_grad_(mode != "forward")
+                task = Task(case, "triton", mode, point, meta, DTYPES[dtype])
+                call = make_call(task, inputs)
+                leaves = leaves_of(call, inputs, case)
+                outs = tuple(torch.empty_like(o) for o in _as_tuple(call.fn()))
+                run_for_check(call, leaves, task.grad, outs if task.grad else None)
+    backend = make_backend(GPUTarget("cuda", capability, 32))
+    keys: dict[str, set[str]] = {}
+    for fn, args, kwargs in launches:
+        binder = create_function_from_signature(fn.signature, fn.params, backend)
+        _bound, specialization, options = binder(*args, **kwargs)
+        keys.setdefault(fn.__name__, set()).add(repr((specialization, options)))
+    return {name: len(v) for name, v in sorted(keys.items())}
+
+
+@contextlib.contextmanager
+def _rope_launches_on_meta():
+    """kernels.rope's custom ops describe meta outputs without launching: for the recorder,
+    the ops launch (into empty outputs) as they do on a GPU."""
+    from kernels import rope
+
+    def launching(q, k, cos, sin, pos, offset, interleaved, backward):
+        q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+        rope._launch(q, k, q_out, k_out, cos, sin, pos, offset, interleaved, backward)
+        return q_out, k_out
+
+    def launching_inplace(q, k, cos, sin, pos, offset, interleaved, backward):
+        rope._launch(q, k, q, k, cos, sin, pos, offset, interleaved, backward)
+
+    saved = rope._rope_op, rope._rope_inplace_op
+    rope._rope_op, rope._rope_inplace_op = launching, launching_inplace
+    try:
+        yield
+    finally:
+        rope._rope_op, rope._rope_inplace_op = saved
+
+
+def _as_tuple(out) -> tuple:
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _plain(value):
+    return getattr(value, "value", value)  # tl.constexpr -> its value (picklable)

@@ -1,0 +1,108 @@
+"""One captured specialization compiled (in a worker process) and read: registers and stack from
+`cuobjdump --dump-resource-usage`, spills, tensor-core and 128-bit accesses from the SASS, which
+dots became wgmma (sm_90a) or mma (sm_80) from the TTGIR; and the audit's rules on them."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import triton
+
+SHARED_LIMIT = {90: 232448, 80: 166912}  # bytes of shared memory one block may use
+SM_SHARED = {90: 233472, 80: 167936}  # per multiprocessor
+BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+
+
+def compile_job(job: dict) -> dict:
+    """Compile one specialization (in a worker process) and read its cubin and TTGIR."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(importlib.import_module(job["module"]), job["name"])
+    target = GPUTarget("cuda", job["capability"], 32)
+    t0 = time.perf_counter()
+    try:
+        src = ASTSource(fn, job["signature"], job["constexprs"], job["attrs"])
+        compiled = triton.compile(src, target=target, options=job["options"])
+    except Exception as exc:  # a compile error is a finding, not a crash
+        return {"problem": f"compile error: {type(exc).__name__}: {str(exc)[:200]}"}
+    seconds = time.perf_counter() - t0
+    return dict(
+        read_cubin(compiled.asm["cubin"]),
+        **read_ttgir(compiled.asm["ttgir"]),
+        shared_bytes=compiled.metadata.shared,
+        compile_s=round(seconds, 1),
+    )
+
+
+def read_cubin(cubin: bytes) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        usage = _tool("cuobjdump", "--dump-resource-usage", f.name)
+        sass = _tool("cuobjdump", "-sass", f.name)
+    regs = re.search(r"REG:(\d+)", usage)
+    stack = re.search(r"STACK:(\d+)", usage)
+    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass)
+    return dict(
+        registers=int(regs.group(1)) if regs else None,
+        stack_bytes=int(stack.group(1)) if stack else None,
+        spill_stores=sum(op.startswith("STL") for op in ops),
+        spill_loads=sum(op.startswith("LDL") for op in ops),
+        tensor_core_insts=sum(op.startswith(("HGMMA", "HMMA")) for op in ops),
+        vector_global_insts=sum(op.startswith(("LDG", "STG")) and ".128" in op for op in ops),
+        narrow_global_insts=sum(
+            op.startswith(("LDG", "STG")) and (".U16" in op or ".S16" in op) for op in ops
+        ),
+    )
+
+
+def read_ttgir(ttgir: str) -> dict:
+    """Dots after layout assignment: wgmma (warp_group_dot, sm_90a), mma (tt.dot with an
+    nvidia_mma encoding, sm_80's mma.sync), or neither (FMA: float32 IEEE dots)."""
+    wgmma = len(re.findall(r"ttng\.warp_group_dot ", ttgir))
+    plain = re.findall(r"= tt\.dot .*", ttgir)
+    mma = sum("#mma" in line for line in plain)
+    atomics = len(re.findall(r"tt\.atomic_(?:rmw|cas)", ttgir))
+    return dict(dots=wgmma + len(plain), wgmma_dots=wgmma, mma_dots=mma, atomics=atomics)
+
+
+def _tool(name: str, *args: str) -> str:
+    return subprocess.run(
+        [str(BIN / name), *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def blocks_per_sm(registers: int, warps: int, shared: int, capability: int) -> int:
+    """Resident blocks per multiprocessor: registers (allocated per warp in units of 256),
+    shared memory, 64 warps and 32 blocks per SM."""
+    per_warp = -(-registers * 32 // 256) * 256
+    by_regs = 65536 // (per_warp * warps) if registers else 32
+    by_shared = SM_SHARED[capability] // (shared + 1024) if shared else 32  # 1 KiB reserved
+    return min(by_regs, by_shared, 64 // warps, 32)
+
+
+def problems(row: dict, capability: int) -> str:
+    """Why a row fails the audit ("" if it does not)."""
+    if row.get("problem"):
+        return row["problem"]
+    found = []
+    if row.get("atomics"):  # the table gradients promise determinism
+        found.append(f"{row['atomics']} atomic operation(s)")
+    if row["shared_bytes"] > SHARED_LIMIT[capability]:
+        found.append(f"shared memory {row['shared_bytes']} > {SHARED_LIMIT[capability]}")
+    if row["default_tiles"]:
+        if row["spill_stores"] or row["spill_loads"]:
+            found.append(f"spills ({row['spill_stores']} local stores)")
+        half = row["dtype"] in ("bfloat16", "float16")
+        if capability == 90 and half and row["dots"] > row["wgmma_dots"]:
+            found.append(f"{row['dots'] - row['wgmma_dots']} dot(s) without wgmma")
+    return "; ".join(found)
+
+
+# -- the table -------------------------------------------------------------------------------

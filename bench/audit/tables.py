@@ -1,0 +1,198 @@
+"""The audit's table: a row per compiled kernel (CSV columns, Markdown), and two audits
+compared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import triton
+
+from bench.audit.capture import TARGETS, Spec
+from bench.audit.compile import blocks_per_sm, problems
+from bench.tables import markdown_table
+
+COLUMNS = (
+    "kernel",
+    "target",
+    "triton",
+    "family",
+    "dtype",
+    "head_dim",
+    "causal",
+    "variant",
+    "tiles",
+    "default_tiles",
+    "num_warps",
+    "num_stages",
+    "registers",
+    "stack_bytes",
+    "spill_stores",
+    "spill_loads",
+    "shared_bytes",
+    "blocks_per_sm",
+    "dots",
+    "wgmma_dots",
+    "mma_dots",
+    "tensor_core_insts",
+    "vector_global_insts",
+    "narrow_global_insts",
+    "atomics",
+    "compile_s",
+    "problem",
+)
+
+
+def rows_for(spec: Spec, target: str, jobs: list[dict], results: list[dict]) -> list[dict]:
+    capability = TARGETS[target]
+    out = []
+    for job, res in zip(jobs, results, strict=True):
+        names = list(job["signature"])
+        c = {names[path[0]]: v for path, v in job["constexprs"].items() if len(path) == 1}
+        o = job["options"]
+        block_m, block_n = job["block"]
+        kernel = job["name"] + (" (backward)" if c.get("BACKWARD") else "")
+        row = dict(
+            kernel=kernel,
+            target=target,
+            triton=triton.__version__,
+            family=spec.family,
+            dtype=spec.dtype,
+            head_dim=spec.head_dim,
+            causal=spec.causal,
+            variant=spec.variant,
+            tiles=(
+                f"{block_m}x{block_n}"
+                if block_m
+                else f"heads {c.get('BLOCK_HQ')}+{c.get('BLOCK_HK')}"
+            ),
+            default_tiles=spec.fwd_tiles is None and spec.bwd_tiles is None,
+            num_warps=o.get("num_warps"),
+            num_stages=o.get("num_stages"),
+        )
+        row.update({k: v for k, v in res.items() if k != "problem"})
+        if "registers" in res:
+            row["blocks_per_sm"] = blocks_per_sm(
+                res["registers"], row["num_warps"], res["shared_bytes"], capability
+            )
+        row["problem"] = problems(dict(row, problem=res.get("problem")), capability)
+        out.append(row)
+    return out
+
+
+def markdown(rows: list[dict]) -> str:
+    version = triton.__version__
+    bad = [r for r in rows if r["problem"] and r["default_tiles"]]
+    lines = [
+        f"# Kernel resources: Triton {version}, compiled on the CPU",
+        "",
+        "Command: `python -m bench.audit` (`make gpu-compile`). Every specialization "
+        "`make gpu-check` and `sweep=gpu` launch at their shapes (RoPE: B=8, L=4096, Hq=32, "
+        "Hk=8; attention: B=4, H=16, L=4096), specialized as Triton's JIT would on that GPU, "
+        "read from the cubin with cuobjdump. `stack`: local-memory frame per thread; "
+        "`STL/LDL`: spill stores and loads in the SASS; `wgmma`/`mma`: dots lowered to "
+        "Hopper's warpgroup MMA or to mma.sync (of all dots; float32 dots are IEEE FMA by "
+        "design); `TC`: tensor-core instructions; `LDG/STG.128`: 16-byte global accesses "
+        "(`16-bit`: two-byte ones).",
+        "",
+        f"{len(rows)} kernels; problems at default tiles: {len(bad)}.",
+        "",
+    ]
+    header = [
+        "kernel",
+        "target",
+        "family",
+        "dtype",
+        "D",
+        "causal",
+        "variant",
+        "tiles",
+        "warps",
+        "stages",
+        "regs",
+        "stack",
+        "STL/LDL",
+        "shared KiB",
+        "blocks/SM",
+        "dots (wgmma, mma)",
+        "TC",
+        "LDG/STG.128",
+        "16-bit",
+        "problem",
+    ]
+    body = []
+    for r in rows:
+        dots = f"{r.get('dots', '')} ({r.get('wgmma_dots', '')}, {r.get('mma_dots', '')})"
+        shared = f"{r['shared_bytes'] / 1024:.0f}" if r.get("shared_bytes") is not None else ""
+        spills = f"{r.get('spill_stores', '')}/{r.get('spill_loads', '')}"
+        cells = [
+            r["kernel"].removeprefix("_"),
+            r["target"],
+            r["family"],
+            r["dtype"],
+            r["head_dim"],
+            r["causal"],
+            r["variant"],
+            r["tiles"],
+            r["num_warps"],
+            r["num_stages"],
+            r.get("registers", ""),
+            r.get("stack_bytes", ""),
+            spills,
+            shared,
+            r.get("blocks_per_sm", ""),
+            dots,
+            r.get("tensor_core_insts", ""),
+            r.get("vector_global_insts", ""),
+            r.get("narrow_global_insts", ""),
+            r["problem"],
+        ]
+        body.append(cells)
+    return "\n".join([*lines, *markdown_table(header, body)]) + "\n"
+
+
+def compare(before: Path, after: Path) -> str:
+    """Two audits' CSVs side by side for the default specializations both have (matched on
+    kernel, target, family, dtype, head dim, causal and variant): tiles, registers, stack,
+    spill stores, wgmma dots and 128-bit accesses, before -> after."""
+    import pandas as pd
+
+    key = ["kernel", "target", "family", "dtype", "head_dim", "causal", "variant"]
+    shown = [
+        "tiles",
+        "registers",
+        "stack_bytes",
+        "spill_stores",
+        "wgmma_dots",
+        "vector_global_insts",
+    ]
+    a, b = (pd.read_csv(p, keep_default_na=False, dtype=str) for p in (before, after))
+    a, b = (df[df["default_tiles"] == "True"] for df in (a, b))
+    both = a.merge(b, on=key, suffixes=("_a", "_b"))
+    header = [
+        "kernel",
+        "target",
+        "family",
+        "dtype",
+        "D",
+        "causal",
+        "variant",
+        "tiles",
+        "regs",
+        "stack",
+        "STL",
+        "wgmma dots",
+        "128-bit",
+    ]
+    body = []
+    for _, r in both.iterrows():
+        pairs = [
+            r[c + "_a"] if r[c + "_a"] == r[c + "_b"] else f"{r[c + '_a']} -> {r[c + '_b']}"
+            for c in shown
+        ]
+        body.append([*(r[k] for k in key), *pairs])
+    lines = markdown_table(header, body)
+    spills = [int((df["spill_stores"].astype(int) > 0).sum()) for df in (a, b)]
+    return (
+        f"Default specializations in both: {len(both)}; spilling: {spills[0]} -> "
+        f"{spills[1]}.\n\n" + "\n".join(lines) + "\n"
+    )

@@ -1,0 +1,81 @@
+"""Result rows as the reports read them: every results.csv under some directories, merged
+(the latest measurement of a key kept), and each row's speedup against its case's baseline,
+taken within one run, side by side."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from bench.cases import CASES
+
+SHAPE = ["batch", "seq_len", "d_model", "num_heads", "params"]
+
+
+def knobs(params: str) -> str:
+    """The params column's JSON as "layout=bshd causal" (defaults left out: default tiles,
+    num_kv_heads null, causal false; empty for none)."""
+    try:
+        items = json.loads(params).items()
+    except (TypeError, ValueError):
+        return ""
+    return " ".join(
+        k if v is True else f"{k}={v}" for k, v in items if v not in (None, False, "default")
+    )
+
+
+def has_rows(dirs: list[Path]) -> bool:
+    """Whether any results.csv under dirs holds a row."""
+    return any(
+        f.stat().st_size and len(f.read_text().splitlines()) > 1
+        for d in dirs
+        for f in Path(d).rglob("results.csv")
+    )
+
+
+KEY = ["case", "impl", "mode", "device", "device_name", "dtype", *SHAPE]
+
+
+def load_all(dirs: list[Path]) -> pd.DataFrame:
+    """Every row of every results.csv under dirs."""
+    files = sorted({f for d in dirs for f in Path(d).rglob("results.csv")})
+    if not files:
+        raise FileNotFoundError(f"no results.csv under {', '.join(map(str, dirs))}")
+    frames = [pd.read_csv(f, dtype={"params": str}) for f in files]
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        raise FileNotFoundError(f"no rows in the results.csv under {', '.join(map(str, dirs))}")
+    df = pd.concat(frames, ignore_index=True)
+    df["params"] = df["params"].fillna("{}") if "params" in df else "{}"
+    return df.sort_values("timestamp", kind="stable").reset_index(drop=True)
+
+
+def load(dirs: list[Path]) -> pd.DataFrame:
+    """One row per key: a row measured more than once (a re-run, or the same point in
+    several runs) keeps its latest measurement; attrs["duplicates"] counts the others."""
+    df = load_all(dirs)
+    latest = df.drop_duplicates(KEY, keep="last").reset_index(drop=True)
+    latest.attrs["duplicates"] = len(df) - len(latest)
+    return latest
+
+
+def baseline(case: str) -> str:
+    return CASES[case].baseline if case in CASES else "reference"
+
+
+def speedups(df: pd.DataFrame) -> pd.DataFrame:
+    """Adds `speedup`: the case's baseline impl time over this impl's, same point, device and
+    run (timed side by side; never a ratio of two runs' times), and `base_suspect`: whether
+    that baseline row is suspect (df has `suspect`)."""
+    base_impl = df["case"].map(baseline)
+    key = ["case", "mode", "device", "device_name", "dtype", *SHAPE]
+    key += ["run_id"] if "run_id" in df else []
+    marked = df.assign(suspect=df.get("suspect", ""))
+    base = marked[marked["impl"] == base_impl][key + ["p50_ms", "suspect"]]
+    base = base.rename(columns={"p50_ms": "base_ms", "suspect": "base_suspect"})
+    base["base_suspect"] = base["base_suspect"] != ""
+    out = df.merge(base, on=key, how="left")
+    out["speedup"] = out["base_ms"] / out["p50_ms"]
+    return out
