@@ -1,6 +1,10 @@
 """The Triton kernels behind kernels.relbias: tile helpers, the forward kernel, the two backward
 kernels. Launchers, tiles and autograd live in kernels/relbias.py.
 
+Why this file is long: the three kernels of one op (forward, dk/dv, dq) and the tile helpers
+they share, which are read against each other (each backward recomputes the forward's scores);
+split, the same score and bias code would be read in three places.
+
 Layout: q (B, H, Lq, D), k and v (B, H, Lk, D), any strides; one program per (query block,
 b * h) (forward, dq) or (key block, b * h) (dk/dv). Scores, softmax statistics and accumulators
 are float32; dot operands stay in the input dtype (tensor cores) with float32 accumulation,

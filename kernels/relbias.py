@@ -6,6 +6,9 @@ in memory: O(B H L D), plus O(B H L K) for Shaw's key and value terms.
 File order: the kernels (kernels/_relbias_jit.py) -> tiles -> launchers -> autograd Function ->
 public `relative_attention`.
 
+Why this file is long: one op in that order (docs/architecture.md), with the per-GPU tile
+tables and the checks of every argument of four bias families.
+
 T5's bias is looked up, not computed: the bucket of each clipped offset r in [-K, K] (K the
 maximum distance, beyond which every offset shares the last bucket) is computed once per call
 on the device, exactly (float64, see _t5_buckets), and the kernel reads an (H, 2K + 1) table:

@@ -4,6 +4,9 @@ Reads each element of q and k once and writes it once, so its limit is a copy of
 File order: kernel -> launcher (checks, grid) -> torch.library custom ops -> autograd.Function
 -> public `apply_rope` -> `FusedRoPE` module.
 
+Why this file is long: one op per file in that order (docs/architecture.md), the checks of
+every argument the launcher takes (layouts, pairs, partial rotary, positions) with it.
+
 Layout inside the kernel: q and k are seen as (B, L, H, D) through four strides each, whatever
 their memory order (`layout="bhsd"` is a transposed view, a fused-qkv split is a strided view);
 nothing is made contiguous. cos/sin are (L_max, R/2) float32 rows indexed by position.
@@ -17,8 +20,6 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor, nn
-
-from kernels._rope_schedule import frequencies
 
 # ---------------------------------------------------------------------------------------------
 # Kernel
@@ -444,12 +445,14 @@ def apply_rope(
 
 
 class FusedRoPE(nn.Module):
-    """Drop-in for `posenc.RoPEPositionalEncoding`: the same constructor and forward.
+    """Drop-in for `posenc.RoPEPositionalEncoding`'s default (the same constructor and forward),
+    or a module over any tables: `tables=(cos, sin)`, each (max_len, rotary_dim / 2) float32,
+    e.g. `posenc.functional.rope_cos_sin(max_len, rotary_dim, scaling=...)` for a long-context
+    schedule. The schedules live in posenc alone: this package takes their tables (it never
+    imports posenc), so there is one implementation of them.
 
-    forward(x, seq_len=None, positions=None) rotates x of shape (B, L, D) or (B, H, L, D).
-    The tables are built here from float64 angles (kernels/_rope_schedule.py: the default and
-    the long-context frequency schedules, written apart from posenc's, which this package does
-    not import) and kept as float32 buffers; scaling and rotary_dim as posenc's module.
+    forward(x, seq_len=None, positions=None) rotates x of shape (B, L, D) or (B, H, L, D); with
+    tables narrower than D (partial rotary), only the first rotary_dim features rotate.
     """
 
     def __init__(
@@ -458,23 +461,30 @@ class FusedRoPE(nn.Module):
         max_len: int = 5000,
         base: float = 10000.0,
         interleaved: bool = False,
-        scaling: dict | None = None,
-        rotary_dim: int | None = None,
+        *,
+        tables: tuple[Tensor, Tensor] | None = None,
     ):
         super().__init__()
         if dim <= 0 or dim % 2:
             raise ValueError(f"dim must be positive and even, got {dim}")
         if max_len <= 0:
             raise ValueError(f"max_len must be > 0, got {max_len}")
-        rotary_dim = dim if rotary_dim is None else rotary_dim
-        if rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > dim:
-            raise ValueError(f"rotary_dim must be even and in (0, dim={dim}], got {rotary_dim}")
+        if tables is None:  # the default: base^(-2i/dim), angles in float64
+            inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+            angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)
+            tables = angles.cos().float(), angles.sin().float()
+        cos, sin = tables
+        if not (isinstance(cos, Tensor) and isinstance(sin, Tensor)) or cos.shape != sin.shape:
+            raise ValueError("tables must be (cos, sin) tensors of one shape (max_len, rotary/2)")
+        if cos.dim() != 2 or cos.shape[0] < max_len or not 0 < 2 * cos.shape[1] <= dim:
+            raise ValueError(
+                f"tables must be (>= max_len={max_len}, <= dim/2={dim // 2}), got "
+                f"{tuple(cos.shape)}"
+            )
         self.dim, self.max_len, self.base, self.interleaved = dim, max_len, base, interleaved
-        self.scaling, self.rotary_dim = scaling, rotary_dim
-        inv_freq, factor = frequencies(rotary_dim, base, scaling, max_len)
-        angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)
-        self.register_buffer("cos_cached", (factor * angles.cos()).float(), persistent=False)
-        self.register_buffer("sin_cached", (factor * angles.sin()).float(), persistent=False)
+        self.rotary_dim = 2 * cos.shape[1]
+        self.register_buffer("cos_cached", cos.float().contiguous(), persistent=False)
+        self.register_buffer("sin_cached", sin.float().contiguous(), persistent=False)
 
     def forward(
         self, x: Tensor, seq_len: int | None = None, positions: Tensor | int | None = None

@@ -285,11 +285,14 @@ def test_tensor_positions_need_no_host_sync():
 )
 def test_the_kernel_takes_any_schedules_tables(scaling):
     """A long-context variant changes the tables (and scales them by its attention factor);
-    the kernel consumes them unchanged: FusedRoPE against posenc's module, partial rotary."""
+    the kernel consumes them unchanged: FusedRoPE over posenc's tables against posenc's module,
+    partial rotary."""
     import posenc
 
     ref = posenc.RoPEPositionalEncoding(16, 32, scaling=scaling, rotary_dim=8).to(DEVICE)
-    fused = rope.FusedRoPE(16, 32, scaling=scaling, rotary_dim=8).to(DEVICE)
+    tables = F.rope_cos_sin(32, 8, scaling=scaling, seq_len=32)  # posenc's schedule, once
+    fused = rope.FusedRoPE(16, 32, tables=tables).to(DEVICE)
+    assert fused.rotary_dim == 8
     assert_close(fused.cos_cached, ref.cos_cached, atol=2e-7, rtol=0)
     x = torch.randn(2, 3, 32, 16, device=DEVICE)
     assert_close(fused(x), ref(x), atol=1e-6, rtol=1e-6)

@@ -102,6 +102,12 @@ CASES = [  # (id, call, exception, text the message must contain)
     ),
     ("module dim", lambda: FusedRoPE(7), ValueError, "dim"),
     (
+        "module tables",
+        lambda: FusedRoPE(8, 4, tables=(torch.ones(4, 8), torch.ones(4, 8))),
+        ValueError,
+        "tables must be",
+    ),
+    (
         "module input",
         lambda: FusedRoPE(8)(torch.randn(2, 5, 6, device=DEVICE)),
         ValueError,

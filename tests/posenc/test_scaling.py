@@ -1,6 +1,6 @@
 """RoPE's long-context frequency schedules (posenc/_scaling.py): hand-worked cases per variant,
-their properties, the relative-position property of scores, bad keys named, and the kernel
-package's own schedule (kernels/_rope_schedule.py) held to this one."""
+their properties, the relative-position property of scores, bad keys named. (The kernels take
+these tables: there is no second implementation to hold to this one.)"""
 
 import math
 
@@ -9,7 +9,6 @@ import torch
 from torch.testing import assert_close
 
 import posenc
-from kernels import _rope_schedule
 from posenc.functional import apply_rope, rope_cos_sin, rope_frequencies
 
 DEFAULT8 = [1.0, 0.1, 0.01, 0.001]  # base 10000, dim 8: 10000^(-2i/8)
@@ -149,17 +148,6 @@ def test_scores_depend_on_m_minus_n_only(scaling):
         assert_close(score(m, n), score(3, 0), rtol=1e-9, atol=1e-9)
     a = rope_frequencies(16, scaling=scaling, seq_len=256)[1]
     assert_close(score(0, 0), a**2 * (q * k).sum(), rtol=1e-12, atol=1e-12)
-
-
-@pytest.mark.parametrize("scaling", VARIANTS, ids=lambda s: s["type"] if s else "none")
-@pytest.mark.parametrize("seq_len", [32, 256])
-def test_the_kernel_packages_schedule_agrees(scaling, seq_len):
-    """kernels/_rope_schedule.py is written apart (kernels never import posenc): held here to
-    the reference within float32 rounding of float64 values."""
-    want, a = rope_frequencies(16, 10000.0, scaling, seq_len)
-    got, b = _rope_schedule.frequencies(16, 10000.0, scaling, seq_len)
-    assert_close(got, want, rtol=1e-7, atol=0)
-    assert b == pytest.approx(a, rel=1e-12)
 
 
 def test_modules_take_scaling_and_a_rotary_dim():
