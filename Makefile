@@ -11,7 +11,7 @@ TORCH_PIN   ?= torch==2.13.0
 TRITON_PIN  ?= triton==3.9.0
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= -n auto --dist loadfile  # one worker per core, each test file on one worker
 
 .PHONY: help venv test compat bench probe gpu-compile gpu-check gpu-run gpu-prep gpu-wheels regress regress-update lint format clean
 

@@ -1,6 +1,6 @@
 """`python -m bench [overrides]`: one sweep (or, with -m, a Hydra multirun) -> results/.
 
-Config: configs/bench.yaml with the schema in bench/config.py. Examples:
+Config: configs/bench.yaml with the schema in bench/config/schema.py. Examples:
     python -m bench                                   # the default sweep (quick)
     python -m bench sweep=seed_5_2                    # the tutorial's section 5.2, then done right
     python -m bench -m batch=1,8 seq_len=128,512      # a multirun, aggregated at the end

@@ -28,7 +28,7 @@ def compile_impl(fn):
     compiled for its own shape as a user running that shape would get, whatever points came
     before it (with dynamic=None a code object's second shape turns it dynamic for the rest of
     the sweep, and rows would depend on the order of the plan). The runner raises Dynamo's
-    recompile limit and turns a hit into a row error (bench/runner.py: DYNAMO)."""
+    recompile limit and turns a hit into a row error (bench/run/runner.py: RECOMPILE_LIMIT)."""
     return torch.compile(fn, dynamic=False, backend=COMPILE_BACKEND)
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from bench.run.timing import measure
+from bench.run.timing import Budget, measure
 
 
 def calibrate(device: torch.device, dtype: torch.dtype, budget_s: float = 0.5) -> dict:
@@ -20,12 +20,18 @@ def calibrate(device: torch.device, dtype: torch.dtype, budget_s: float = 0.5) -
     n_copy = (1 << 30 if cuda else 1 << 26) // dtype.itemsize
     src = torch.randn(n_copy, device=device).to(dtype)
     dst = torch.empty_like(src)
-    t_copy = measure(lambda: dst.copy_(src), device, warmup_s=0.05, min_reps=5, budget_s=budget_s)
+    t_copy = measure(
+        lambda: dst.copy_(src), device, budget=Budget(warmup_s=0.05, min_reps=5, budget_s=budget_s)
+    )
     rates = []
     for n in (8192,) if cuda else (512, 1024, 2048):
         a = torch.randn(n, n, device=device).to(dtype)
         b = torch.randn(n, n, device=device).to(dtype)
-        t_mm = measure(lambda a=a, b=b: a @ b, device, warmup_s=0.05, min_reps=3, budget_s=budget_s)
+        t_mm = measure(
+            lambda a=a, b=b: a @ b,
+            device,
+            budget=Budget(warmup_s=0.05, min_reps=3, budget_s=budget_s),
+        )
         rates.append(2 * n**3 / (t_mm.p50 * 1e-3) / 1e12)
     return {
         "calib_copy_gbps": 2 * src.numel() * src.element_size() / (t_copy.p50 * 1e-3) / 1e9,

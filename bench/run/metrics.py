@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bench.registry import Cost
 from bench.run import machine
-from bench.run.timing import Timing
+from bench.run.samples import Timing
 
 
 def contended(t: Timing, threads: int) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.run.timing import Timing
+from bench.run.samples import Timing
 
 
 class Pool:

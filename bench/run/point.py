@@ -25,8 +25,9 @@ from bench.run.calibrate import calibrate, copy_call
 from bench.run.memory import peak_bytes, peak_reserved_bytes
 from bench.run.metrics import row_metrics
 from bench.run.passes import Pool
+from bench.run.samples import Timing
 from bench.run.tasks import Task, timed_call
-from bench.run.timing import GRAPH_BELOW_MS, Timing, l2_flusher, measure_side_by_side
+from bench.run.timing import GRAPH_BELOW_MS, Budget, l2_flusher, measure_side_by_side
 from bench.run.verify import Finished, PointState, Verify, _message, _rows_checked, _status
 
 COPY = "(copy)"  # the same-size copy in each side-by-side group; no impl name has parentheses
@@ -161,13 +162,8 @@ class Measurer(Verify):
         timings = measure_side_by_side(
             fns,
             device,
+            Budget.of(tm).per_pass(passes),
             before_each=self._flush(device),
-            warmup_s=tm.warmup_s,
-            min_reps=-(-tm.min_reps // passes),
-            max_reps=-(-tm.max_reps // passes),
-            budget_s=tm.budget_s / passes,
-            rel_spread=tm.rel_spread,
-            rel_ci=tm.rel_ci,
             graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None,
             clock=self.now,
             monitor=self.monitor,

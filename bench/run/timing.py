@@ -5,8 +5,7 @@
 
 from __future__ import annotations
 
-import functools
-import math
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable
@@ -15,81 +14,38 @@ from dataclasses import dataclass
 import torch
 
 from bench.run import machine
+from bench.run.samples import Timing
 
 GRAPH_BELOW_MS = 0.01  # CUDA calls shorter than 10 us are timed through a CUDA graph
 
 
 @dataclass(frozen=True)
-class Timing:
-    samples_ms: tuple[float, ...]
-    method: str = "host"  # "host" (perf_counter), "events" (CUDA events), "cuda_graph"
-    # the process's CPU time over the wall time of the samples (host timing only): about the
-    # number of busy threads when the machine is free; well under 1 means another process took
-    # the CPU while this row was timed (bench.report.build marks such rows)
-    cpu_util: float | None = None
-    # the first call of the warm-up, in ms: what a user pays once (compiles, autotuning, the
-    # allocator's first blocks); the GPU visit's part limits are estimated from it
-    first_ms: float | None = None
-    # cores' worth of CPU that other processes (and a VM's other guests) took while the group's
-    # samples ran (bench/machine.py); above machine.CONTENDED_CORES the row is marked
-    others_cpu: float | None = None
+class Budget:
+    """When a call's sampling stops: the one object of timing options, from the config's
+    `timing` (bench/config/schema.py) to the timer. Stops at max_reps, when budget_s has passed,
+    or (with rel_spread) once the samples' (p80 - p20) / p50 is at most rel_spread, or (with
+    rel_ci) once the median's 95% interval is within +-rel_ci of it; never before min_reps."""
 
-    @property
-    def n(self) -> int:
-        return len(self.samples_ms)
+    warmup_s: float = 0.2
+    min_reps: int = 10
+    max_reps: int = 200
+    budget_s: float = 2.0
+    rel_spread: float | None = None
+    rel_ci: float | None = None
 
-    def quantile(self, q: float) -> float:
-        if self.n == 1:
-            return self.samples_ms[0]
-        return statistics.quantiles(self.samples_ms, n=100, method="inclusive")[round(q * 100) - 1]
+    @classmethod
+    def of(cls, timing) -> Budget:
+        """The budget of a config's `timing` (any object with these fields)."""
+        return cls(**{f: getattr(timing, f) for f in cls.__dataclass_fields__})
 
-    def median_ci(self, level: float = 0.95) -> tuple[float, float]:
-        """A distribution-free confidence interval of the median: the order statistics
-        (x_(k), x_(n+1-k)) with the largest k such that P(Binomial(n, 1/2) <= k - 1) <= (1 -
-        level) / 2, so it covers the true median with probability >= level if the samples are
-        independent (with n = 10: x_(2), x_(9)). Below 6 samples no k qualifies and it is
-        (min, max). Samples of a machine whose speed drifts are not independent: run-to-run
-        differences can exceed this interval (README, "Repeatability")."""
-        xs, n = sorted(self.samples_ms), self.n
-        k = _median_ci_rank(n, level)
-        return (xs[0], xs[-1]) if k == 0 else (xs[k - 1], xs[n - k])
-
-    @property
-    def rel_ci(self) -> float:
-        """The 95% interval of the median's larger half-width over the median."""
-        lo, hi = self.median_ci()
-        return max(self.p50 - lo, hi - self.p50) / self.p50 if self.p50 > 0 else 0.0
-
-    @property
-    def spread(self) -> float:
-        """(p80 - p20) / p50: the relative width of the middle 60% of the samples."""
-        return (self.p80 - self.p20) / self.p50 if self.p50 > 0 else 0.0
-
-    @property
-    def p20(self) -> float:
-        return self.quantile(0.2)
-
-    @property
-    def p50(self) -> float:
-        return statistics.median(self.samples_ms)
-
-    @property
-    def p80(self) -> float:
-        return self.quantile(0.8)
-
-
-@functools.lru_cache(maxsize=4096)
-def _median_ci_rank(n: int, level: float) -> int:
-    """The largest k with P(Binomial(n, 1/2) <= k - 1) <= (1 - level) / 2 (0: none). Cached:
-    the stop rule asks again every 5 samples."""
-    tail, cum, k = (1 - level) / 2, 0.0, 0
-    while k < n // 2:
-        log_pmf = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-        cum += math.exp(log_pmf - n * math.log(2))  # P(Binomial(n, 1/2) = k)
-        if cum > tail:
-            break
-        k += 1
-    return k
+    def per_pass(self, passes: int) -> Budget:
+        """One pass's share when a run sweeps its plan `passes` times (bench/run/passes.py)."""
+        return dataclasses.replace(
+            self,
+            budget_s=self.budget_s / passes,
+            min_reps=-(-self.min_reps // passes),
+            max_reps=-(-self.max_reps // passes),
+        )
 
 
 def _sync(device: torch.device) -> None:
@@ -100,21 +56,13 @@ def _sync(device: torch.device) -> None:
 def measure(
     fn: Callable[[], object],
     device: torch.device | str = "cpu",
+    budget: Budget = Budget(),
     *,
-    warmup_s: float = 0.2,
-    min_reps: int = 10,
-    max_reps: int = 200,
-    budget_s: float = 2.0,
-    rel_spread: float | None = None,
-    rel_ci: float | None = None,
     before_each: Callable[[], object] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     graph_below_ms: float | None = None,
 ) -> Timing:
-    """Per-call times in ms after warm-up; stops at max_reps, when budget_s has passed, or (with
-    rel_spread) once the samples' (p80 - p20) / p50 is at most rel_spread, or (with rel_ci) once
-    the 95% interval of the median (Timing.median_ci) is within +-rel_ci of it; never before
-    min_reps.
+    """Per-call times in ms after warm-up, until the budget says stop (Budget).
     On CUDA each call is bracketed by events on the stream. before_each (untimed) runs before
     every sample, e.g. an L2 flush (`l2_flusher`).
 
@@ -124,18 +72,14 @@ def measure(
     launch, not the kernel. Each sample is then one replay of a graph of back-to-back calls,
     divided by their count (so L2 is warm within a replay; before_each runs once per replay).
     A call that cannot be captured (host syncs, CPU work) keeps its event timing."""
-    kwargs = dict(
-        warmup_s=warmup_s,
-        min_reps=min_reps,
-        max_reps=max_reps,
-        budget_s=budget_s,
-        rel_spread=rel_spread,
-        rel_ci=rel_ci,
+    timing = measure_side_by_side(
+        {"fn": fn},
+        device,
+        budget,
         before_each=before_each,
         clock=clock,
         graph_below_ms=graph_below_ms,
-    )
-    timing = measure_side_by_side({"fn": fn}, device, **kwargs)["fn"]
+    )["fn"]
     if isinstance(timing, Exception):
         raise timing
     return timing
@@ -144,13 +88,8 @@ def measure(
 def measure_side_by_side(
     fns: dict[str, Callable[[], object]],
     device: torch.device | str = "cpu",
+    budget: Budget = Budget(),
     *,
-    warmup_s: float = 0.2,
-    min_reps: int = 10,
-    max_reps: int = 200,
-    budget_s: float = 2.0,
-    rel_spread: float | None = None,
-    rel_ci: float | None = None,
     before_each: Callable[[], object] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     graph_below_ms: float | None = None,
@@ -172,6 +111,8 @@ def measure_side_by_side(
     processes took meanwhile, over at least its window (the runner keeps one for the run)."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
+    warmup_s, min_reps, max_reps = budget.warmup_s, budget.min_reps, budget.max_reps
+    budget_s, rel_spread, rel_ci = budget.budget_s, budget.rel_spread, budget.rel_ci
     slice_s, slice_reps = budget_s / rounds, -(-max_reps // rounds)
     device = torch.device(device)
     prepared = _prepare_group(fns, device, warmup_s, graph_below_ms, clock)

@@ -1,6 +1,6 @@
 """How long each part of the GPU visit should take, from what it launches: `python -m bench.visit
---plan` prints the table docs/gpu.md shows, and tests/test_gpu_visit.py checks every part's limit
-against it.
+--plan` prints the table docs/gpu.md shows, and tests/bench/visit/test_visit.py checks every
+part's limit against it.
 
 A sweep part's estimate = process start + the Triton kernels it compiles x their compile time
 + its torch.compile graphs x an assumed compile time + its rows x (warm-up + budget) + its

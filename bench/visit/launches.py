@@ -3,6 +3,7 @@ the JIT of an sm_90a GPU would key them, while the kernels run under Triton's in
 count of kernels the GPU visit's test part compiles (bench/visit/estimate.py).
 
     TRITON_INTERPRET=1 python -m pytest -p bench.visit.launches tests/kernels \
+        tests/bench/run/test_timing.py \
         --launches-out results/gpu-compile/test-launches.json
 
 Each launch is bound by Triton's own binder for a CUDA backend (pointer alignment, integer

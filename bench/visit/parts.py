@@ -61,7 +61,7 @@ PARTS = (
             "-n",
             "8",
             "tests/kernels",
-            "tests/test_bench_timing.py",
+            "tests/bench/run/test_timing.py",
             "--junitxml={res}/tests.xml",
         ),
         (

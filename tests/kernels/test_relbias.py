@@ -95,13 +95,25 @@ def test_shaw_key_and_value_terms(case, dtype):
     assert_close(got.cpu().double(), want, atol=TOL[dtype] * 2, rtol=TOL[dtype])
 
 
-def test_strided_inputs_are_read_in_place():
+def test_strided_inputs_are_read_in_place(monkeypatch):
+    """The forward kernel receives the caller's storage (no copy made to a contiguous layout):
+    the q, k, v it is launched with start where the views into x start."""
     x = torch.randn(1, 11, 3, 2, 32, device=DEVICE)  # (B, L, 3, H, D): a fused qkv projection
     q, k, v = (x[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, L, D) strided views
+    launched = []
+    run = relbias._relbias_fwd_kernel.run
+
+    def spy(*args, **kwargs):
+        launched.append(args[:3])
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(relbias._relbias_fwd_kernel, "run", spy)
     module, kwargs = _family("alibi", 2)
     want = F.relative_attention(*(t.double().cpu() for t in (q, k, v)), bias=module)
     got = relbias.relative_attention(q, k, v, alibi_slopes=kwargs["alibi_slopes"].to(DEVICE))
     assert_close(got.cpu().double(), want, atol=2e-5, rtol=2e-5)
+    assert len(launched) == 1
+    assert [t.data_ptr() for t in launched[0]] == [t.data_ptr() for t in (q, k, v)]
 
 
 q4 = torch.randn(1, 2, 5, 8, device=DEVICE)

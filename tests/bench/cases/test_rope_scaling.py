@@ -5,7 +5,7 @@ unknown schedule rejected by name."""
 
 import json
 
-from tests.test_cli import _bench, _rows
+from tests.helpers import read_rows, run_bench
 
 FAST = [
     "timing.warmup_s=0",
@@ -27,9 +27,9 @@ def test_long_context_sweep_compares_the_schedules(tmp_path):
         "rope_scaling=[none,yarn,llama3]",
         "impls=[reference,float32_angles,reference_out]",
     ]
-    proc = _bench(*args, *FAST, f"hydra.run.dir={out}")
+    proc = run_bench(*args, *FAST, f"hydra.run.dir={out}")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = _rows(out / "results.csv")
+    rows = read_rows(out / "results.csv")
     tables = [r for r in rows if r["case"] == "rope_tables"]
     assert len(tables) == 2 * 3 * 2  # lengths x schedules x impls
     status = {
@@ -48,7 +48,7 @@ def test_long_context_sweep_compares_the_schedules(tmp_path):
 
 def test_the_tutorials_rope_has_no_schedule(tmp_path):
     out = tmp_path / "seed"
-    proc = _bench(
+    proc = run_bench(
         "cases=[rope]",
         "impls=[seed,reference]",
         "seq_len=16",
@@ -62,7 +62,7 @@ def test_the_tutorials_rope_has_no_schedule(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = {
         (r["impl"], json.loads(r["params"])["rope_scaling"]): (r["status"], r["message"])
-        for r in _rows(out / "results.csv")
+        for r in read_rows(out / "results.csv")
     }
     assert got[("seed", "none")][0] == got[("reference", "dynamic")][0] == "ok"
     assert got[("seed", "dynamic")] == ("skipped", "the tutorial's RoPE has no scaling")
@@ -70,7 +70,7 @@ def test_the_tutorials_rope_has_no_schedule(tmp_path):
 
 def test_an_unknown_schedule_is_named(tmp_path):
     out = tmp_path / "bad"
-    proc = _bench("cases=[rope]", "rope_scaling=ntk", *FAST, f"hydra.run.dir={out}")
+    proc = run_bench("cases=[rope]", "rope_scaling=ntk", *FAST, f"hydra.run.dir={out}")
     assert proc.returncode == 2
     assert "rope_scaling" in proc.stderr and "yarn" in proc.stderr
     assert not out.exists()

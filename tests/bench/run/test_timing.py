@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from bench.run.timing import GRAPH_BELOW_MS, Timing, measure
+from bench.run.samples import Timing
+from bench.run.timing import GRAPH_BELOW_MS, Budget, measure
 
 
 class FakeClock:
@@ -26,7 +27,9 @@ class FakeClock:
 
 def test_warmup_by_time_then_min_reps_within_budget():
     clock = FakeClock([0.1] * 3 + [0.001] * 1000)
-    t = measure(clock.fn, warmup_s=0.25, min_reps=5, max_reps=50, budget_s=0.01, clock=clock)
+    t = measure(
+        clock.fn, budget=Budget(warmup_s=0.25, min_reps=5, max_reps=50, budget_s=0.01), clock=clock
+    )
     assert clock.calls - t.n == 3  # three 100 ms calls pass the 250 ms warm-up
     assert t.n == 10  # 10 ms budget of 1 ms calls (never below min_reps)
     assert t.samples_ms == pytest.approx((1.0,) * 10)
@@ -34,9 +37,9 @@ def test_warmup_by_time_then_min_reps_within_budget():
 
 def test_min_reps_beats_budget_and_max_reps_caps():
     slow = FakeClock([1.0] * 100)
-    assert measure(slow.fn, warmup_s=0, min_reps=4, budget_s=0.5, clock=slow).n == 4
+    assert measure(slow.fn, budget=Budget(warmup_s=0, min_reps=4, budget_s=0.5), clock=slow).n == 4
     fast = FakeClock([1e-6] * 1000)
-    assert measure(fast.fn, warmup_s=0, max_reps=20, budget_s=10, clock=fast).n == 20
+    assert measure(fast.fn, budget=Budget(warmup_s=0, max_reps=20, budget_s=10), clock=fast).n == 20
 
 
 def test_quantiles():
@@ -48,22 +51,30 @@ def test_quantiles():
 
 def test_rel_spread_stops_early_once_samples_agree():
     steady = FakeClock([0.001] * 1000)
-    t = measure(steady.fn, warmup_s=0, min_reps=5, budget_s=100, rel_spread=0.1, clock=steady)
+    t = measure(
+        steady.fn, budget=Budget(warmup_s=0, min_reps=5, budget_s=100, rel_spread=0.1), clock=steady
+    )
     assert t.n == 5  # the first check passes
     noisy = FakeClock([0.001, 0.003] * 500)
     t = measure(
-        noisy.fn, warmup_s=0, min_reps=5, max_reps=40, budget_s=100, rel_spread=0.1, clock=noisy
+        noisy.fn,
+        budget=Budget(warmup_s=0, min_reps=5, max_reps=40, budget_s=100, rel_spread=0.1),
+        clock=noisy,
     )
     assert t.n == 40  # never converges: runs to max_reps
 
 
 def test_rel_ci_stops_once_the_median_is_known_well_enough():
     steady = FakeClock([0.001, 0.00101] * 500)  # 1% apart: the median's interval is that narrow
-    t = measure(steady.fn, warmup_s=0, min_reps=5, budget_s=100, rel_ci=0.02, clock=steady)
+    t = measure(
+        steady.fn, budget=Budget(warmup_s=0, min_reps=5, budget_s=100, rel_ci=0.02), clock=steady
+    )
     assert t.n == 5 and t.rel_ci <= 0.02
     noisy = FakeClock([0.001, 0.003] * 500)  # two values: the interval always spans both
     t = measure(
-        noisy.fn, warmup_s=0, min_reps=5, max_reps=40, budget_s=100, rel_ci=0.02, clock=noisy
+        noisy.fn,
+        budget=Budget(warmup_s=0, min_reps=5, max_reps=40, budget_s=100, rel_ci=0.02),
+        clock=noisy,
     )
     assert t.n == 40
 
@@ -107,31 +118,40 @@ def test_before_each_runs_untimed_before_every_sample():
         clock.fn()
 
     t = measure(
-        fn, warmup_s=0, min_reps=3, max_reps=3, budget_s=0, before_each=slow_flush, clock=clock
+        fn,
+        budget=Budget(warmup_s=0, min_reps=3, max_reps=3, budget_s=0),
+        before_each=slow_flush,
+        clock=clock,
     )
     assert t.samples_ms == pytest.approx((1.0, 1.0, 1.0))
     assert order == ["call", "flush", "call", "flush", "call", "flush", "call"]
 
 
 def test_cpu_timing_is_host_clock():
-    assert measure(lambda: None, warmup_s=0, min_reps=3, max_reps=3).method == "host"
+    assert measure(lambda: None, budget=Budget(warmup_s=0, min_reps=3, max_reps=3)).method == "host"
 
 
 def test_short_calls_are_timed_through_a_cuda_graph_on_cuda_only():
     """On the CPU a graph threshold never applies (host clock); on CUDA (run by gpu-check) a
     tiny call is graph-timed, while a host sync or a long call keeps CUDA events."""
     if not torch.cuda.is_available():
-        t = measure(lambda: None, "cpu", warmup_s=0, min_reps=3, max_reps=3, graph_below_ms=1e9)
+        t = measure(
+            lambda: None,
+            "cpu",
+            budget=Budget(warmup_s=0, min_reps=3, max_reps=3),
+            graph_below_ms=1e9,
+        )
         assert t.method == "host"
         return
     x = torch.ones(16, device="cuda")
-    quick = {"warmup_s": 0.05, "min_reps": 5, "budget_s": 0.05, "graph_below_ms": GRAPH_BELOW_MS}
-    tiny = measure(lambda: x.mul_(1.0), "cuda", **quick)
+    quick = Budget(warmup_s=0.05, min_reps=5, budget_s=0.05)
+    graph = {"graph_below_ms": GRAPH_BELOW_MS}
+    tiny = measure(lambda: x.mul_(1.0), "cuda", quick, **graph)
     assert tiny.method == "cuda_graph" and 0 < tiny.p50 < 0.01
-    synced = measure(lambda: x.sum().item(), "cuda", **quick)
+    synced = measure(lambda: x.sum().item(), "cuda", quick, **graph)
     assert synced.method == "events"  # a host sync cannot be captured: events instead
     big = torch.ones(1 << 26, device="cuda")
-    long = measure(lambda: big.mul_(1.0), "cuda", **quick)
+    long = measure(lambda: big.mul_(1.0), "cuda", quick, **graph)
     assert long.method == "events"
 
 
@@ -158,7 +178,7 @@ def test_side_by_side_spreads_a_slow_phase_over_every_call():
     same mix and the median ratio stays 3."""
     from bench.run.timing import measure_side_by_side
 
-    kw = dict(warmup_s=0, min_reps=1, max_reps=100_000, budget_s=10.0, rel_spread=None)
+    kw = dict(budget=Budget(warmup_s=0, min_reps=1, max_reps=100_000, budget_s=10.0))
     seq = SlowPhaseMachine(0, 8)
     a = measure(seq.call(0.003), clock=seq, **kw)
     b = measure(seq.call(0.001), clock=seq, **kw)
@@ -192,19 +212,17 @@ def test_side_by_side_min_reps_spread_and_a_failing_call():
     group = {"steady": clock.call(0.001), "noisy": noisy, "broken": breaks_on_third}
     t = measure_side_by_side(
         group,
+        budget=Budget(warmup_s=0, min_reps=5, max_reps=40, budget_s=100, rel_spread=0.1),
         clock=clock,
-        warmup_s=0,
-        min_reps=5,
-        max_reps=40,
-        budget_s=100,
-        rel_spread=0.1,
         rounds=50_000,
     )
     assert isinstance(t["broken"], RuntimeError) and "boom" in str(t["broken"])
     assert 5 <= t["steady"].n < 40  # converged: left the group early
     assert t["noisy"].n == 40  # never converges: max_reps
     group = {"fast": clock.call(0.001), "slow": clock.call(1.0)}
-    t = measure_side_by_side(group, clock=clock, warmup_s=0, min_reps=5, budget_s=0.5, rounds=250)
+    t = measure_side_by_side(
+        group, budget=Budget(warmup_s=0, min_reps=5, budget_s=0.5), clock=clock, rounds=250
+    )
     assert t["slow"].n == 5  # min_reps beats the budget
     assert t["fast"].n >= 5  # past the budget too: it stops once it has min_reps
 
@@ -219,7 +237,10 @@ def test_side_by_side_spreads_every_call_over_the_whole_window():
     clock = SlowPhaseMachine(0.6, float("inf"))  # 20 rounds of 2 x (1 + 30) ms: 1.24 s
     group = {"fast": clock.call(0.001), "slow": clock.call(0.030)}
     t = measure_side_by_side(
-        group, clock=clock, warmup_s=0, min_reps=5, max_reps=40, budget_s=100, rounds=20
+        group,
+        budget=Budget(warmup_s=0, min_reps=5, max_reps=40, budget_s=100),
+        clock=clock,
+        rounds=20,
     )
     assert t["fast"].n == t["slow"].n == 40
     slowed = {

@@ -12,7 +12,7 @@ from bench.probe.model import ENCODINGS, ProbeModel
 from bench.probe.run import run_cell
 from bench.probe.tasks import make_task
 from bench.probe.train import TrainConfig, evaluate, train
-from tests.test_cli import ROOT, _rows
+from tests.helpers import ROOT, read_rows
 
 GEN = torch.Generator
 
@@ -267,7 +267,7 @@ def test_probe_end_to_end_writes_rows_table_and_plot(tmp_path):
         f"hydra.run.dir={out}",
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = _rows(out / "probe.csv")
+    rows = read_rows(out / "probe.csv")
     # (learnable + t5 + rope x 3 schedules) x 2 tasks x 2 lengths x 1 seed
     assert len(rows) == 5 * 2 * 2
     assert {r["status"] for r in rows if r["encoding"] != "learnable"} == {"ok"}
@@ -289,7 +289,7 @@ def test_a_resumed_probe_trains_only_what_is_missing(tmp_path):
     )
     assert again.returncode == 0, again.stderr[-2000:]
     assert "1 cells" in again.stdout
-    rows = _rows(out / "probe.csv")
+    rows = read_rows(out / "probe.csv")
     assert sorted(r["encoding"] for r in rows) == ["alibi", "alibi", "nope", "nope"]
     other = _probe(
         "encodings=[alibi]",
@@ -299,7 +299,7 @@ def test_a_resumed_probe_trains_only_what_is_missing(tmp_path):
         f"hydra.run.dir={out}",
     )
     assert other.returncode == 2 and "train" in other.stderr and "resume" in other.stderr
-    assert len(_rows(out / "probe.csv")) == 4  # nothing mixed in
+    assert len(read_rows(out / "probe.csv")) == 4  # nothing mixed in
 
 
 @pytest.mark.parametrize(
@@ -334,6 +334,6 @@ def test_the_committed_probe_table_is_made_from_its_csv(tmp_path):
     shutil.copy(ref / "probe.csv", tmp_path / "probe.csv")
     report.build(tmp_path)
     assert (tmp_path / "probe.md").read_text() == (ref / "probe.md").read_text()
-    rows = _rows(ref / "probe.csv")
+    rows = read_rows(ref / "probe.csv")
     assert len(rows) == (6 + 4) * 3 * 4 * 3  # (6 encodings + rope x 4 schedules) x tasks x ...
     assert {r["status"] for r in rows} == {"ok", "n/a"}

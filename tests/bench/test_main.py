@@ -1,54 +1,22 @@
 """`python -m bench` end to end in subprocesses: a run, bad overrides, a multirun (basic and
 submitit_local launchers) aggregated at its end, profiling, and CUDA asked for on a CPU box."""
 
-import csv
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = [
-    "cases=[sinusoidal,rope]",
-    "impls=[reference,seed]",
-    "d_model=16",
-    "num_heads=2",
-    "seq_len=8",
-    "mode=[forward]",
-    "timing.warmup_s=0",
-    "timing.min_reps=2",
-    "timing.max_reps=2",
-    "timing.budget_s=0",
-    "calibrate=false",
-]
-
-
-def _bench(*args, cwd=ROOT):
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "bench", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def _rows(path: Path) -> list[dict]:
-    with open(path) as f:
-        return list(csv.DictReader(f))
+from tests.helpers import ROOT, TINY, read_rows, run_bench
 
 
 def test_single_run_writes_results_env_report_and_plots(tmp_path):
     out = tmp_path / "run"
-    proc = _bench(*TINY, "batch=[1,2]", f"hydra.run.dir={out}")
+    proc = run_bench(*TINY, "batch=[1,2]", f"hydra.run.dir={out}")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = _rows(out / "results.csv")
+    rows = read_rows(out / "results.csv")
     assert len(rows) == 2 * 2 * 2 and {r["status"] for r in rows} == {"ok"}
     for name in ("env.json", "report.md", "merged.csv", "config.yaml", "timing_summary.json"):
         assert (out / name).exists(), name
@@ -63,9 +31,9 @@ def test_seed_5_2_sweep_pools_its_passes(tmp_path):
     printed."""
     out = tmp_path / "seed"
     shrink = ["smoke=true", "timing.budget_s=0", "timing.warmup_s=0", "calibrate=false"]
-    proc = _bench("sweep=seed_5_2", *shrink, f"hydra.run.dir={out}")
+    proc = run_bench("sweep=seed_5_2", *shrink, f"hydra.run.dir={out}")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = _rows(out / "results.csv")
+    rows = read_rows(out / "results.csv")
     assert len(rows) == 11 and {r["status"] for r in rows} == {"ok"}
     assert {int(r["n_samples"]) for r in rows} == {12}
     assert {r["case"] for r in rows if r["tutorial_ms_per_100"]} == {
@@ -83,7 +51,7 @@ def test_seed_5_2_sweep_pools_its_passes(tmp_path):
 )
 def test_invalid_override_fails_before_anything_runs(tmp_path, override, key):
     out = tmp_path / "bad"
-    proc = _bench(*TINY, override, f"hydra.run.dir={out}")
+    proc = run_bench(*TINY, override, f"hydra.run.dir={out}")
     assert proc.returncode == 2
     assert key in proc.stderr and "invalid configuration" in proc.stderr
     assert not (out / "results.csv").exists()
@@ -92,7 +60,7 @@ def test_invalid_override_fails_before_anything_runs(tmp_path, override, key):
 @pytest.mark.parametrize("launcher", ["basic", "submitit_local"])
 def test_multirun_is_aggregated_at_its_end(tmp_path, launcher):
     sweep = tmp_path / "sweep"
-    proc = _bench(
+    proc = run_bench(
         "-m",
         *TINY,
         "batch=1,2",
@@ -102,14 +70,14 @@ def test_multirun_is_aggregated_at_its_end(tmp_path, launcher):
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = sorted(p.parent.name for p in sweep.rglob("results.csv"))
     assert len(jobs) == 2
-    merged = _rows(sweep / "merged.csv")
+    merged = read_rows(sweep / "merged.csv")
     assert {r["batch"] for r in merged} == {"1", "2"}
     assert "multirun report" in proc.stdout
 
 
 def test_profile_writes_a_trace_and_top_operators(tmp_path):
     out = tmp_path / "prof"
-    proc = _bench(
+    proc = run_bench(
         *TINY,
         "batch=1",
         "profile=true",
@@ -125,7 +93,7 @@ def test_profile_writes_a_trace_and_top_operators(tmp_path):
 def test_profile_without_impls_takes_the_baseline_and_the_kernel_not_the_first_listed(tmp_path):
     """The default sweep lists the tutorial's code (seed) first."""
     out = tmp_path / "prof"
-    proc = _bench(
+    proc = run_bench(
         "profile=true",
         "cases=[rope]",
         "batch=1",
@@ -187,21 +155,21 @@ def test_a_plan_with_nothing_to_run_here_is_a_configuration_error(tmp_path, args
     ],
 )
 def test_a_bad_value_is_one_line_and_exit_2(tmp_path, arg, says):
-    proc = _bench(*TINY, arg, f"hydra.run.dir={tmp_path / 'run'}")
+    proc = run_bench(*TINY, arg, f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2 and says in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()
 
 
 def test_a_run_directory_is_never_overwritten_nor_written_where_it_cannot_be(tmp_path):
     out = tmp_path / "run"
-    first = _bench(*TINY, "batch=1", f"hydra.run.dir={out}")
+    first = run_bench(*TINY, "batch=1", f"hydra.run.dir={out}")
     assert first.returncode == 0, first.stderr[-2000:]
     saved = (out / ".hydra" / "config.yaml").read_text()
-    again = _bench(*TINY, "batch=2", f"hydra.run.dir={out}")
+    again = run_bench(*TINY, "batch=2", f"hydra.run.dir={out}")
     assert again.returncode == 2 and "holds a run: pass resume=true" in again.stderr
     assert (out / ".hydra" / "config.yaml").read_text() == saved  # not rewritten by Hydra
     (tmp_path / "file").write_text("")
-    blocked = _bench(*TINY, f"hydra.run.dir={tmp_path / 'file' / 'run'}")
+    blocked = run_bench(*TINY, f"hydra.run.dir={tmp_path / 'file' / 'run'}")
     assert blocked.returncode == 2 and "is a file, not a directory" in blocked.stderr
     assert "Traceback" not in blocked.stderr
 
@@ -209,7 +177,7 @@ def test_a_run_directory_is_never_overwritten_nor_written_where_it_cannot_be(tmp
 def test_a_case_without_some_default_implementations_runs(tmp_path):
     """The default sweep lists sdpa, which rope lacks: rope's own implementations run."""
     out = tmp_path / "rope"
-    proc = _bench(
+    proc = run_bench(
         "cases=[rope]",
         "batch=1",
         "seq_len=8",
@@ -222,18 +190,18 @@ def test_a_case_without_some_default_implementations_runs(tmp_path):
         f"hydra.run.dir={out}",
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert {r["impl"] for r in _rows(out / "results.csv")} >= {"reference", "seed"}
+    assert {r["impl"] for r in read_rows(out / "results.csv")} >= {"reference", "seed"}
 
 
 @pytest.mark.parametrize("typo", ["seqlen=128", "+seqlen=128"])
 def test_a_key_typo_names_the_nearest_key(tmp_path, typo):
-    proc = _bench(typo, f"hydra.run.dir={tmp_path / 'typo'}")
+    proc = run_bench(typo, f"hydra.run.dir={tmp_path / 'typo'}")
     assert proc.returncode == 2 and "did you mean seq_len?" in proc.stderr
     assert not (tmp_path / "typo").exists()
 
 
 def test_help_lists_cases_implementations_and_sweeps():
-    proc = _bench("--help")
+    proc = run_bench("--help")
     assert proc.returncode == 0
     for name in (
         "rope_attention",
@@ -249,7 +217,7 @@ def test_help_lists_cases_implementations_and_sweeps():
 
 
 def test_a_run_directory_is_named_by_what_changed_and_a_rejected_one_is_not_left(tmp_path):
-    proc = _bench(*TINY, "batch=1", cwd=tmp_path)
+    proc = run_bench(*TINY, "batch=1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (run,) = (tmp_path / "results" / "runs").iterdir()
     tag = run.name.split("-", 2)[2]
@@ -257,28 +225,28 @@ def test_a_run_directory_is_named_by_what_changed_and_a_rejected_one_is_not_left
         "quick-batch_1-cases_sinusoidal_rope-d_model_16-impls_reference_seed-mode_forward"
         "-num_heads_2-seq_len_8-timing.budget_s_0-timing.max_reps_2-timing.min_reps_2"
     )
-    bad = _bench(*TINY, "batch=-1", cwd=tmp_path)
+    bad = run_bench(*TINY, "batch=-1", cwd=tmp_path)
     assert bad.returncode == 2
     assert len(list((tmp_path / "results" / "runs").iterdir())) == 1  # no empty directory
 
 
 def test_resume_needs_the_run_and_its_configuration(tmp_path):
     out = tmp_path / "run"
-    first = _bench(*TINY, "batch=1", f"hydra.run.dir={out}")
+    first = run_bench(*TINY, "batch=1", f"hydra.run.dir={out}")
     assert first.returncode == 0, first.stderr[-2000:]
     config, env = (out / "config.yaml").read_text(), json.loads((out / "env.json").read_text())
-    n_rows = len(_rows(out / "results.csv"))
-    missing = _bench(*TINY, "batch=1", "resume=true", f"hydra.run.dir={tmp_path / 'nope'}")
+    n_rows = len(read_rows(out / "results.csv"))
+    missing = run_bench(*TINY, "batch=1", "resume=true", f"hydra.run.dir={tmp_path / 'nope'}")
     assert missing.returncode == 2 and "hydra.run.dir" in missing.stderr
     assert not (tmp_path / "nope").exists()
-    other = _bench(*TINY, "batch=2", "resume=true", f"hydra.run.dir={out}")
+    other = run_bench(*TINY, "batch=2", "resume=true", f"hydra.run.dir={out}")
     assert other.returncode == 2 and "batch: 1 -> 2" in other.stderr
-    again = _bench(*TINY, "batch=1", "resume=true", f"hydra.run.dir={out}")
+    again = run_bench(*TINY, "batch=1", "resume=true", f"hydra.run.dir={out}")
     assert again.returncode == 0, again.stderr[-2000:]
     assert (out / "config.yaml").read_text() == config  # the run's own config stays
     resumed = json.loads((out / "env.json").read_text())
     assert resumed["overrides"] == env["overrides"] and len(resumed["resumes"]) == 1
-    assert len(_rows(out / "results.csv")) == n_rows == 4  # nothing measured twice
+    assert len(read_rows(out / "results.csv")) == n_rows == 4  # nothing measured twice
 
 
 def test_ctrl_c_keeps_the_rows_and_says_how_to_resume(tmp_path):
@@ -313,23 +281,23 @@ def test_ctrl_c_keeps_the_rows_and_says_how_to_resume(tmp_path):
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
     assert "Traceback" not in err and "resume=true hydra.run.dir=" in err
-    saved = len(_rows(out / "results.csv"))
+    saved = len(read_rows(out / "results.csv"))
     assert saved >= 1 and f"interrupted: {saved} rows are saved" in err
     assert (out / "report.md").exists()  # a report of the rows so far
 
 
 def test_a_multirun_checks_every_job_before_the_first(tmp_path):
     sweep = tmp_path / "sweep"
-    proc = _bench("-m", *TINY, "batch=1", "seq_len=8,-1", f"hydra.sweep.dir={sweep}")
+    proc = run_bench("-m", *TINY, "batch=1", "seq_len=8,-1", f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 2 and "job 1" in proc.stderr and "seq_len" in proc.stderr
     assert not list(sweep.rglob("results.csv"))  # job 0 never ran
 
 
 def test_cuda_without_a_gpu_is_skipped_with_one_message(tmp_path):
     out = tmp_path / "cuda"
-    proc = _bench(*TINY, "batch=1", "device=[cpu,cuda]", f"hydra.run.dir={out}")
+    proc = run_bench(*TINY, "batch=1", "device=[cpu,cuda]", f"hydra.run.dir={out}")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    devices = {r["device"] for r in _rows(out / "results.csv")}
+    devices = {r["device"] for r in read_rows(out / "results.csv")}
     if torch.cuda.is_available():  # on a GPU box both run
         assert devices == {"cpu", "cuda"}
     else:
@@ -359,7 +327,7 @@ def test_kernel_launches_are_read_from_a_trace(tmp_path):
 
 
 def test_half_precision_on_a_cpu_is_said_and_report_folders_are_not_committed(tmp_path):
-    proc = _bench(*TINY, "batch=1", "dtype=bfloat16", f"hydra.run.dir={tmp_path / 'bf16'}")
+    proc = run_bench(*TINY, "batch=1", "dtype=bfloat16", f"hydra.run.dir={tmp_path / 'bf16'}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     if not torch.cuda.is_available():
         assert "note: bfloat16 on the CPU" in proc.stdout

@@ -15,7 +15,7 @@ import pytest
 
 from bench.visit.parts import BUDGET_S, ENV_S, PARTS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 FAKE_AUDIT = """import argparse, pathlib

@@ -5,7 +5,7 @@ import torch
 
 from bench.registry import Case, Cost, Impl, Point
 from bench.run import check
-from tests.test_harness import _run
+from tests.helpers import run_toy
 
 
 class _WrongGrad(torch.autograd.Function):
@@ -53,7 +53,7 @@ def _by(rows):
 def test_a_wrong_gradient_is_never_timed(tmp_path, monkeypatch):
     """The forward is right, the gradient is not: the backward rows are wrong, not timed."""
     bad = Impl(lambda i: lambda: _WrongGrad.apply(i["x"]) + i["table"])
-    rows = _by(_run(tmp_path, _table_case({"good": GOOD, "bad": bad}), monkeypatch, modes=MODES))
+    rows = _by(run_toy(tmp_path, _table_case({"good": GOOD, "bad": bad}), monkeypatch, modes=MODES))
     assert rows[("bad", "forward")]["status"] == "ok"
     for mode in MODES[1:]:
         assert rows[("good", mode)]["status"] == "ok"
@@ -66,7 +66,9 @@ def test_a_table_without_its_gradient_is_wrong(tmp_path, monkeypatch):
     """Tables are grad inputs too: an implementation that detaches one fails the check."""
     detached = Impl(lambda i: lambda: 2 * i["x"] + i["table"].detach())
     rows = _by(
-        _run(tmp_path, _table_case({"good": GOOD, "detached": detached}), monkeypatch, modes=MODES)
+        run_toy(
+            tmp_path, _table_case({"good": GOOD, "detached": detached}), monkeypatch, modes=MODES
+        )
     )
     assert rows[("detached", "forward")]["status"] == "ok"
     assert rows[("detached", "backward")]["status"] == "wrong"
@@ -90,7 +92,7 @@ def test_a_wrong_table_gradient_is_caught_on_the_checked_rows(tmp_path, monkeypa
 
     bad = Impl(lambda i: lambda: 2 * i["x"] + OneRow.apply(i["table"], i["x"].shape[0]))
     case = _table_case({"good": GOOD, "bad": bad})
-    rows = _by(_run(tmp_path, case, monkeypatch, points=(Point(5, 8, 4, 2),), modes=MODES[2:]))
+    rows = _by(run_toy(tmp_path, case, monkeypatch, points=(Point(5, 8, 4, 2),), modes=MODES[2:]))
     assert rows[("good", "forward+backward")]["status"] == "ok"
     assert rows[("bad", "forward+backward")]["status"] == "wrong"
     assert "d table" in rows[("bad", "forward+backward")]["message"]
@@ -109,7 +111,7 @@ def test_timed_gradients_never_accumulate_into_grad(tmp_path, monkeypatch):
         return call
 
     case = _table_case({"good": Impl(watching)})
-    _run(tmp_path, case, monkeypatch, modes=MODES[1:])
+    run_toy(tmp_path, case, monkeypatch, modes=MODES[1:])
     assert len(seen) > 4 and all(seen)
 
 
@@ -127,7 +129,7 @@ def test_bfloat16_is_held_to_the_reference_in_bfloat16(tmp_path, monkeypatch):
     entry = config.Entry(
         "toy", ("good", "off"), (Point(2, 64, 4, 2),), ("bfloat16",), ("cpu",), MODES
     )
-    from tests.test_harness import FAST
+    from tests.helpers import FAST
 
     r = runner.Runner(config.Plan((entry,)), FAST, tmp_path, run_id="t", do_calibrate=False)
     r.run()
@@ -181,7 +183,7 @@ def test_what_a_kernel_warns_during_the_check_is_in_its_row(tmp_path, monkeypatc
         return call
 
     rows = _by(
-        _run(
+        run_toy(
             tmp_path,
             _table_case({"good": GOOD, "warns": Impl(warning)}),
             monkeypatch,
@@ -204,7 +206,7 @@ def test_a_truth_that_does_not_fit_is_skipped_and_said_not_blamed_on_the_impls(
 
     case = _table_case({"good": GOOD})
     case = type(case)(**{**case.__dict__, "reference": too_big})
-    rows = _by(_run(tmp_path, case, monkeypatch, modes=MODES[::2]))
+    rows = _by(run_toy(tmp_path, case, monkeypatch, modes=MODES[::2]))
     for mode in MODES[::2]:
         row = rows[("good", mode)]
         assert row["status"] == "ok" and float(row["p50_ms"]) > 0

@@ -8,11 +8,11 @@ import pandas as pd
 from bench.registry import CASES, Impl, Point
 from bench.report import build as report
 from bench.report import compare, markdown, plots
-from tests.test_harness import _run, _toy_case
+from tests.helpers import run_toy, toy_case
 
 
 def test_report_from_a_saved_run_and_a_merge(tmp_path, monkeypatch):
-    case = _toy_case(
+    case = toy_case(
         {
             "good": Impl(lambda i: lambda: 2 * i["x"]),
             "slow": Impl(lambda i: lambda: (2 * i["x"]).clone().mul(1.0)),
@@ -22,8 +22,8 @@ def test_report_from_a_saved_run_and_a_merge(tmp_path, monkeypatch):
     run_a, run_b = tmp_path / "a", tmp_path / "b"
     run_a.mkdir()
     run_b.mkdir()
-    _run(run_a, case, monkeypatch, points=(Point(1, 8, 4, 2), Point(1, 16, 4, 2)))
-    _run(run_b, case, monkeypatch, points=(Point(2, 8, 4, 2),))
+    run_toy(run_a, case, monkeypatch, points=(Point(1, 8, 4, 2), Point(1, 16, 4, 2)))
+    run_toy(run_b, case, monkeypatch, points=(Point(2, 8, 4, 2),))
     out = report.build([run_a, run_b], tmp_path / "merged")
     text = (out / "report.md").read_text()
     assert "## toy / forward / float32" in text and "good @ cpu" in text
@@ -36,12 +36,12 @@ def test_report_from_a_saved_run_and_a_merge(tmp_path, monkeypatch):
 
 
 def test_report_compare_two_runs_into_a_new_directory(tmp_path, monkeypatch, capsys):
-    case = _toy_case({"good": Impl(lambda i: lambda: 2 * i["x"])})
+    case = toy_case({"good": Impl(lambda i: lambda: 2 * i["x"])})
     monkeypatch.setitem(CASES, "toy", case)
     runs = [tmp_path / "a", tmp_path / "b"]
     for run in runs:
         run.mkdir()
-        _run(run, case, monkeypatch, points=(Point(1, 8, 4, 2),), modes=("forward",))
+        run_toy(run, case, monkeypatch, points=(Point(1, 8, 4, 2),), modes=("forward",))
     out = report.main([*map(str, runs), "--compare", "--out", str(tmp_path / "new" / "cmp")])
     text = (out / "compare.md").read_text()
     assert "1 rows in common" in text and "| toy | good | forward |" in text
@@ -92,7 +92,7 @@ def test_report_states_how_well_the_medians_are_known(tmp_path):
 def test_compare_separates_machine_drift_from_speedup_drift(tmp_path, monkeypatch):
     """Run B is 20% slower everywhere (a slower phase of the machine): every time moves by 20%,
     the speedup measured side by side within each run does not move."""
-    monkeypatch.setitem(CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    monkeypatch.setitem(CASES, "toy", toy_case({"good": Impl(lambda i: None)}))
     _write_run(tmp_path / "a", 1.0)
     _write_run(tmp_path / "b", 1.2)
     text = compare.compare(tmp_path / "a", tmp_path / "b")
@@ -107,7 +107,7 @@ def test_compare_runs_made_before_the_copy_column(tmp_path, monkeypatch):
     """Results written before pct_copy_bw existed still compare; the copy lines are left out."""
     import pandas as pd
 
-    monkeypatch.setitem(CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    monkeypatch.setitem(CASES, "toy", toy_case({"good": Impl(lambda i: None)}))
     for name, slow in (("a", 1.0), ("b", 1.1)):
         _write_run(tmp_path / name, slow)
         df = pd.read_csv(tmp_path / name / "results.csv")
@@ -121,7 +121,7 @@ def test_compare_runs_made_before_the_copy_column(tmp_path, monkeypatch):
 
 
 def test_compare_many_runs_tables_every_pair(tmp_path, monkeypatch):
-    monkeypatch.setitem(CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    monkeypatch.setitem(CASES, "toy", toy_case({"good": Impl(lambda i: None)}))
     # r2: the whole machine 2% slower; r3: only `fast` got faster (0.5 -> 0.4 ms)
     for name, slow, fast in (("r1", 1.0, 0.5), ("r2", 1.02, 0.5), ("r3", 1.0, 0.4)):
         _write_run(tmp_path / name, slow, fast)
@@ -145,7 +145,7 @@ def test_compare_many_runs_tables_every_pair(tmp_path, monkeypatch):
     assert "Time vs the copy: 0.0% to 12.5% (middle pair 12.5%; 1 of 3 pairs within 5%)" in text
 
 
-def _rows(path, rows):
+def read_rows(path, rows):
     path.mkdir(parents=True, exist_ok=True)
     base = dict(
         case="toy",
@@ -167,15 +167,15 @@ def _rows(path, rows):
 def test_merging_runs_writes_a_new_directory_and_says_what_repeats(tmp_path, monkeypatch):
     """Two runs measured the same row: merged.csv keeps both, the report shows the latest and
     says so; a speedup is taken within one run, never from two runs' times."""
-    monkeypatch.setitem(CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
-    _rows(
+    monkeypatch.setitem(CASES, "toy", toy_case({"good": Impl(lambda i: None)}))
+    read_rows(
         tmp_path / "a",
         [
             dict(run_id="a", impl="good", p50_ms=1.0, timestamp="2026-01-01"),
             dict(run_id="a", impl="fast", p50_ms=0.5, timestamp="2026-01-01"),
         ],
     )
-    _rows(tmp_path / "b", [dict(run_id="b", impl="good", p50_ms=4.0, timestamp="2026-01-02")])
+    read_rows(tmp_path / "b", [dict(run_id="b", impl="good", p50_ms=4.0, timestamp="2026-01-02")])
     before = sorted(p.name for p in (tmp_path / "a").iterdir())
     monkeypatch.chdir(tmp_path)
     out = report.main([str(tmp_path / "a"), str(tmp_path / "b")])
@@ -192,7 +192,7 @@ def test_uncertain_and_contended_medians_are_marked(tmp_path, monkeypatch):
     """A median whose 95% interval is wider than +-10% shows with ~, a row timed while other
     processes held the CPU (here a row from before the contended column: its process got
     under half a core) with #, in the tables; hollow or hatched in the plots."""
-    monkeypatch.setitem(CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    monkeypatch.setitem(CASES, "toy", toy_case({"good": Impl(lambda i: None)}))
     rows = [
         dict(
             run_id="a",
@@ -222,7 +222,7 @@ def test_uncertain_and_contended_medians_are_marked(tmp_path, monkeypatch):
             timestamp="t",
         ),
     ]
-    _rows(tmp_path / "a", rows)
+    read_rows(tmp_path / "a", rows)
     report.build([tmp_path / "a"])
     text = (tmp_path / "a" / "report.md").read_text()
     assert "| 1 | 8 | 4 | 2 |  | #3 (0.33x) | 1 (1.00x) | ~2 (0.50x) |" in text  # busy, good, wide
@@ -250,7 +250,7 @@ def _marked_rows(**extra):
 def test_figures_past_a_ceiling_or_out_of_order_are_suspect_not_results(tmp_path, monkeypatch):
     """Faster than the copy timed beside it, past the run's matmul rate, or forward+backward
     faster than forward: marked ! with the reason listed, and a speedup on such a row too."""
-    monkeypatch.setitem(CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    monkeypatch.setitem(CASES, "toy", toy_case({"good": Impl(lambda i: None)}))
     rows = _marked_rows(
         rows=[
             dict(impl="good", mode="forward", p50_ms=1.0, pct_copy_bw=50.0, pct_peak_flops=10.0),
@@ -262,7 +262,7 @@ def test_figures_past_a_ceiling_or_out_of_order_are_suspect_not_results(tmp_path
             dict(impl="inverted", mode="forward+backward", p50_ms=16.8),
         ]
     )
-    _rows(tmp_path / "a", rows)
+    read_rows(tmp_path / "a", rows)
     report.build([tmp_path / "a"])
     text = (tmp_path / "a" / "report.md").read_text()
     assert (
@@ -276,7 +276,7 @@ def test_figures_past_a_ceiling_or_out_of_order_are_suspect_not_results(tmp_path
 
 
 def test_rows_not_ok_are_grouped_with_their_knobs_count_and_shapes(tmp_path, monkeypatch):
-    monkeypatch.setitem(CASES, "toy", _toy_case({"good": Impl(lambda i: None)}))
+    monkeypatch.setitem(CASES, "toy", toy_case({"good": Impl(lambda i: None)}))
     skipped = [
         dict(
             impl="good",
@@ -291,7 +291,7 @@ def test_rows_not_ok_are_grouped_with_their_knobs_count_and_shapes(tmp_path, mon
         for s in ("none", "yarn")
     ]
     ok = [dict(impl="good", mode="forward", p50_ms=1.0, seq_len=8, params="{}")]
-    _rows(tmp_path / "a", _marked_rows(rows=skipped + ok))
+    read_rows(tmp_path / "a", _marked_rows(rows=skipped + ok))
     report.build([tmp_path / "a"])
     text = (tmp_path / "a" / "report.md").read_text()
     assert (

@@ -1,0 +1,100 @@
+"""What the tests share: a toy case and an in-process run of it, the harness's config with
+overrides, and `python -m bench` in a subprocess."""
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from bench.config.schema import TimingConfig, config_class
+from bench.registry import Case, Cost, Point
+from bench.run.runner import Runner
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = TimingConfig(warmup_s=0.0, min_reps=2, max_reps=3, budget_s=0.0, rel_spread=None)
+
+
+def cfg(**overrides):
+    """The schema's config with dotted overrides applied."""
+    out = OmegaConf.structured(config_class())
+    for key, value in overrides.items():
+        OmegaConf.update(out, key, value)
+    return out
+
+
+def toy_case(impls):
+    """y = 2x; impls decide whether they get it right."""
+    return Case(
+        name="toy",
+        level="encoder",
+        build=lambda p, device, dtype: {"x": torch.randn(p.batch, p.seq_len, device=device)},
+        reference=lambda inputs: 2 * inputs["x"].double(),
+        impls=impls,
+        baseline="good",
+        cost=lambda p, dtype, mode: Cost(
+            8 * p.batch * p.seq_len * (1 + (mode != "forward")), p.batch * p.seq_len
+        ),
+        grad_inputs=("x",),
+        batched=("x",),
+    )
+
+
+ONE_POINT = (Point(3, 8, 4, 2),)
+
+
+def run_toy(
+    tmp_path, case, monkeypatch, *, resume=False, points=ONE_POINT, modes=None, timing=FAST
+):
+    from bench.config import plan as config
+    from bench.run import runner
+
+    monkeypatch.setitem(runner.CASES, "toy", case)
+    entry = config.Entry(
+        "toy",
+        tuple(case.impls),
+        points,
+        ("float32",),
+        ("cpu",),
+        modes or ("forward", "forward+backward"),
+    )
+    plan = config.Plan((entry,))
+    r = Runner(plan, timing, tmp_path, run_id="t", resume=resume, do_calibrate=False)
+    r.run()
+    with open(tmp_path / "results.csv") as f:
+        return list(csv.DictReader(f))
+
+
+TINY = [
+    "cases=[sinusoidal,rope]",
+    "impls=[reference,seed]",
+    "d_model=16",
+    "num_heads=2",
+    "seq_len=8",
+    "mode=[forward]",
+    "timing.warmup_s=0",
+    "timing.min_reps=2",
+    "timing.max_reps=2",
+    "timing.budget_s=0",
+    "calibrate=false",
+]
+
+
+def run_bench(*args, cwd=ROOT):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def read_rows(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
