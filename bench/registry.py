@@ -207,7 +207,7 @@ class Case:
     """
 
     name: str
-    level: str  # "encoder" or "attention"
+    level: Level
     build: Callable[[Point, torch.device, torch.dtype], Inputs]
     reference: Callable[[Inputs], Output]
     impls: dict[str, Impl]

@@ -11,7 +11,7 @@ import torch
 
 import posenc
 from bench.cases._common import bind, compile_impl, parameters, per_mode
-from bench.registry import Case, Cost, Impl, Point
+from bench.registry import Case, Cost, Impl, Level, Point
 from posenc import functional as F
 from posenc import seed
 
@@ -53,7 +53,7 @@ def _case(name, seed_cls, reference_cls, build, truth, cost, grads, seed_note=""
     """The two absolute encodings are declared alike: seed, reference, compiled reference."""
     return Case(
         name=name,
-        level="encoder",
+        level=Level.ENCODER,
         build=build,
         reference=truth,
         impls={

@@ -19,7 +19,7 @@ import torch
 
 import posenc
 from bench.cases._common import bind, compile_impl, parameters, per_mode
-from bench.registry import Case, Cost, Impl, Point
+from bench.registry import Case, Cost, Impl, Level, Point
 from posenc import seed
 
 CLIP = 32  # Shaw's K
@@ -123,7 +123,7 @@ def _rope(inputs):
 def _case(name, factory, impls, clip: int = 0):
     return Case(
         name=name,
-        level="attention",
+        level=Level.ATTENTION,
         build=_builder(factory),
         reference=_truth(factory),
         impls=impls,

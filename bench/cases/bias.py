@@ -41,7 +41,7 @@ from bench.cases._common import (
     per_mode,
 )
 from bench.checks import bools
-from bench.registry import Case, Cost, Impl, Knob, Point
+from bench.registry import Case, Cost, Impl, Knob, Level, Point
 from bench.tiles import parse_tiles
 from posenc import functional as F
 
@@ -305,7 +305,7 @@ def _case(name: str, family: str) -> Case:
     grads = ("q", "k", "v") if family == "alibi" else ("q", "k", "v", "params")
     return Case(
         name=name,
-        level="attention",
+        level=Level.ATTENTION,
         build=_with_knobs(_build(family)),
         reference=_truth(family),
         impls=impls,

@@ -11,7 +11,7 @@ import torch
 
 import posenc
 from bench.cases._common import bind, parameters, per_mode
-from bench.registry import Case, Cost, Impl, Point
+from bench.registry import Case, Cost, Impl, Level, Point
 from posenc import seed
 
 CLIP = 16  # K: max relative position
@@ -53,7 +53,7 @@ def _cost(point: Point, dtype, mode: str) -> Cost:
 
 RELATIVE_TABLES = Case(
     name="relative_tables",
-    level="encoder",
+    level=Level.ENCODER,
     build=_build,
     reference=_truth,
     impls={

@@ -24,7 +24,7 @@ from bench.cases._common import (
     per_mode,
 )
 from bench.checks import one_of, positive_ints
-from bench.registry import Call, Case, Cost, Impl, Knob, Point
+from bench.registry import Call, Case, Cost, Impl, Knob, Level, Point
 from posenc import functional as F
 from posenc import seed
 
@@ -191,7 +191,7 @@ def _cost(point: Point, dtype, mode: str) -> Cost:
 
 ROPE = Case(
     name="rope",
-    level="encoder",
+    level=Level.ENCODER,
     build=_build,
     reference=_truth,
     impls={
@@ -277,7 +277,7 @@ def _module_cost(point: Point, dtype, mode: str) -> Cost:
 
 ROPE_MODULE = Case(
     name="rope_module",
-    level="encoder",
+    level=Level.ENCODER,
     build=_build_x,
     reference=_module_truth,
     impls={

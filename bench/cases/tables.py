@@ -18,7 +18,7 @@ import torch
 
 from bench.cases._common import per_mode
 from bench.cases.rope import ROPE_SCALING, SCALINGS, scaling_of
-from bench.registry import Case, Cost, Impl, Point
+from bench.registry import Case, Cost, Impl, Level, Point
 from posenc import functional as F
 
 
@@ -62,7 +62,7 @@ def _cost(point: Point, dtype, mode: str) -> Cost:
 
 ROPE_TABLES = Case(
     name="rope_tables",
-    level="encoder",
+    level=Level.ENCODER,
     build=_build,
     reference=_truth,
     impls={

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from bench.registry import Status
 from bench.results import row_key
 from bench.run import check, machine
 from bench.run.calibrate import calibrate, copy_call
@@ -87,7 +88,7 @@ class Measurer(Verify):
         reason = case.check(point)
         if reason:
             for t in todo:
-                self.emit(t, dict(rows[t], status="skipped", message=reason))
+                self.emit(t, dict(rows[t], status=Status.SKIPPED, message=reason))
             return
         torch.manual_seed(self.seed)
         try:
@@ -220,7 +221,7 @@ class Measurer(Verify):
             row,
             peak_mem_bytes=peak,
             peak_reserved_bytes=reserved,
-            status="ok",
+            status=Status.OK,
             tutorial_ms_per_100=tutorial,
             message="; ".join(m for m in notes if m),
         )

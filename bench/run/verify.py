@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from bench.registry import Call, Case, Point
+from bench.registry import Call, Case, Point, Status
 from bench.run import check, memory
 from bench.run.tasks import Task, leaves_of, make_call, run_for_check
 
@@ -29,7 +29,7 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 def _status(exc: BaseException) -> str:
-    return "oom" if _is_oom(exc) else "error"
+    return Status.OOM if _is_oom(exc) else Status.ERROR
 
 
 def _message(exc: BaseException, part: str = "") -> str:
@@ -111,12 +111,17 @@ class Verify:
         if dev not in spec.devices:
             hint = f"; {spec.elsewhere}" if spec.elsewhere else ""
             return Finished(
-                {"status": "skipped", "message": f"runs on {', '.join(spec.devices)} only{hint}"}
+                {
+                    "status": Status.SKIPPED,
+                    "message": f"runs on {', '.join(spec.devices)} only{hint}",
+                }
             )
         if spec.needs and importlib.util.find_spec(spec.needs) is None:
-            return Finished({"status": "skipped", "message": f"{spec.needs} is not installed"})
+            return Finished({"status": Status.SKIPPED, "message": f"{spec.needs} is not installed"})
         if task.grad and (not spec.grad or not state.case.grad_inputs):
-            return Finished({"status": "skipped", "message": "no backward for this implementation"})
+            return Finished(
+                {"status": Status.SKIPPED, "message": "no backward for this implementation"}
+            )
         why = spec.supports(task.point)
         if task.mode == "backward" and spec.compiled:
             why = (
@@ -125,7 +130,7 @@ class Verify:
             )
         why = why or self._too_big(task)
         if why:
-            return Finished({"status": "skipped", "message": why})
+            return Finished({"status": Status.SKIPPED, "message": why})
         earlier = self.pool.checked(key) if key else None
         if earlier is not None:
             call = make_call(task, state.inputs)
@@ -142,7 +147,7 @@ class Verify:
                 warnings.simplefilter("always")
                 out, grads = run_for_check(call, leaves, task.grad, up)
         except NotImplementedError as exc:  # the implementation does not support this
-            return Finished({"status": "skipped", "message": _message(exc)})
+            return Finished({"status": Status.SKIPPED, "message": _message(exc)})
         except Exception as exc:
             return Finished({"status": _status(exc), "message": _message(exc, "the check's call")})
         finally:
@@ -152,7 +157,7 @@ class Verify:
             return Checked(call, leaves, {"message": msg})
         errs = check.measure_errors(out, truth, grads, state.rows, state.case.batched)
         if isinstance(errs, str):
-            return Finished({"status": "wrong", "max_abs_err": float("inf"), "message": errs})
+            return Finished({"status": Status.WRONG, "max_abs_err": float("inf"), "message": errs})
         ref = None if task.impl == state.case.baseline else self._ref_errors(state, task)
         passed, ratio, why = check.verdict(errs, ref, task.dtype)
         fields = {"max_abs_err": errs.worst, "err_ratio": ratio}
@@ -161,7 +166,7 @@ class Verify:
             fields["message"] = said
         if not passed:
             return Finished(
-                {"status": "wrong", **fields, "message": f"{why}; {spec.note}".strip("; ")}
+                {"status": Status.WRONG, **fields, "message": f"{why}; {spec.note}".strip("; ")}
             )
         if task.impl == state.case.baseline:
             state.ref_errors[task.mode] = errs
