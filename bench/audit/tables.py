@@ -79,6 +79,10 @@ def rows_for(spec: Spec, target: str, jobs: list[dict], results: list[dict]) -> 
     return out
 
 
+# the columns that say which kernel a row is, in both tables
+SPEC_HEADER = ("kernel", "target", "family", "dtype", "D", "causal", "variant", "tiles")
+
+
 def markdown(rows: list[dict]) -> str:
     version = triton.__version__
     bad = [r for r in rows if r["problem"] and r["default_tiles"]]
@@ -98,14 +102,7 @@ def markdown(rows: list[dict]) -> str:
         "",
     ]
     header = [
-        "kernel",
-        "target",
-        "family",
-        "dtype",
-        "D",
-        "causal",
-        "variant",
-        "tiles",
+        *SPEC_HEADER,
         "warps",
         "stages",
         "regs",
@@ -169,14 +166,7 @@ def compare(before: Path, after: Path) -> str:
     a, b = (df[df["default_tiles"] == "True"] for df in (a, b))
     both = a.merge(b, on=key, suffixes=("_a", "_b"))
     header = [
-        "kernel",
-        "target",
-        "family",
-        "dtype",
-        "D",
-        "causal",
-        "variant",
-        "tiles",
+        *SPEC_HEADER,
         "regs",
         "stack",
         "STL",

@@ -20,19 +20,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench.results import KEY
+
 UNCERTAIN_CI = 0.10
-SAME = [
-    "run_id",
-    "case",
-    "impl",
-    "device",
-    "dtype",
-    "batch",
-    "seq_len",
-    "d_model",
-    "num_heads",
-    "params",
-]
+SAME = ["run_id", *(k for k in KEY if k != "mode")]  # a row in every mode
 
 
 def _ok(df: pd.DataFrame) -> pd.Series:

@@ -2,14 +2,10 @@
 plugin whose gradient is wrong (reported wrong, never timed), a plugin case with a knob of its
 own (a key, in --help, checked, in params), and a plugin that fails to load (named)."""
 
-import csv
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.helpers import ROOT, read_rows, run_bench
+
 QUICK = [
     "batch=1",
     "seq_len=[8,16]",
@@ -23,30 +19,13 @@ QUICK = [
 ]
 
 
-def _bench(*args):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "bench", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def _rows(run: Path) -> list[dict]:
-    with open(run / "results.csv") as f:
-        return list(csv.DictReader(f))
-
-
 def test_the_documented_plugin_runs_as_written(tmp_path):
     docs = (ROOT / "docs" / "harness.md").read_text()
     code = next(b for b in re.findall(r"```python\n(.*?)```", docs, re.S) if "my_rope" in b)
     plugin = tmp_path / "my_rope.py"
     plugin.write_text(code)
     run = tmp_path / "run"
-    proc = _bench(
+    proc = run_bench(
         f"plugins=[{plugin}]",
         "cases=[rope]",
         "impls=[reference,my_rope]",
@@ -54,7 +33,7 @@ def test_the_documented_plugin_runs_as_written(tmp_path):
         f"hydra.run.dir={run}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    mine = [r for r in _rows(run) if r["impl"] == "my_rope"]
+    mine = [r for r in read_rows(run / "results.csv") if r["impl"] == "my_rope"]
     assert len(mine) == 2 * 2 and {r["status"] for r in mine} == {"ok"}  # 2 lengths, 2 modes
     assert all(float(r["p50_ms"]) > 0 and r["err_ratio"] for r in mine)
     assert "my_rope @ cpu" in (run / "report.md").read_text()
@@ -89,7 +68,7 @@ def test_a_plugin_with_a_wrong_gradient_is_wrong_in_the_backward_modes(tmp_path)
     plugin = tmp_path / "bad_grad.py"
     plugin.write_text(WRONG_GRAD)
     run = tmp_path / "run"
-    proc = _bench(
+    proc = run_bench(
         f"plugins=[{plugin}]",
         "cases=[rope]",
         "impls=[reference,bad_grad]",
@@ -98,7 +77,11 @@ def test_a_plugin_with_a_wrong_gradient_is_wrong_in_the_backward_modes(tmp_path)
         f"hydra.run.dir={run}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    status = {(r["mode"], r["seq_len"]): r for r in _rows(run) if r["impl"] == "bad_grad"}
+    status = {
+        (r["mode"], r["seq_len"]): r
+        for r in read_rows(run / "results.csv")
+        if r["impl"] == "bad_grad"
+    }
     for n in ("8", "16"):
         assert status[("forward", n)]["status"] == "ok"
         for mode in ("backward", "forward+backward"):
@@ -138,13 +121,13 @@ def test_a_knob_declared_once_is_a_key_a_help_line_a_check_and_a_params_entry(tm
     plugin.write_text(WINDOWED)
     run = tmp_path / "run"
     args = [f"plugins=[{plugin}]", "cases=[windowed]", "impls=all", "mode=forward"]
-    proc = _bench(*args, "window=[2,4]", *QUICK, f"hydra.run.dir={run}")
+    proc = run_bench(*args, "window=[2,4]", *QUICK, f"hydra.run.dir={run}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = _rows(run)
+    rows = read_rows(run / "results.csv")
     assert {r["params"] for r in rows} == {'{"window": 2}', '{"window": 4}'}
     assert len(rows) == 2 * 2 and {r["status"] for r in rows} == {"ok"}  # 2 lengths x 2 windows
-    assert "window" in _bench(*args, "--help").stdout
-    bad = _bench(*args, "window=0", *QUICK, f"hydra.run.dir={tmp_path / 'bad'}")
+    assert "window" in run_bench(*args, "--help").stdout
+    bad = run_bench(*args, "window=0", *QUICK, f"hydra.run.dir={tmp_path / 'bad'}")
     assert bad.returncode == 2 and "window: every value must be a positive integer" in bad.stderr
 
 
@@ -153,10 +136,10 @@ def test_a_plugin_that_fails_to_load_is_named(tmp_path):
     plugin.write_text(
         "from bench.registry import register_impl\nregister_impl('nope', 'x', None)\n"
     )
-    proc = _bench(f"plugins=[{plugin}]", f"hydra.run.dir={tmp_path / 'run'}")
+    proc = run_bench(f"plugins=[{plugin}]", f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"plugins: {plugin}: ValueError: register_impl: no case 'nope'" in proc.stderr
-    missing = _bench("plugins=[no_such_module_here]", f"hydra.run.dir={tmp_path / 'run'}")
+    missing = run_bench("plugins=[no_such_module_here]", f"hydra.run.dir={tmp_path / 'run'}")
     assert missing.returncode == 2 and "plugins: no_such_module_here: ModuleNotFoundError" in (
         missing.stderr
     )
