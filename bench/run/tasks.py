@@ -79,7 +79,7 @@ def run_for_check(call: Call, leaves: dict[str, Tensor], grad: bool, upstream):
             return call.fn(), None
     with torch.enable_grad():
         out = as_tuple(call.fn())
-    pairs = [(o, g) for o, g in zip(out, upstream, strict=True) if o.requires_grad]
+    pairs = [(o, _like(g, o)) for o, g in zip(out, upstream, strict=True) if o.requires_grad]
     if not pairs:
         raise RuntimeError("no output requires grad: cannot run backward")
     found = torch.autograd.grad(
@@ -88,6 +88,12 @@ def run_for_check(call: Call, leaves: dict[str, Tensor], grad: bool, upstream):
     return tuple(o.detach() for o in out), {
         k: g for k, g in zip(leaves, found, strict=True) if g is not None
     }
+
+
+def _like(g: Tensor, out: Tensor) -> Tensor:
+    """g laid out with out's strides (the upstream gradient an autograd user passes is shaped
+    like the output: the same for the check as for the timing)."""
+    return g if g.stride() == out.stride() else torch.empty_like(out).copy_(g)
 
 
 def timed_call(call: Call, leaves: dict[str, Tensor], mode: str, seed: int = 0):
@@ -107,7 +113,9 @@ def timed_call(call: Call, leaves: dict[str, Tensor], mode: str, seed: int = 0):
     with torch.enable_grad():
         outs = [o for o in as_tuple(fn()) if o.requires_grad]
     gen = torch.Generator(device=outs[0].device).manual_seed(seed)
-    grads = [torch.randn(o.shape, device=o.device, dtype=o.dtype, generator=gen) for o in outs]
+    # with each output's own strides (empty_like keeps them): a gradient in another layout
+    # would make an implementation that needs its output's copy it inside the timed call
+    grads = [torch.empty_like(o).normal_(generator=gen) for o in outs]
     if mode == "backward":  # the forward graph is built once, outside the timed region
         return _backward(outs, targets, grads)
     del outs

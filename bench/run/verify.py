@@ -28,6 +28,18 @@ def _is_oom(exc: BaseException) -> bool:
     )
 
 
+def _without_frames(exc: BaseException) -> BaseException:
+    """exc with its traceback, and those of the exceptions it chains, dropped: kept for the
+    rest of the point, a traceback would keep its frames' tensors alive (a float64 truth that
+    ran out of memory would hold what it had allocated, and the rows after it would fail)."""
+    e, seen = exc, set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__traceback__ = None
+        e = e.__cause__ or e.__context__
+    return exc
+
+
 def _status(exc: BaseException) -> str:
     return Status.OOM if _is_oom(exc) else Status.ERROR
 
@@ -98,7 +110,7 @@ class Verify:
                     self.seed,
                 )
             except Exception as exc:
-                state.truths[key] = exc
+                state.truths[key] = _without_frames(exc)
             self.clock.truth_s += time.perf_counter() - t0
         return state.truths[key]
 

@@ -211,3 +211,30 @@ def test_a_truth_that_does_not_fit_is_skipped_and_said_not_blamed_on_the_impls(
         row = rows[("good", mode)]
         assert row["status"] == "ok" and float(row["p50_ms"]) > 0
         assert row["message"].startswith("not checked: the float64 truth failed: OutOfMemoryError")
+
+
+def test_a_failed_truth_keeps_none_of_its_tensors_alive():
+    """The point keeps a failed truth's exception for its rows' messages; its traceback must not
+    keep the truth's tensors (an out-of-memory truth would starve the rows after it)."""
+    import gc
+    import weakref
+
+    from bench.run.verify import _without_frames
+
+    refs = []
+
+    def truth():
+        big = torch.empty(1000)
+        refs.append(weakref.ref(big))
+        try:
+            raise RuntimeError("inner")
+        except RuntimeError as inner:
+            raise MemoryError("out of memory") from inner
+
+    try:
+        truth()
+    except MemoryError as exc:
+        kept = _without_frames(exc)
+    gc.collect()
+    assert refs[0]() is None
+    assert str(kept) == "out of memory" and str(kept.__cause__) == "inner"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bench.registry import Impl, Point
-from tests.helpers import FAST, run_toy, toy_case
+from tests.helpers import FAST, ONE_POINT, run_toy, toy_case
 
 
 def test_gate_catches_a_wrong_implementation_and_never_times_it(tmp_path, monkeypatch):
@@ -320,3 +320,33 @@ def test_eager_calls_and_truths_that_would_not_fit_are_not_run(tmp_path, monkeyp
         "not checked" in rows["good"]["message"]
         and "float64 truth needs" in rows["good"]["message"]
     )
+
+
+def test_upstream_gradients_have_the_outputs_strides(tmp_path, monkeypatch):
+    """An implementation whose output is a transposed view (a bshd output of a bhsd kernel)
+    gets its upstream gradient in that layout, in the check and in every timed call: a
+    contiguous one would make it copy inside the timed region (the Liger handicap)."""
+    seen = []
+
+    class Record(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, y):
+            return y.view_as(y)
+
+        @staticmethod
+        def backward(ctx, g):
+            seen.append(g.stride())
+            return g
+
+    def strided(i):
+        def call():
+            y = (2 * i["x"].t().contiguous()).t()  # (B, L) with strides (1, B)
+            return Record.apply(y)
+
+        return call
+
+    case = toy_case({"good": Impl(strided)})
+    rows = run_toy(tmp_path, case, monkeypatch, modes=("backward", "forward+backward"))
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    b = ONE_POINT[0].batch
+    assert len(seen) > 4 and set(seen) == {(1, b)}, seen
