@@ -1,38 +1,58 @@
 """The Triton kernels behind kernels.relbias: tile helpers, the forward kernel, the two backward
-kernels. Launchers, tiles and autograd live in kernels/relbias.py.
+kernels and the backward's preprocessing. Launchers, tiles and autograd live in
+kernels/relbias.py.
 
-Why this file is long: the three kernels of one op (forward, dk/dv, dq) and the tile helpers
+Why this file is long: the kernels of one op (forward, delta, dk/dv, dq) and the tile helpers
 they share, which are read against each other (each backward recomputes the forward's scores);
 split, the same score and bias code would be read in three places.
 
-Layout: q (B, H, Lq, D), k and v (B, H, Lk, D), any strides; one program per (query block,
-b * h) (forward, dq) or (key block, b * h) (dk/dv). Scores, softmax statistics and accumulators
-are float32; dot operands stay in the input dtype (tensor cores) with float32 accumulation,
-IEEE dots for float32 inputs (UPCAST: bfloat16 under the interpreter, whose bfloat16 tl.dot is
-wrong).
+Layout: q (B, H, Lq, D), k and v (B, H, Lk, D), any strides; a flat grid (CUDA caps a grid's
+second dimension at 65535, the first at 2**31 - 1), one program per (query block, b * h)
+(forward, dq) or (key block, b * h) (dk/dv), blocks of one head adjacent so that they share
+its k and v in L2. Scores, softmax statistics and accumulators are float32; dot operands stay
+in the input dtype (tensor cores) with float32 accumulation; float32 inputs use 3xTF32 (about
+float32's accuracy on tensor cores, as SDPA does; the interpreter computes exact float32).
+UPCAST: bfloat16 operands to float32 under the interpreter, whose bfloat16 tl.dot is wrong.
+
+Logits are kept in base 2: s2 = (scale q k^T + bias) * log2(e), so a probability is one exp2
+and the softmax scale folds into one multiply; the saved row log-sum-exp is base 2 too.
 
 Biases of r = j - i, with idx = clip(r, -K, K) + K the relative index:
   ALIBI    -slope_h |r|;
-  TABLE    table[h, idx], an (H, 2K + 1) float32 table built on the host: Shaw's scalar bias,
-           or T5's bucket table gathered by each offset's bucket (exact buckets, no logarithm
-           in the kernel); its gradient is summed per bucket `gidx[idx]` (T5: the bucket;
-           Shaw: idx itself);
+  TABLE    table[gidx[idx], h]: T5's bucket table read through each offset's bucket (exact
+           buckets, no logarithm in the kernel), or Shaw's scalar table (gidx[idx] = idx); its
+           gradient is summed per bucket gidx[idx];
   SHAW_KV  Shaw's key term gathered from relk = scale * Q E_K^T (B, H, Lq, 2K + 1), and with
            HAS_VALUE the value term: per-row sums of the probabilities per index.
-A tile's indices run from clip(n0 - m_last) to clip(n_last - m0) (idx grows with r), so loops
-over a tile's indices or buckets take their range from the tile's corners, not from reductions;
-a tile beyond the clip distance has one index and loops once.
+
+The key loop runs in three parts (the query loop of dk/dv likewise), because Triton's software
+pipeliner skips a loop that holds another loop: the blocks entirely at r <= -K ("before": every
+offset clips to index 0), those entirely at r >= K ("after": index 2K), and the band between.
+Before and after, the bias is one value per row (TABLE, SHAW_KV) or a difference of a column
+and a row term (ALIBI), no mask but the last key block's bounds (MASK_N), and the per-index
+sums are one vector per row: no inner loop, so those loops get multi-buffered async copies and
+async wgmma. Only the band (at most (BLOCK_M + 2K) / BLOCK_N + 1 blocks) masks, gathers and
+loops over its tile's indices [lo, hi], taken from the tile's corners.
 """
 
 import triton
 import triton.language as tl
 
 ALIBI, TABLE, SHAW_KV = 0, 1, 2
+# the parts of a loop (masked band, r <= -K, r >= K) and log2(e); constexprs: a kernel may read
+# a global only as one
+BAND, BEFORE, AFTER = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
+LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
-def _dot(a, b, IEEE: tl.constexpr):
-    if IEEE:
+def _dot(a, b, F32: tl.constexpr):
+    """F32 0: half-precision operands (tensor cores); 1: float32 as three TF32 products, about
+    float32's accuracy on tensor cores (the forward); 2: float32 IEEE on the FMA units (the
+    backward kernels, whose 3xTF32 splits spill at every tile tried: results/gpu-compile)."""
+    if F32 == 1:
+        return tl.dot(a, b, input_precision="tf32x3")
+    elif F32 == 2:
         return tl.dot(a, b, input_precision="ieee")
     else:
         return tl.dot(a, b)
@@ -40,7 +60,7 @@ def _dot(a, b, IEEE: tl.constexpr):
 
 @triton.jit
 def _load_block(ptr, offs, mask_rows, stride_row, offs_d, mask_d, stride_d, UPCAST: tl.constexpr):
-    """A (rows, BLOCK_D) block of q, k, v or do; UPCAST: to float32 (bfloat16, interpreter)."""
+    """A (rows, BLOCK_D) block of q, k, v, out or do; UPCAST: to float32 (interpreter)."""
     x = tl.load(
         ptr + offs[:, None] * stride_row + offs_d[None, :] * stride_d,
         mask=mask_rows[:, None] & mask_d[None, :],
@@ -49,6 +69,38 @@ def _load_block(ptr, offs, mask_rows, stride_row, offs_d, mask_d, stride_d, UPCA
     if UPCAST:
         x = x.to(tl.float32)
     return x
+
+
+@triton.jit
+def _program(L, BLOCK: tl.constexpr):
+    """(block index, b * h) of this program in the flat grid: a head's blocks adjacent."""
+    n_blocks = tl.cdiv(L, BLOCK)
+    pid = tl.program_id(0)
+    return pid % n_blocks, (pid // n_blocks).to(tl.int64), n_blocks
+
+
+@triton.jit
+def _parts(
+    x0,
+    start,
+    end,
+    K: tl.constexpr,
+    LOW: tl.constexpr,
+    HIGH: tl.constexpr,
+    BLOCK_X: tl.constexpr,
+    BLOCK_Y: tl.constexpr,
+):
+    """The streamed blocks [start, end) (multiples of BLOCK_Y) against the held block
+    [x0, x0 + BLOCK_X): [start, lo) lie K or more below it, [hi, end) K or more above, [lo, hi)
+    is the band. LOW / HIGH: whether those outer parts can hold anything (causal removes one)."""
+    lo = start
+    if LOW:
+        lo = tl.maximum(lo, tl.maximum(x0 - K + 1, 0) // BLOCK_Y * BLOCK_Y)
+    lo = tl.minimum(lo, end)
+    hi = end
+    if HIGH:
+        hi = tl.minimum(tl.maximum(tl.cdiv(x0 + BLOCK_X - 1 + K, BLOCK_Y) * BLOCK_Y, lo), end)
+    return lo, hi
 
 
 @triton.jit
@@ -73,75 +125,79 @@ def _bucket_range(gidx_ptr, lo, hi, K: tl.constexpr):
 
 
 @triton.jit
-def _biased(
-    s,
+def _part_bias(
+    rows,
+    mask,
+    table_row,
+    stride_tb,
+    gidx_ptr,
+    stride_rr,
+    PART: tl.constexpr,
+    BIAS: tl.constexpr,
+    K: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """The base-2 bias of a part beyond the clip, per query (BLOCK,): TABLE its value at the
+    part's index (0 before, 2K after), SHAW_KV relk there (rows: relk's row pointers); ALiBi 0
+    (its bias varies along a row: added per element by _far_logits)."""
+    at = (PART == AFTER) * 2 * K
+    out = tl.zeros((BLOCK,), tl.float32)
+    if BIAS == 1:
+        out += tl.load(table_row + tl.load(gidx_ptr + at) * stride_tb) * LOG2E
+    elif BIAS == 2:
+        out += tl.load(rows + at * stride_rr, mask=mask, other=0.0) * LOG2E
+    return out
+
+
+@triton.jit
+def _far_logits(
+    qk, bias, rel, mask, slope2, PART: tl.constexpr, BIAS: tl.constexpr, MASK: tl.constexpr
+):
+    """Base-2 logits of a tile beyond the clip: qk (already scaled) + the part's bias (broadcast
+    like qk), ALiBi's -slope |r| with the part's sign of r; -inf past the bounds if MASK."""
+    s = qk + bias
+    if BIAS == 0:  # -slope |r| = slope r before (r <= 0), -slope r after (bias is 0)
+        s += rel.to(tl.float32) * (slope2 * (1 - 2 * (PART == AFTER)))
+    if MASK:
+        s = tl.where(mask, s, float("-inf"))
+    return s
+
+
+@triton.jit
+def _band_logits(
+    qk,
     rel,
     mask,
-    slope,
+    slope2,
     table_row,
+    stride_tb,
+    gidx_ptr,
     relk_rows,
     stride_rr,
     BIAS: tl.constexpr,
     CAUSAL: tl.constexpr,
     K: tl.constexpr,
 ):
-    """s + bias(r) for a tile of logits in either orientation (rel = j - i laid out like s),
-    -inf where masked (bounds, causal). relk_rows: Shaw's key-term rows of the tile's queries,
-    broadcast like s. Returns the logits, the relative index and the kept mask."""
+    """Base-2 logits of a band tile in either orientation (rel = j - i laid out like qk): qk +
+    bias(r), -inf where masked (bounds, causal). relk_rows: Shaw's key-term row pointers of the
+    tile's queries, broadcast like qk. Returns the logits, the relative index, the kept mask."""
     idx = tl.minimum(tl.maximum(rel, -K), K) + K
     keep = mask
     if CAUSAL:
         keep = keep & (rel <= 0)
     if BIAS == 0:  # ALiBi: -m_h |j - i|
-        s += -slope * tl.abs(rel).to(tl.float32)
-    elif BIAS == 1:  # a table row of this head, unit stride: T5 (by bucket) or Shaw's scalar
-        s += tl.load(table_row + idx)
+        s = qk - slope2 * tl.abs(rel).to(tl.float32)
+    elif BIAS == 1:  # this head's table at the index's bucket: T5, or Shaw's scalar
+        s = qk + tl.load(table_row + tl.load(gidx_ptr + idx) * stride_tb) * LOG2E
     else:  # Shaw's key term, gathered from scale * Q E_K^T
-        s += tl.load(relk_rows + idx * stride_rr, mask=keep, other=0.0)
+        s = qk + tl.load(relk_rows + idx * stride_rr, mask=keep, other=0.0) * LOG2E
     return tl.where(keep, s, float("-inf")), idx, keep
-
-
-@triton.jit
-def _scores(
-    q,
-    k,
-    scale,
-    offs_m,
-    offs_n,
-    mask_m,
-    mask_n,
-    slope,
-    table_row,
-    relk_rows,
-    stride_rr,
-    BIAS: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    K: tl.constexpr,
-    IEEE: tl.constexpr,
-):
-    """Logits of a (BLOCK_M, BLOCK_N) tile, queries by keys: scale q k^T + bias. Returns the
-    logits, r = j - i, the relative index and the kept mask."""
-    s = _dot(q, tl.trans(k), IEEE) * scale
-    rel = offs_n[None, :] - offs_m[:, None]
-    s, idx, keep = _biased(
-        s,
-        rel,
-        mask_m[:, None] & mask_n[None, :],
-        slope,
-        table_row,
-        relk_rows,
-        stride_rr,
-        BIAS,
-        CAUSAL,
-        K,
-    )
-    return s, rel, idx, keep
 
 
 @triton.jit
 def _row_sums(acc, x, idx, keep, lo, hi, NB: tl.constexpr):
     """acc (BLOCK_M, NB) += the row sums of x (BLOCK_M, BLOCK_N) per relative index, over the
-    tile's index range [lo, hi] only (once for a tile beyond the clip)."""
+    tile's index range [lo, hi] only (the band's inner loop)."""
     cols = tl.arange(0, NB)[None, :]
     for r in range(lo, hi + 1):
         part = tl.sum(tl.where(keep & (idx == r), x, 0.0), 1)
@@ -150,55 +206,94 @@ def _row_sums(acc, x, idx, keep, lo, hi, NB: tl.constexpr):
 
 
 @triton.jit
-def _tile_grads(
+def _fwd_part(
+    acc,
+    l_i,
+    m_i,
+    sums,
+    side0,
+    side1,
     q,
-    k,
-    v,
-    do,
-    lse,
-    delta,
-    scale,
+    k_base,
+    v_base,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
     offs_m,
-    offs_n,
     mask_m,
-    mask_n,
-    slope,
+    offs_d,
+    mask_d,
+    lo,
+    hi,
+    LK,
+    m0,
+    qk_scale,
+    slope2,
     table_row,
+    stride_tb,
+    gidx_ptr,
     relk_rows,
-    g_rows,
     stride_rr,
+    PART: tl.constexpr,
     BIAS: tl.constexpr,
     CAUSAL: tl.constexpr,
     K: tl.constexpr,
     HAS_VALUE: tl.constexpr,
-    IEEE: tl.constexpr,
+    MASK_N: tl.constexpr,
+    NB: tl.constexpr,
+    UPCAST: tl.constexpr,
+    F32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
-    """The dq kernel's backward of one tile: p = exp(s - lse) from the saved row log-sum-exp,
-    dp = do v^T (plus, with Shaw's value term, g = do E_V^T gathered at the index),
-    ds = p (dp - delta) with delta = rowsum(do * out). Returns ds, r = j - i, the index, the
-    kept mask."""
-    s, rel, idx, keep = _scores(
-        q,
-        k,
-        scale,
-        offs_m,
-        offs_n,
-        mask_m,
-        mask_n,
-        slope,
-        table_row,
-        relk_rows,
-        stride_rr,
-        BIAS,
-        CAUSAL,
-        K,
-        IEEE,
-    )
-    p = tl.exp(s - lse[:, None])  # 0 where masked (s = -inf)
-    dp = _dot(do, tl.trans(v), IEEE)
-    if HAS_VALUE:
-        dp += tl.load(g_rows + idx * stride_rr, mask=keep, other=0.0)
-    return p * (dp - delta[:, None]), rel, idx, keep
+    """The forward over the key blocks [lo, hi) of one part: the online softmax (base 2) into
+    acc, l_i, m_i; with Shaw's value term the probability sums per index (band: sums; before
+    and after: side0, side1 at indices 0 and 2K), rescaled like acc."""
+    bias = _part_bias(
+        relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
+    )[:, None]
+    for n0 in range(lo, hi, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < LK
+        k = _load_block(k_base, offs_n, mask_n, stride_kn, offs_d, mask_d, stride_kd, UPCAST)
+        v = _load_block(v_base, offs_n, mask_n, stride_vn, offs_d, mask_d, stride_vd, UPCAST)
+        qk = _dot(q, tl.trans(k), F32) * qk_scale
+        rel = offs_n[None, :] - offs_m[:, None]
+        if PART == BAND:
+            s, idx, keep = _band_logits(
+                qk,
+                rel,
+                mask_m[:, None] & mask_n[None, :],
+                slope2,
+                table_row,
+                stride_tb,
+                gidx_ptr,
+                relk_rows[:, None],
+                stride_rr,
+                BIAS,
+                CAUSAL,
+                K,
+            )
+        else:
+            s = _far_logits(qk, bias, rel, mask_n[None, :], slope2, PART, BIAS, MASK_N)
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing yet
+        p = tl.exp2(s - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, F32)
+        if HAS_VALUE:
+            side0, side1 = side0 * alpha, side1 * alpha
+            if PART == BAND:  # the last part: sums is zero before it
+                i_lo, i_hi = _index_range(m0, n0, BLOCK_M, BLOCK_N, K)
+                sums = _row_sums(sums * alpha[:, None], p, idx, keep, i_lo, i_hi, NB)
+            elif PART == BEFORE:
+                side0 += tl.sum(p, 1)
+            else:
+                side1 += tl.sum(p, 1)
+        m_i = m_new
+    return acc, l_i, m_i, sums, side0, side1
 
 
 @triton.jit
@@ -210,6 +305,7 @@ def _relbias_fwd_kernel(
     lse_ptr,
     slopes_ptr,
     table_ptr,
+    gidx_ptr,
     relk_ptr,
     ev_ptr,
     pn_ptr,
@@ -230,6 +326,7 @@ def _relbias_fwd_kernel(
     stride_om,
     stride_od,
     stride_th,
+    stride_tb,
     stride_rb,
     stride_rh,
     stride_rm,
@@ -241,126 +338,340 @@ def _relbias_fwd_kernel(
     LK,
     D,
     NR,
-    scale,
+    qk_scale,
     BIAS: tl.constexpr,
     CAUSAL: tl.constexpr,
     K: tl.constexpr,
     HAS_VALUE: tl.constexpr,
     NB: tl.constexpr,
+    MASK_N: tl.constexpr,
     UPCAST: tl.constexpr,
-    IEEE: tl.constexpr,
+    F32: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    """One program per (query block, b * h): reads its q block once, streams k and v blocks.
-    Writes out, the row log-sum-exp (B * H, LQ) for the backward, and with Shaw's value term
-    the normalized per-index probability sums pn (B * H, LQ, NR), also for the backward: the
-    per-row sums (BLOCK_M, NB) are kept, rescaled like the output, and added as sums @ E_V."""
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1).to(tl.int64)
+    """One program per (query block, b * h): reads its q block once, streams k and v blocks
+    (before, after, then the band). Writes out, the base-2 row log-sum-exp (B * H, LQ) for the
+    backward, and with Shaw's value term the normalized per-index probability sums pn
+    (B * H, LQ, NR), also for the backward, added to out as sums @ E_V. qk_scale: scale *
+    log2(e); MASK_N: LK is not a multiple of BLOCK_N (the last key block has bounds)."""
+    pid_m, pid_bh, _ = _program(LQ, BLOCK_M)
     b, h = pid_bh // H, pid_bh % H
     m0 = pid_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     mask_m, mask_d = offs_m < LQ, offs_d < D
-    q = _load_block(
-        q_ptr + b * stride_qb + h * stride_qh,
-        offs_m,
-        mask_m,
-        stride_qm,
-        offs_d,
-        mask_d,
-        stride_qd,
-        UPCAST,
-    )
-    relk_rows = relk_ptr + b * stride_rb + h * stride_rh + offs_m[:, None] * stride_rm
-    slope = 0.0
+    q_base = q_ptr + b * stride_qb + h * stride_qh
+    q = _load_block(q_base, offs_m, mask_m, stride_qm, offs_d, mask_d, stride_qd, UPCAST)
+    k_base = k_ptr + b * stride_kb + h * stride_kh
+    v_base = v_ptr + b * stride_vb + h * stride_vh
+    relk_rows = relk_ptr + b * stride_rb + h * stride_rh + offs_m * stride_rm
+    slope2 = 0.0
     if BIAS == 0:
-        slope = tl.load(slopes_ptr + h)
+        slope2 = tl.load(slopes_ptr + h) * LOG2E
     table_row = table_ptr + h * stride_th
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     sums = tl.zeros((BLOCK_M, NB), tl.float32)
+    side0 = tl.zeros((BLOCK_M,), tl.float32)
+    side1 = tl.zeros((BLOCK_M,), tl.float32)
     end = LK
     if CAUSAL:  # key blocks entirely beyond the diagonal contribute nothing
         end = tl.minimum(LK, m0 + BLOCK_M)
-    for n0 in range(0, end, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        mask_n = offs_n < LK
-        k = _load_block(
-            k_ptr + b * stride_kb + h * stride_kh,
-            offs_n,
-            mask_n,
-            stride_kn,
-            offs_d,
-            mask_d,
-            stride_kd,
-            UPCAST,
-        )
-        v = _load_block(
-            v_ptr + b * stride_vb + h * stride_vh,
-            offs_n,
-            mask_n,
-            stride_vn,
-            offs_d,
-            mask_d,
-            stride_vd,
-            UPCAST,
-        )
-        s, rel, idx, keep = _scores(
-            q,
-            k,
-            scale,
-            offs_m,
-            offs_n,
-            mask_m,
-            mask_n,
-            slope,
-            table_row,
-            relk_rows,
-            stride_rr,
-            BIAS,
-            CAUSAL,
-            K,
-            IEEE,
-        )
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing yet
-        p = tl.exp(s - m_safe[:, None])
-        alpha = tl.exp(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, IEEE)
-        if HAS_VALUE:
-            lo, hi = _index_range(m0, n0, BLOCK_M, BLOCK_N, K)
-            sums = _row_sums(sums * alpha[:, None], p, idx, keep, lo, hi, NB)
-        m_i = m_new
+    lo, hi = _parts(m0, 0, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N)
+    # before [0, lo), after [hi, end), then the band [lo, hi) (its sums are zero until then)
+    acc, l_i, m_i, sums, side0, side1 = _fwd_part(
+        acc,
+        l_i,
+        m_i,
+        sums,
+        side0,
+        side1,
+        q,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        offs_m,
+        mask_m,
+        offs_d,
+        mask_d,
+        0,
+        lo,
+        LK,
+        m0,
+        qk_scale,
+        slope2,
+        table_row,
+        stride_tb,
+        gidx_ptr,
+        relk_rows,
+        stride_rr,
+        BEFORE,
+        BIAS,
+        CAUSAL,
+        K,
+        HAS_VALUE,
+        MASK_N,
+        NB,
+        UPCAST,
+        F32,
+        BLOCK_M,
+        BLOCK_N,
+    )
+    acc, l_i, m_i, sums, side0, side1 = _fwd_part(
+        acc,
+        l_i,
+        m_i,
+        sums,
+        side0,
+        side1,
+        q,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        offs_m,
+        mask_m,
+        offs_d,
+        mask_d,
+        hi,
+        end,
+        LK,
+        m0,
+        qk_scale,
+        slope2,
+        table_row,
+        stride_tb,
+        gidx_ptr,
+        relk_rows,
+        stride_rr,
+        AFTER,
+        BIAS,
+        CAUSAL,
+        K,
+        HAS_VALUE,
+        MASK_N,
+        NB,
+        UPCAST,
+        F32,
+        BLOCK_M,
+        BLOCK_N,
+    )
+    acc, l_i, m_i, sums, side0, side1 = _fwd_part(
+        acc,
+        l_i,
+        m_i,
+        sums,
+        side0,
+        side1,
+        q,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        offs_m,
+        mask_m,
+        offs_d,
+        mask_d,
+        lo,
+        hi,
+        LK,
+        m0,
+        qk_scale,
+        slope2,
+        table_row,
+        stride_tb,
+        gidx_ptr,
+        relk_rows,
+        stride_rr,
+        BAND,
+        BIAS,
+        CAUSAL,
+        K,
+        HAS_VALUE,
+        MASK_N,
+        NB,
+        UPCAST,
+        F32,
+        BLOCK_M,
+        BLOCK_N,
+    )
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows past LQ
     if HAS_VALUE:
         offs_r = tl.arange(0, NB)
+        sums += tl.where(offs_r[None, :] == 0, side0[:, None], 0.0)
+        sums += tl.where(offs_r[None, :] == 2 * K, side1[:, None], 0.0)
         ev = tl.load(
             ev_ptr + offs_r[:, None] * stride_evr + offs_d[None, :] * stride_evd,
             mask=(offs_r[:, None] < NR) & mask_d[None, :],
             other=0.0,
         )
-        acc += _dot(sums.to(q.dtype), ev.to(q.dtype), IEEE)  # as p @ v: wgmma in half types
+        if F32 != 0:  # once per program: IEEE (3xTF32 of a (NB, D) float32 tile would spill)
+            acc += tl.dot(sums, ev, input_precision="ieee")
+        else:
+            acc += _dot(sums.to(q.dtype), ev.to(q.dtype), F32)  # as p @ v: tensor cores
         tl.store(
             pn_ptr + (pid_bh * LQ + offs_m[:, None]) * NR + offs_r[None, :],
             sums / l_safe[:, None],
             mask=mask_m[:, None] & (offs_r[None, :] < NR),
         )
     out = acc / l_safe[:, None]
+    o_rows = o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om
     tl.store(
-        o_ptr
-        + b * stride_ob
-        + h * stride_oh
-        + offs_m[:, None] * stride_om
-        + offs_d[None, :] * stride_od,
+        o_rows + offs_d[None, :] * stride_od,
         out.to(o_ptr.dtype.element_ty),
         mask=mask_m[:, None] & mask_d[None, :],
     )
-    tl.store(lse_ptr + pid_bh * LQ + offs_m, m_i + tl.log(l_safe), mask=mask_m)
+    tl.store(lse_ptr + pid_bh * LQ + offs_m, m_i + tl.log2(l_safe), mask=mask_m)
+
+
+@triton.jit
+def _relbias_bwd_delta_kernel(
+    o_ptr,
+    do_ptr,
+    delta_ptr,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_od,
+    stride_db,
+    stride_dh,
+    stride_dm,
+    stride_dd,
+    H,
+    LQ,
+    D,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """delta = rowsum(do * out) (B * H, LQ) float32, the softmax backward's row term, read in
+    the inputs' dtype and layout (no float32 copies of out and do)."""
+    pid_m, pid_bh, _ = _program(LQ, BLOCK_M)
+    b, h = pid_bh // H, pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_m, mask_d = offs_m < LQ, offs_d < D
+    o = _load_block(
+        o_ptr + b * stride_ob + h * stride_oh,
+        offs_m,
+        mask_m,
+        stride_om,
+        offs_d,
+        mask_d,
+        stride_od,
+        True,
+    )
+    do = _load_block(
+        do_ptr + b * stride_db + h * stride_dh,
+        offs_m,
+        mask_m,
+        stride_dm,
+        offs_d,
+        mask_d,
+        stride_dd,
+        True,
+    )
+    tl.store(delta_ptr + pid_bh * LQ + offs_m, tl.sum(o * do, 1), mask=mask_m)
+
+
+@triton.jit
+def _dkdv_part(
+    dk,
+    dv,
+    k,
+    v,
+    q_base,
+    do_base,
+    stride_qm,
+    stride_qd,
+    stride_dm,
+    stride_dd,
+    offs_n,
+    mask_n,
+    offs_d,
+    mask_d,
+    lo,
+    hi,
+    LQ,
+    lse_rows,
+    delta_rows,
+    qk_scale,
+    slope2,
+    table_row,
+    stride_tb,
+    gidx_ptr,
+    relk_base,
+    stride_rm,
+    stride_rr,
+    g_base,
+    stride_gm,
+    stride_gr,
+    PART: tl.constexpr,
+    BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    K: tl.constexpr,
+    HAS_VALUE: tl.constexpr,
+    UPCAST: tl.constexpr,
+    F32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """dk, dv of the held keys over the query blocks [lo, hi) of one part: dv += p^T do,
+    dk += ds^T q (scaled by the caller). The tile is computed transposed, keys by queries, so
+    that every dot has this program's BLOCK_N keys as its M (wgmma's >= 64 whatever BLOCK_M)
+    and p, ds need no transpose. Query rows past LQ read lse = +inf: p = 0, no mask needed."""
+    for m0 in range(lo, hi, BLOCK_M):
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        mask_m = offs_m < LQ
+        q = _load_block(q_base, offs_m, mask_m, stride_qm, offs_d, mask_d, stride_qd, UPCAST)
+        do = _load_block(do_base, offs_m, mask_m, stride_dm, offs_d, mask_d, stride_dd, UPCAST)
+        lse = tl.load(lse_rows + offs_m, mask=mask_m, other=float("inf"))
+        delta = tl.load(delta_rows + offs_m, mask=mask_m, other=0.0)
+        qk_t = _dot(k, tl.trans(q), F32) * qk_scale
+        rel_t = offs_n[:, None] - offs_m[None, :]
+        relk_rows = relk_base + offs_m * stride_rm
+        g_rows = g_base + offs_m * stride_gm
+        if PART == BAND:
+            s_t, idx_t, keep_t = _band_logits(
+                qk_t,
+                rel_t,
+                mask_n[:, None] & mask_m[None, :],
+                slope2,
+                table_row,
+                stride_tb,
+                gidx_ptr,
+                relk_rows[None, :],
+                stride_rr,
+                BIAS,
+                CAUSAL,
+                K,
+            )
+        else:
+            bias = _part_bias(
+                relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
+            )
+            s_t = _far_logits(qk_t, bias[None, :], rel_t, mask_m, slope2, PART, BIAS, False)
+        p_t = tl.exp2(s_t - lse[None, :])  # 0 where masked
+        dp_t = _dot(v, tl.trans(do), F32)
+        if HAS_VALUE:
+            if PART == BAND:
+                dp_t += tl.load(g_rows[None, :] + idx_t * stride_gr, mask=keep_t, other=0.0)
+            else:
+                at = (PART == AFTER) * 2 * K
+                dp_t += tl.load(g_rows + at * stride_gr, mask=mask_m, other=0.0)[None, :]
+        ds_t = p_t * (dp_t - delta[None, :])
+        dv += _dot(p_t.to(do.dtype), do, F32)
+        dk += _dot(ds_t.to(q.dtype), q, F32)
+    return dk, dv
 
 
 @triton.jit
@@ -375,6 +686,7 @@ def _relbias_bwd_dkdv_kernel(
     delta_ptr,
     slopes_ptr,
     table_ptr,
+    gidx_ptr,
     relk_ptr,
     g_ptr,
     stride_qb,
@@ -398,32 +710,37 @@ def _relbias_bwd_dkdv_kernel(
     stride_xm,
     stride_xd,
     stride_th,
+    stride_tb,
     stride_rb,
     stride_rh,
     stride_rm,
     stride_rr,
+    stride_gb,
+    stride_gh,
+    stride_gm,
+    stride_gr,
     H,
     LQ,
     LK,
     D,
-    scale,
+    qk_scale,
     BIAS: tl.constexpr,
     CAUSAL: tl.constexpr,
     K: tl.constexpr,
     HAS_VALUE: tl.constexpr,
     UPCAST: tl.constexpr,
-    IEEE: tl.constexpr,
+    F32: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    """One program per (key block, b * h): dk and dv of its keys, streaming the query blocks:
-    dv = p^T do, dk = scale ds^T q. dk and dv are float32 (B, H, LK, D) buffers with strides
-    stride_x*. relk and g share one layout (B, H, LQ, NR), strides stride_r*."""
-    pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1).to(tl.int64)
+    """One program per (key block, b * h): dk and dv of its keys, streaming the query blocks
+    (after, i.e. r >= K; before; the band), written in k's and v's dtype with dk and dv's
+    strides (stride_x*, shared: both are allocated like k)."""
+    pid_n, pid_bh, _ = _program(LK, BLOCK_N)
     b, h = pid_bh // H, pid_bh % H
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n0 = pid_n * BLOCK_N
+    offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     mask_n, mask_d = offs_n < LK, offs_d < D
     k = _load_block(
@@ -446,68 +763,261 @@ def _relbias_bwd_dkdv_kernel(
         stride_vd,
         UPCAST,
     )
-    slope = 0.0
+    slope2 = 0.0
     if BIAS == 0:
-        slope = tl.load(slopes_ptr + h)
+        slope2 = tl.load(slopes_ptr + h) * LOG2E
     table_row = table_ptr + h * stride_th
+    q_base = q_ptr + b * stride_qb + h * stride_qh
+    do_base = do_ptr + b * stride_db + h * stride_dh
+    relk_base = relk_ptr + b * stride_rb + h * stride_rh
+    g_base = g_ptr + b * stride_gb + h * stride_gh
+    lse_rows, delta_rows = lse_ptr + pid_bh * LQ, delta_ptr + pid_bh * LQ
     dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     start = 0
     if CAUSAL:  # query rows i < j see none of these keys
-        start = (pid_n * BLOCK_N) // BLOCK_M * BLOCK_M
-    for m0 in range(start, LQ, BLOCK_M):
-        offs_m = m0 + tl.arange(0, BLOCK_M)
-        mask_m = offs_m < LQ
-        q = _load_block(
-            q_ptr + b * stride_qb + h * stride_qh,
-            offs_m,
-            mask_m,
-            stride_qm,
-            offs_d,
-            mask_d,
-            stride_qd,
-            UPCAST,
-        )
-        do = _load_block(
-            do_ptr + b * stride_db + h * stride_dh,
-            offs_m,
-            mask_m,
-            stride_dm,
-            offs_d,
-            mask_d,
-            stride_dd,
-            UPCAST,
-        )
-        lse = tl.load(lse_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=0.0)
-        delta = tl.load(delta_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=0.0)
-        # The tile transposed, keys by queries, so that every dot has this program's BLOCK_N
-        # keys as its M (wgmma's >= 64 whatever BLOCK_M) and p, ds need no transpose.
-        rows_t = (b * stride_rb + h * stride_rh + offs_m * stride_rm)[None, :]
-        s_t = _dot(k, tl.trans(q), IEEE) * scale
-        rel_t = offs_n[:, None] - offs_m[None, :]
-        s_t, idx_t, keep_t = _biased(
-            s_t,
-            rel_t,
-            mask_n[:, None] & mask_m[None, :],
-            slope,
-            table_row,
-            relk_ptr + rows_t,
-            stride_rr,
-            BIAS,
-            CAUSAL,
-            K,
-        )
-        p_t = tl.exp(s_t - lse[None, :])  # 0 where masked
-        dp_t = _dot(v, tl.trans(do), IEEE)
-        if HAS_VALUE:
-            dp_t += tl.load(g_ptr + rows_t + idx_t * stride_rr, mask=keep_t, other=0.0)
-        ds_t = p_t * (dp_t - delta[None, :])
-        dv += _dot(p_t.to(do.dtype), do, IEEE)
-        dk += _dot(ds_t.to(q.dtype), q, IEEE)
+        start = n0 // BLOCK_M * BLOCK_M
+    # queries K or more before the keys (r >= K: after), far after them (before), the band
+    lo, hi = _parts(n0, start, LQ, K, not CAUSAL, True, BLOCK_N, BLOCK_M)
+    dk, dv = _dkdv_part(
+        dk,
+        dv,
+        k,
+        v,
+        q_base,
+        do_base,
+        stride_qm,
+        stride_qd,
+        stride_dm,
+        stride_dd,
+        offs_n,
+        mask_n,
+        offs_d,
+        mask_d,
+        start,
+        lo,
+        LQ,
+        lse_rows,
+        delta_rows,
+        qk_scale,
+        slope2,
+        table_row,
+        stride_tb,
+        gidx_ptr,
+        relk_base,
+        stride_rm,
+        stride_rr,
+        g_base,
+        stride_gm,
+        stride_gr,
+        AFTER,
+        BIAS,
+        CAUSAL,
+        K,
+        HAS_VALUE,
+        UPCAST,
+        F32,
+        BLOCK_M,
+        BLOCK_N,
+    )
+    dk, dv = _dkdv_part(
+        dk,
+        dv,
+        k,
+        v,
+        q_base,
+        do_base,
+        stride_qm,
+        stride_qd,
+        stride_dm,
+        stride_dd,
+        offs_n,
+        mask_n,
+        offs_d,
+        mask_d,
+        hi,
+        LQ,
+        LQ,
+        lse_rows,
+        delta_rows,
+        qk_scale,
+        slope2,
+        table_row,
+        stride_tb,
+        gidx_ptr,
+        relk_base,
+        stride_rm,
+        stride_rr,
+        g_base,
+        stride_gm,
+        stride_gr,
+        BEFORE,
+        BIAS,
+        CAUSAL,
+        K,
+        HAS_VALUE,
+        UPCAST,
+        F32,
+        BLOCK_M,
+        BLOCK_N,
+    )
+    dk, dv = _dkdv_part(
+        dk,
+        dv,
+        k,
+        v,
+        q_base,
+        do_base,
+        stride_qm,
+        stride_qd,
+        stride_dm,
+        stride_dd,
+        offs_n,
+        mask_n,
+        offs_d,
+        mask_d,
+        lo,
+        hi,
+        LQ,
+        lse_rows,
+        delta_rows,
+        qk_scale,
+        slope2,
+        table_row,
+        stride_tb,
+        gidx_ptr,
+        relk_base,
+        stride_rm,
+        stride_rr,
+        g_base,
+        stride_gm,
+        stride_gr,
+        BAND,
+        BIAS,
+        CAUSAL,
+        K,
+        HAS_VALUE,
+        UPCAST,
+        F32,
+        BLOCK_M,
+        BLOCK_N,
+    )
     out = b * stride_xb + h * stride_xh + offs_n[:, None] * stride_xm + offs_d[None, :] * stride_xd
     mask = mask_n[:, None] & mask_d[None, :]
-    tl.store(dk_ptr + out, dk * scale, mask=mask)
-    tl.store(dv_ptr + out, dv, mask=mask)
+    tl.store(dk_ptr + out, (dk * (qk_scale / LOG2E)).to(dk_ptr.dtype.element_ty), mask=mask)
+    tl.store(dv_ptr + out, dv.to(dv_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _dq_part(
+    dq,
+    totals,
+    rel_sums,
+    side0,
+    side1,
+    q,
+    do,
+    lse,
+    delta,
+    k_base,
+    v_base,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    offs_m,
+    mask_m,
+    offs_d,
+    mask_d,
+    lo,
+    hi,
+    LK,
+    m0,
+    qk_scale,
+    slope2,
+    table_row,
+    stride_tb,
+    gidx_ptr,
+    relk_rows,
+    stride_rr,
+    g_rows,
+    stride_gr,
+    PART: tl.constexpr,
+    BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    K: tl.constexpr,
+    HAS_VALUE: tl.constexpr,
+    TABLE_GRAD: tl.constexpr,
+    MASK_N: tl.constexpr,
+    NB: tl.constexpr,
+    UPCAST: tl.constexpr,
+    F32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """dq of the held queries over the key blocks [lo, hi) of one part, and the bias gradient
+    (sums of ds): band tiles per index (SHAW_KV: rel_sums per row; TABLE: totals per bucket,
+    looping over the tile's buckets; ALiBi: side0, weighted by -|r|); before and after, one
+    vector per row (side0 at index 0, side1 at 2K), no inner loop. p = exp2(s2 - lse2)."""
+    bias = _part_bias(
+        relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
+    )[:, None]
+    if HAS_VALUE and PART != BAND:
+        at = (PART == AFTER) * 2 * K
+        g_part = tl.load(g_rows + at * stride_gr, mask=mask_m, other=0.0)[:, None]
+    cols = tl.arange(0, NB)
+    for n0 in range(lo, hi, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < LK
+        k = _load_block(k_base, offs_n, mask_n, stride_kn, offs_d, mask_d, stride_kd, UPCAST)
+        v = _load_block(v_base, offs_n, mask_n, stride_vn, offs_d, mask_d, stride_vd, UPCAST)
+        qk = _dot(q, tl.trans(k), F32) * qk_scale
+        rel = offs_n[None, :] - offs_m[:, None]
+        if PART == BAND:
+            s, idx, keep = _band_logits(
+                qk,
+                rel,
+                mask_m[:, None] & mask_n[None, :],
+                slope2,
+                table_row,
+                stride_tb,
+                gidx_ptr,
+                relk_rows[:, None],
+                stride_rr,
+                BIAS,
+                CAUSAL,
+                K,
+            )
+        else:
+            s = _far_logits(qk, bias, rel, mask_n[None, :], slope2, PART, BIAS, MASK_N)
+        p = tl.exp2(s - lse[:, None])  # 0 where masked (s = -inf) and past LQ (lse = +inf)
+        dp = _dot(do, tl.trans(v), F32)
+        if HAS_VALUE:
+            if PART == BAND:
+                dp += tl.load(g_rows[:, None] + idx * stride_gr, mask=keep, other=0.0)
+            else:
+                dp += g_part
+        ds = p * (dp - delta[:, None])
+        dq += _dot(ds.to(k.dtype), k, F32)
+        if BIAS == 2 or TABLE_GRAD:
+            w = ds
+            if BIAS == 0:  # d/d slope of -slope |r|
+                w = ds * -tl.abs(rel).to(tl.float32)
+            if PART == BEFORE or (BIAS == 0 and PART == BAND):
+                side0 += tl.sum(w, 1)
+            elif PART == AFTER:
+                side1 += tl.sum(w, 1)
+            elif BIAS == 2:
+                i_lo, i_hi = _index_range(m0, n0, BLOCK_M, BLOCK_N, K)
+                rel_sums = _row_sums(rel_sums, ds, idx, keep, i_lo, i_hi, NB)
+            else:
+                i_lo, i_hi = _index_range(m0, n0, BLOCK_M, BLOCK_N, K)
+                g_lo, g_hi = _bucket_range(gidx_ptr, i_lo, i_hi, K)
+                bucket = tl.load(gidx_ptr + idx)
+                for g in range(g_lo, g_hi + 1):
+                    in_g = tl.sum(tl.where(keep & (bucket == g), ds, 0.0))
+                    totals += tl.where(cols == g, in_g, 0.0)
+    return dq, totals, rel_sums, side0, side1
 
 
 @triton.jit
@@ -547,38 +1057,43 @@ def _relbias_bwd_dq_kernel(
     stride_xm,
     stride_xd,
     stride_th,
+    stride_tb,
     stride_rb,
     stride_rh,
     stride_rm,
     stride_rr,
+    stride_gb,
+    stride_gh,
+    stride_gm,
+    stride_gr,
     H,
     LQ,
     LK,
     D,
     NR,
-    scale,
+    qk_scale,
     BIAS: tl.constexpr,
     CAUSAL: tl.constexpr,
     K: tl.constexpr,
     HAS_VALUE: tl.constexpr,
     TABLE_GRAD: tl.constexpr,
     NB: tl.constexpr,
+    MASK_N: tl.constexpr,
     UPCAST: tl.constexpr,
-    IEEE: tl.constexpr,
+    F32: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    """One program per (query block, b * h): dq of its rows, streaming the key blocks, and the
-    bias gradient, the sum of ds over the tiles:
+    """One program per (query block, b * h): dq of its rows (in q's dtype, dq's strides
+    stride_x*), streaming the key blocks (before, after, the band), and the bias gradient, the
+    sum of ds over the tiles:
       - ALiBi (TABLE_GRAD): -sum ds |j - i| into part (B * H, n_blocks, NB) at column 0;
       - TABLE (TABLE_GRAD): sums of ds per bucket gidx[idx] into part, one (NB,) vector per
         program (no per-row sums);
       - SHAW_KV: per-row sums of ds per index into drel (B * H, LQ, NR): the gradient of
-        relk = scale * Q E_K^T (the host turns it into dq and dE_K).
-    dq is a float32 (B, H, LQ, D) buffer with strides stride_x*."""
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1).to(tl.int64)
+        relk = scale * Q E_K^T (the host turns it into dq and dE_K)."""
+    pid_m, pid_bh, n_blocks = _program(LQ, BLOCK_M)
     b, h = pid_bh // H, pid_bh % H
     m0 = pid_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -604,88 +1119,179 @@ def _relbias_bwd_dq_kernel(
         stride_dd,
         UPCAST,
     )
-    rows = b * stride_rb + h * stride_rh + offs_m[:, None] * stride_rm
-    lse = tl.load(lse_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=0.0)
+    relk_rows = relk_ptr + b * stride_rb + h * stride_rh + offs_m * stride_rm
+    g_rows = g_ptr + b * stride_gb + h * stride_gh + offs_m * stride_gm
+    lse = tl.load(lse_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=float("inf"))
     delta = tl.load(delta_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=0.0)
-    slope = 0.0
+    slope2 = 0.0
     if BIAS == 0:
-        slope = tl.load(slopes_ptr + h)
+        slope2 = tl.load(slopes_ptr + h) * LOG2E
     table_row = table_ptr + h * stride_th
+    k_base = k_ptr + b * stride_kb + h * stride_kh
+    v_base = v_ptr + b * stride_vb + h * stride_vh
     dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     cols = tl.arange(0, NB)
-    totals = tl.zeros((NB,), tl.float32)  # per bucket, this program (ALiBi: column 0)
+    totals = tl.zeros((NB,), tl.float32)  # TABLE: per bucket, this program's band tiles
     rel_sums = tl.zeros((BLOCK_M, NB), tl.float32)  # SHAW_KV: per row (else unused: removed)
+    side0 = tl.zeros((BLOCK_M,), tl.float32)
+    side1 = tl.zeros((BLOCK_M,), tl.float32)
     end = LK
     if CAUSAL:
         end = tl.minimum(LK, m0 + BLOCK_M)
-    for n0 in range(0, end, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        mask_n = offs_n < LK
-        k = _load_block(
-            k_ptr + b * stride_kb + h * stride_kh,
-            offs_n,
-            mask_n,
-            stride_kn,
-            offs_d,
-            mask_d,
-            stride_kd,
-            UPCAST,
-        )
-        v = _load_block(
-            v_ptr + b * stride_vb + h * stride_vh,
-            offs_n,
-            mask_n,
-            stride_vn,
-            offs_d,
-            mask_d,
-            stride_vd,
-            UPCAST,
-        )
-        ds, rel, idx, keep = _tile_grads(
-            q,
-            k,
-            v,
-            do,
-            lse,
-            delta,
-            scale,
-            offs_m,
-            offs_n,
-            mask_m,
-            mask_n,
-            slope,
-            table_row,
-            relk_ptr + rows,
-            g_ptr + rows,
-            stride_rr,
-            BIAS,
-            CAUSAL,
-            K,
-            HAS_VALUE,
-            IEEE,
-        )
-        dq += _dot(ds.to(k.dtype), k, IEEE)
-        if BIAS == 2:
-            lo, hi = _index_range(m0, n0, BLOCK_M, BLOCK_N, K)
-            rel_sums = _row_sums(rel_sums, ds, idx, keep, lo, hi, NB)
-        elif TABLE_GRAD:
-            if BIAS == 0:
-                totals += tl.where(cols == 0, tl.sum(ds * -tl.abs(rel).to(tl.float32)), 0.0)
-            else:
-                lo, hi = _index_range(m0, n0, BLOCK_M, BLOCK_N, K)
-                g_lo, g_hi = _bucket_range(gidx_ptr, lo, hi, K)
-                bucket = tl.load(gidx_ptr + idx)
-                for g in range(g_lo, g_hi + 1):
-                    totals += tl.where(
-                        cols == g, tl.sum(tl.where(keep & (bucket == g), ds, 0.0)), 0.0
-                    )
+    lo, hi = _parts(m0, 0, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N)
+    dq, totals, rel_sums, side0, side1 = _dq_part(
+        dq,
+        totals,
+        rel_sums,
+        side0,
+        side1,
+        q,
+        do,
+        lse,
+        delta,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        offs_m,
+        mask_m,
+        offs_d,
+        mask_d,
+        0,
+        lo,
+        LK,
+        m0,
+        qk_scale,
+        slope2,
+        table_row,
+        stride_tb,
+        gidx_ptr,
+        relk_rows,
+        stride_rr,
+        g_rows,
+        stride_gr,
+        BEFORE,
+        BIAS,
+        CAUSAL,
+        K,
+        HAS_VALUE,
+        TABLE_GRAD,
+        MASK_N,
+        NB,
+        UPCAST,
+        F32,
+        BLOCK_M,
+        BLOCK_N,
+    )
+    dq, totals, rel_sums, side0, side1 = _dq_part(
+        dq,
+        totals,
+        rel_sums,
+        side0,
+        side1,
+        q,
+        do,
+        lse,
+        delta,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        offs_m,
+        mask_m,
+        offs_d,
+        mask_d,
+        hi,
+        end,
+        LK,
+        m0,
+        qk_scale,
+        slope2,
+        table_row,
+        stride_tb,
+        gidx_ptr,
+        relk_rows,
+        stride_rr,
+        g_rows,
+        stride_gr,
+        AFTER,
+        BIAS,
+        CAUSAL,
+        K,
+        HAS_VALUE,
+        TABLE_GRAD,
+        MASK_N,
+        NB,
+        UPCAST,
+        F32,
+        BLOCK_M,
+        BLOCK_N,
+    )
+    dq, totals, rel_sums, side0, side1 = _dq_part(
+        dq,
+        totals,
+        rel_sums,
+        side0,
+        side1,
+        q,
+        do,
+        lse,
+        delta,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        offs_m,
+        mask_m,
+        offs_d,
+        mask_d,
+        lo,
+        hi,
+        LK,
+        m0,
+        qk_scale,
+        slope2,
+        table_row,
+        stride_tb,
+        gidx_ptr,
+        relk_rows,
+        stride_rr,
+        g_rows,
+        stride_gr,
+        BAND,
+        BIAS,
+        CAUSAL,
+        K,
+        HAS_VALUE,
+        TABLE_GRAD,
+        MASK_N,
+        NB,
+        UPCAST,
+        F32,
+        BLOCK_M,
+        BLOCK_N,
+    )
     out = b * stride_xb + h * stride_xh + offs_m[:, None] * stride_xm + offs_d[None, :] * stride_xd
-    tl.store(dq_ptr + out, dq * scale, mask=mask_m[:, None] & mask_d[None, :])
+    dq = dq * (qk_scale / LOG2E)
+    tl.store(dq_ptr + out, dq.to(dq_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
     if BIAS == 2:
+        rel_sums += tl.where(cols[None, :] == 0, side0[:, None], 0.0)
+        rel_sums += tl.where(cols[None, :] == 2 * K, side1[:, None], 0.0)
         tl.store(
             drel_ptr + (pid_bh * LQ + offs_m[:, None]) * NR + cols[None, :],
             rel_sums,
             mask=mask_m[:, None] & (cols[None, :] < NR),
         )
     elif TABLE_GRAD:
-        tl.store(part_ptr + (pid_bh * tl.num_programs(0) + pid_m) * NB + cols, totals)
+        if BIAS == 0:
+            totals += tl.where(cols == 0, tl.sum(side0) + tl.sum(side1), 0.0)
+        else:
+            totals += tl.where(cols == tl.load(gidx_ptr), tl.sum(side0), 0.0)
+            totals += tl.where(cols == tl.load(gidx_ptr + 2 * K), tl.sum(side1), 0.0)
+        tl.store(part_ptr + (pid_bh * n_blocks + pid_m) * NB + cols, totals)

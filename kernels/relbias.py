@@ -10,9 +10,10 @@ Why this file is long: one op in that order (docs/architecture.md), with the per
 tables and the checks of every argument of four bias families.
 
 T5's bias is looked up, not computed: the bucket of each clipped offset r in [-K, K] (K the
-maximum distance, beyond which every offset shares the last bucket) is computed once per call
-on the device, exactly (float64, see _t5_buckets), and the kernel reads an (H, 2K + 1) table:
-no logarithm per score, whose approximate GPU version would drop a bucket at the offsets where
+maximum distance, beyond which every offset shares the last bucket) is computed once per
+configuration and device, exactly (float64, see _t5_buckets), and the kernel reads the table at
+that bucket (only in the band |r| < K of each row: beyond it one value per row): no logarithm
+per score, whose approximate GPU version would drop a bucket at the offsets where
 the bucket boundary is an exact integer (16, 32 and 64 for 32 buckets, max distance 128).
 
 The table gradients (slopes, T5 and Shaw tables) are reduced per program into per-bucket
@@ -21,6 +22,7 @@ the table requires grad.
 """
 
 # No `from __future__ import annotations`: the Tiles NamedTuple's annotations are real types.
+import functools
 import math
 import os
 import warnings
@@ -35,6 +37,7 @@ from kernels._relbias_jit import (
     ALIBI,
     SHAW_KV,
     TABLE,
+    _relbias_bwd_delta_kernel,
     _relbias_bwd_dkdv_kernel,
     _relbias_bwd_dq_kernel,
     _relbias_fwd_kernel,
@@ -43,6 +46,7 @@ from kernels._relbias_jit import (
 # The public families, mapped onto the kernels' three bias paths (T5 and Shaw's scalar bias
 # are both TABLE: an (H, 2K + 1) lookup).
 FAMILY_ALIBI, FAMILY_T5, FAMILY_SHAW, FAMILY_SHAW_KV = "alibi", "t5", "shaw", "shaw_kv"
+_LOG2E = math.log2(math.e)  # the kernels' logits are base 2: scale * log2(e) in one multiply
 
 
 def _interpreting() -> bool:
@@ -77,13 +81,13 @@ class Tiles(NamedTuple):
 # before sm_80 gets _GENERIC; one after sm_90, the sm80 table (neither audited).
 _FWD_TILES = {
     "sm90": {
-        (2, 128, "plain"): Tiles(128, 64, 8, 3),
+        (2, 128, "plain"): Tiles(128, 64, 8, 2),
         (2, 128, "value"): Tiles(64, 32, 8, 2),
         (2, 64, "plain"): Tiles(128, 64, 8, 3),
         (2, 64, "value"): Tiles(64, 64, 8, 3),
-        (4, 128, "plain"): Tiles(16, 32, 8, 1),
+        (4, 128, "plain"): Tiles(32, 32, 4, 2),
         (4, 128, "value"): Tiles(16, 32, 8, 1),
-        (4, 64, "plain"): Tiles(16, 32, 8, 1),
+        (4, 64, "plain"): Tiles(32, 32, 4, 2),
         (4, 64, "value"): Tiles(16, 32, 8, 1),
     },
     "sm80": {
@@ -99,8 +103,8 @@ _FWD_TILES = {
 }
 _BWD_TILES = {
     "sm90": {
-        (2, 128, "plain"): Tiles(32, 128, 8, 2),
-        (2, 128, "value"): Tiles(32, 128, 8, 2),
+        (2, 128, "plain"): Tiles(32, 64, 8, 2),
+        (2, 128, "value"): Tiles(32, 64, 8, 2),
         (2, 64, "plain"): Tiles(32, 128, 8, 2),
         (2, 64, "value"): Tiles(32, 128, 8, 2),
         (4, 128, "plain"): Tiles(16, 32, 4, 1),
@@ -119,7 +123,30 @@ _BWD_TILES = {
         (4, 64, "value"): Tiles(32, 32, 8, 1),
     },
 }
+# GPUs with 99 KiB of shared memory per block (sm_86, sm_89, sm_120, sm_121: the RTX and L4/L40
+# line): the sm80 table's 3-stage 128 x 64 forward needs about 160 KiB. These fit in 80 KiB
+# (stages x (k + v) + the held block); not audited for spills.
+_SMALL_SHARED = {(8, 6), (8, 9), (12, 0), (12, 1)}
+_FWD_TILES["sm86"] = {
+    key: Tiles(16, 32, 4, 1) if key[0] == 4 else Tiles(64, 64 if key[2] == "plain" else 32, 4, 2)
+    for key in _FWD_TILES["sm80"]
+}
+_BWD_TILES["sm86"] = {
+    key: Tiles(16, 32, 4, 1) if key[0] == 4 else Tiles(32, 64, 4, 2) for key in _BWD_TILES["sm80"]
+}
 _GENERIC = {False: Tiles(64, 64, 4, 3), True: Tiles(32, 32, 4, 1)}  # before sm_80
+
+
+def _arch(major: int, minor: int) -> str | None:
+    """The tile table of a compute capability: sm90 (H100/H200), sm86 (99 KiB of shared memory),
+    sm80 (A100 and the rest from 8.0 on, unaudited beyond sm_80), None before sm_80."""
+    if (major, minor) == (9, 0):
+        return "sm90"
+    if (major, minor) in _SMALL_SHARED:
+        return "sm86"
+    return "sm80" if major >= 8 else None
+
+
 _SAFE = Tiles(32, 32, 4, 1)  # when a GPU's shared memory cannot hold the default
 _INTERPRETER = Tiles(16, 16)  # the interpreter runs fastest with small tiles
 
@@ -178,7 +205,7 @@ class _Spec:
         if _interpreting():
             return _INTERPRETER, None
         major, minor = torch.cuda.get_device_capability(q.device)
-        arch = "sm90" if (major, minor) == (9, 0) else "sm80" if major >= 8 else None
+        arch = _arch(major, minor)
         kind = "value" if (self.has_value if not backward else self.bias == SHAW_KV) else "plain"
         key = (q.element_size(), 64 if q.shape[-1] <= 64 else 128, kind)
         table = (_BWD_TILES if backward else _FWD_TILES).get(arch, {})
@@ -231,30 +258,48 @@ def _t5_buckets(rel: Tensor, bidirectional: bool, num_buckets: int, max_distance
     return (bucket + torch.where(n < exact, n, large)).int()
 
 
-def _pointers(spec: _Spec, q: Tensor, slopes, bias_table, relk) -> dict:
+def _pointers(spec: _Spec, q: Tensor, slopes, table, gidx, relk) -> dict:
     """The pointers and strides each family reads; an unused one points at q (never read:
-    its branch is compiled out)."""
+    its branch is compiled out). TABLE: the table is read as table[bucket, h] through strides
+    (T5's is (num_buckets, H), Shaw's (H, 2K + 1)), its bucket per index from gidx."""
+    is_table = spec.bias == TABLE
+    t5 = spec.family == FAMILY_T5
     return dict(
         slopes=slopes if spec.bias == ALIBI else q,
-        table=bias_table if spec.bias == TABLE else q,
-        stride_th=bias_table.stride(0) if spec.bias == TABLE else 0,
+        table=table if is_table else q,
+        gidx=gidx if gidx is not None else q,
+        table_strides=(table.stride(1), table.stride(0))
+        if is_table and t5
+        else (table.stride(0), table.stride(1))
+        if is_table
+        else (0, 0),
         relk=relk if relk is not None else q,
         rel_strides=relk.stride() if relk is not None else (0, 0, 0, 0),
     )
 
 
-def _forward(q, k, v, slopes, bias_table, relk, ev, spec: _Spec):
-    """-> out (like q), lse (B * H, Lq) float32, pn (B * H, Lq, NR) float32 or None."""
+def _grid(n_blocks: int, bsz: int, heads: int) -> tuple[int]:
+    """A flat grid, a head's blocks adjacent (CUDA caps a grid's y at 65535, its x at 2**31 - 1:
+    B * H beyond 65535 needs the flat form)."""
+    size = n_blocks * bsz * heads
+    if size >= 2**31:
+        raise ValueError(f"B * H * blocks = {size} programs exceed CUDA's grid (2**31 - 1)")
+    return (size,)
+
+
+def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec):
+    """-> out (like q), lse (B * H, Lq) float32 in base 2, pn (B * H, Lq, NR) or None."""
     bsz, heads, lq, d = q.shape
+    lk = k.shape[2]
     out = torch.empty_like(q)
     lse = torch.empty(bsz * heads, lq, device=q.device, dtype=torch.float32)
     pn = torch.empty(bsz * heads, lq, spec.n_rel, device=q.device) if spec.has_value else None
-    c = _pointers(spec, q, slopes, bias_table, relk)
+    c = _pointers(spec, q, slopes, table, gidx, relk)
     ev_ = ev if ev is not None else q
 
     def launch(tiles: Tiles) -> None:
         t = spec.row_tiles(tiles) if spec.has_value else tiles
-        _relbias_fwd_kernel[(triton.cdiv(lq, t.block_m), bsz * heads)](
+        _relbias_fwd_kernel[_grid(triton.cdiv(lq, t.block_m), bsz, heads)](
             q,
             k,
             v,
@@ -262,6 +307,7 @@ def _forward(q, k, v, slopes, bias_table, relk, ev, spec: _Spec):
             lse,
             c["slopes"],
             c["table"],
+            c["gidx"],
             c["relk"],
             ev_,
             pn if pn is not None else q,
@@ -269,23 +315,25 @@ def _forward(q, k, v, slopes, bias_table, relk, ev, spec: _Spec):
             *k.stride(),
             *v.stride(),
             *out.stride(),
-            c["stride_th"],
+            *c["table_strides"],
             *c["rel_strides"],
             ev_.stride(0),
             ev_.stride(-1),
             heads,
             lq,
-            k.shape[2],
+            lk,
             d,
             spec.n_rel,
-            spec.scale,
+            spec.scale * _LOG2E,
             **spec.constexprs,
             NB=spec.nb,
+            MASK_N=lk % t.block_n != 0,
             UPCAST=_upcast(q),
-            IEEE=q.dtype == torch.float32,
+            # float32: 3xTF32; with Shaw's value term IEEE (its 3xTF32 spills at every tile)
+            F32=(2 if spec.has_value else 1) * (q.dtype == torch.float32),
             BLOCK_M=t.block_m,
             BLOCK_N=t.block_n,
-            BLOCK_D=max(16, triton.next_power_of_2(d)),
+            BLOCK_D=_block_d(d),
             num_warps=t.num_warps,
             num_stages=t.num_stages,
         )
@@ -294,29 +342,55 @@ def _forward(q, k, v, slopes, bias_table, relk, ev, spec: _Spec):
     return out, lse, pn
 
 
-def _backward(do, q, k, v, out, lse, slopes, bias_table, gidx, relk, ev, pn, spec: _Spec):
-    """-> dq, dk, dv (float32), the per-bucket table gradient (H, n_rel) or None, d relk,
+def _block_d(d: int) -> int:
+    return max(16, triton.next_power_of_2(d))
+
+
+def _delta(do: Tensor, out: Tensor) -> Tensor:
+    """rowsum(do * out) (B * H, Lq) float32, by one small kernel in the inputs' dtype."""
+    bsz, heads, lq, d = out.shape
+    delta = torch.empty(bsz * heads, lq, device=out.device, dtype=torch.float32)
+    block_m = 16 if _interpreting() else 64
+    _relbias_bwd_delta_kernel[_grid(triton.cdiv(lq, block_m), bsz, heads)](
+        out,
+        do,
+        delta,
+        *out.stride(),
+        *do.stride(),
+        heads,
+        lq,
+        d,
+        BLOCK_M=block_m,
+        BLOCK_D=_block_d(d),
+    )
+    return delta
+
+
+def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _Spec):
+    """-> dq, dk, dv (in q's dtype), the per-bucket table gradient (H, n_rel) or None, d relk,
     d E_V (None where unused)."""
     bsz, heads, lq, d = q.shape
     lk = k.shape[2]
-    delta = (do.float() * out.float()).sum(-1).reshape(bsz * heads, lq)
+    delta = _delta(do, out)
     g = None
     if spec.has_value:  # dp_ij gains do_i . E_V[idx(i, j)]: gathered from do E_V^T
-        g = torch.matmul(do.float(), ev.t()).contiguous()  # (B, H, Lq, NR), relk's layout
-    dq = torch.empty(bsz, heads, lq, d, device=q.device)
-    dk = torch.empty(bsz, heads, lk, d, device=q.device)
-    dv = torch.empty_like(dk)
-    c = _pointers(spec, q, slopes, bias_table, relk)
+        g = torch.matmul(do.float(), ev.t())  # (B, H, Lq, NR)
+    dq = torch.empty_like(q)
+    dk = torch.empty_like(k)
+    dv = torch.empty_like(dk)  # dk's strides: the dk/dv kernel writes both with one set
+    c = _pointers(spec, q, slopes, table, gidx, relk)
     drel = (
         torch.empty(bsz * heads, lq, spec.n_rel, device=q.device) if spec.bias == SHAW_KV else None
     )
+    g_ = g if g is not None else q
+    g_strides = g.stride() if g is not None else (0, 0, 0, 0)
     strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    block_d = max(16, triton.next_power_of_2(d))
-    shared = dict(**spec.constexprs, UPCAST=_upcast(q), IEEE=q.dtype == torch.float32)
+    # float32: IEEE dots (3xTF32 spills in these kernels)
+    shared = dict(**spec.constexprs, UPCAST=_upcast(q), F32=2 * (q.dtype == torch.float32))
 
     def launch(tiles: Tiles) -> Tensor | None:
         """Both kernels; -> the dq kernel's per-program table-gradient partials (or None)."""
-        _relbias_bwd_dkdv_kernel[(triton.cdiv(lk, tiles.block_n), bsz * heads)](
+        _relbias_bwd_dkdv_kernel[_grid(triton.cdiv(lk, tiles.block_n), bsz, heads)](
             q,
             k,
             v,
@@ -327,21 +401,23 @@ def _backward(do, q, k, v, out, lse, slopes, bias_table, gidx, relk, ev, pn, spe
             delta,
             c["slopes"],
             c["table"],
+            c["gidx"],
             c["relk"],
-            g if g is not None else q,
+            g_,
             *strides,
             *dk.stride(),
-            c["stride_th"],
+            *c["table_strides"],
             *c["rel_strides"],
+            *g_strides,
             heads,
             lq,
             lk,
             d,
-            spec.scale,
+            spec.scale * _LOG2E,
             **shared,
             BLOCK_M=tiles.block_m,
             BLOCK_N=tiles.block_n,
-            BLOCK_D=block_d,
+            BLOCK_D=_block_d(d),
             num_warps=tiles.num_warps,
             num_stages=tiles.num_stages,
         )
@@ -351,7 +427,7 @@ def _backward(do, q, k, v, out, lse, slopes, bias_table, gidx, relk, ev, pn, spe
         part = None
         if spec.table_grad:
             part = torch.empty(bsz * heads, n_mblocks, spec.nb, device=q.device)
-        _relbias_bwd_dq_kernel[(n_mblocks, bsz * heads)](
+        _relbias_bwd_dq_kernel[_grid(n_mblocks, bsz, heads)](
             q,
             k,
             v,
@@ -361,27 +437,29 @@ def _backward(do, q, k, v, out, lse, slopes, bias_table, gidx, relk, ev, pn, spe
             delta,
             c["slopes"],
             c["table"],
-            gidx if gidx is not None else q,
+            c["gidx"],
             c["relk"],
-            g if g is not None else q,
+            g_,
             drel if drel is not None else q,
             part if part is not None else q,
             *strides,
             *dq.stride(),
-            c["stride_th"],
+            *c["table_strides"],
             *c["rel_strides"],
+            *g_strides,
             heads,
             lq,
             lk,
             d,
             spec.n_rel,
-            spec.scale,
+            spec.scale * _LOG2E,
             TABLE_GRAD=spec.table_grad,
             NB=spec.nb,
+            MASK_N=lk % t.block_n != 0,
             **shared,
             BLOCK_M=t.block_m,
             BLOCK_N=t.block_n,
-            BLOCK_D=block_d,
+            BLOCK_D=_block_d(d),
             num_warps=t.num_warps,
             num_stages=t.num_stages,
         )
@@ -402,36 +480,44 @@ class RelativeBiasAttention(torch.autograd.Function):
     """Autograd around the kernels: (q, k, v, table, gidx, relk, ev, spec) -> out.
 
     table: ALiBi's slopes (H,), T5's bucket table (num_buckets, H) or Shaw's (H, 2K + 1),
-    float32; gidx (2K + 1,) int32: the bucket of each relative index (T5; Shaw: the index);
-    relk: scale * Q E_K^T (B, H, Lq, 2K + 1) float32 for Shaw's key term, computed by the caller
+    float32, read by the kernels as they are; gidx (2K + 1,) int32: the bucket of each
+    relative index (T5; Shaw: the index), built once per configuration and device; relk:
+    scale * Q E_K^T (B, H, Lq, 2K + 1) float32 for Shaw's key term, computed by the caller
     with torch so that autograd carries d relk on to q and E_K; ev: float32 E_V."""
 
     @staticmethod
     def forward(ctx, q, k, v, table, gidx, relk, ev, spec):
         slopes = table if spec.bias == ALIBI else None
-        bias_table = None
-        if spec.bias == TABLE:  # (H, 2K + 1): each relative index's value, looked up per tile
-            rows = table.t() if spec.family == FAMILY_T5 else table  # T5: (buckets, H)
-            bias_table = rows[:, gidx.long()].contiguous()
-        out, lse, pn = _forward(q, k, v, slopes, bias_table, relk, ev, spec)
-        ctx.save_for_backward(q, k, v, out, lse, table, gidx, bias_table, relk, ev, pn)
+        out, lse, pn = _forward(q, k, v, slopes, table, gidx, relk, ev, spec)
+        ctx.save_for_backward(q, k, v, out, lse, table, gidx, relk, ev, pn)
         ctx.spec = spec
         return out
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, out, lse, table, gidx, bias_table, relk, ev, pn = ctx.saved_tensors
+        q, k, v, out, lse, table, gidx, relk, ev, pn = ctx.saved_tensors
         spec = ctx.spec
         slopes = table if spec.bias == ALIBI else None
         dq, dk, dv, dtable, drel, dev = _backward(
-            do, q, k, v, out, lse, slopes, bias_table, gidx, relk, ev, pn, spec
+            do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec
         )
         if dtable is not None:  # (H, n_rel) -> the table's own layout
             if spec.bias == ALIBI:
                 dtable = dtable[:, 0]
             elif spec.family == FAMILY_T5:  # (num_buckets, H)
                 dtable = dtable.t()
-        return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dtable, None, drel, dev, None)
+        return dq, dk, dv, dtable, None, drel, dev, None
+
+
+@functools.lru_cache(maxsize=64)
+def _bucket_index(family: str, clip: int, device: torch.device, *t5) -> Tensor:
+    """gidx: the bucket of each relative index 0 .. 2K (T5's, or the index itself for Shaw's
+    scalar table), int32 on `device`; built once per configuration and device (a T5 call
+    would otherwise spend some twenty small kernels on it). Never written to."""
+    rel = torch.arange(-clip, clip + 1, device=device)
+    if family == FAMILY_T5:
+        return _t5_buckets(rel, *t5)
+    return (rel + clip).int()
 
 
 def relative_attention(
@@ -548,15 +634,16 @@ def relative_attention(
         table = None
     elif given[0] == "t5_table":  # beyond max_distance every offset has the last bucket
         clip = max(t5_max_distance, t5_num_buckets)
-        rel = torch.arange(-clip, clip + 1, device=q.device)
-        gidx = _t5_buckets(rel, t5_bidirectional, t5_num_buckets, t5_max_distance)
+        gidx = _bucket_index(
+            FAMILY_T5, clip, q.device, t5_bidirectional, t5_num_buckets, t5_max_distance
+        )
         spec = _Spec(
             TABLE, causal, scale, clip, t5_num_buckets, table_grad=trains, family=FAMILY_T5, **tiles
         )
         table = table.float()
     else:  # Shaw's scalar bias: the bucket of an index is the index
         clip = (table.shape[1] - 1) // 2
-        gidx = torch.arange(table.shape[1], device=q.device, dtype=torch.int32)
+        gidx = _bucket_index(FAMILY_SHAW, clip, q.device)
         spec = _Spec(
             TABLE,
             causal,

@@ -11,8 +11,10 @@ wheel's `cuobjdump` reads the cubin: `--dump-resource-usage` (registers, stack) 
 says which dots became wgmma (sm_90a) or mma (sm_80).
 
 Exits 1 on a compile error, a spill at a default tile, shared memory above the target's limit,
-or a half-precision attention dot on sm_90a without wgmma; candidate tiles that spill are
-reported, not fatal. Writes results/gpu-compile/triton-<version>.{csv,md}.
+an attention dot on sm_90a without wgmma, or an attention kernel on sm_90a whose key loops the
+software pipeliner did not take (every loop without an inner loop must be, and at least one);
+candidate tiles that spill are reported, not fatal. Writes
+results/gpu-compile/triton-<version>.{csv,md}.
 
     python -m bench.audit [--targets sm_90a,sm_80] [--jobs 2] [--out DIR] [--only rope]
 """

@@ -399,18 +399,22 @@ def test_cpu_tensor_outside_the_interpreter_says_how(monkeypatch):
 
 
 # Tiles other than the interpreter's 16 x 16: rectangular, both orientations, the dq kernel's
-# transpose of bwd_tiles, tiles longer than the sequence; float32 forward and backward.
+# transpose of bwd_tiles, tiles longer than the sequence; and 16 x 16 at lengths where every
+# part of the key loop (beyond the clip on either side, the band) spans several blocks, at a
+# length that is not a multiple of the tile (the last block's bounds); float32 forward and
+# backward, table gradients included.
 TILES = [
-    (relbias.Tiles(32, 16), relbias.Tiles(16, 32)),
-    (relbias.Tiles(16, 64, 8, 3), relbias.Tiles(64, 16, 8, 3)),
+    (relbias.Tiles(32, 16), relbias.Tiles(16, 32), (37, 37), (29, 45)),
+    (relbias.Tiles(16, 64, 8, 3), relbias.Tiles(64, 16, 8, 3), (37, 37), (29, 45)),
+    (relbias.Tiles(16, 16), relbias.Tiles(16, 16), (101, 101), (83, 117)),
 ]
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("tiles", TILES, ids=["32x16", "16x64"])
+@pytest.mark.parametrize("tiles", TILES, ids=["32x16", "16x64", "16x16-long"])
 @pytest.mark.parametrize("family", ["alibi", "t5", "shaw", "shaw_kv"])
 def test_other_tiles_match_reference(family, tiles, causal):
-    lq, lk = (37, 37) if causal else (29, 45)
+    lq, lk = tiles[2] if causal else tiles[3]
     q, k, v = (torch.randn(1, 2, n, 32) for n in (lq, lk, lk))
     if family == "shaw_kv":
         tables = list(torch.randn(2, 2 * 3 + 1, 32))
@@ -505,3 +509,31 @@ def test_tiles_that_do_not_fit_fall_back_or_name_the_argument():
     assert tried == [big, relbias._SAFE]
     with pytest.raises(ValueError, match=r"bwd_tiles=Tiles\(block_m=128.*does not fit"):
         relbias._run(launch, big, None, "bwd_tiles")
+
+
+def _tf32(x: torch.Tensor) -> torch.Tensor:
+    """x rounded to TF32 (10 mantissa bits, round to nearest even), as a tensor core reads it."""
+    bits = x.view(torch.int32)
+    rounded = bits + 0x0FFF + ((bits >> 13) & 1)
+    return (rounded & ~0x1FFF).view(torch.float32)
+
+
+def test_3xtf32_dots_keep_float32_accuracy():
+    """float32 inputs run their dots as 3xTF32 (input_precision="tf32x3": a = hi + lo, three
+    TF32 products) on tensor cores. The interpreter computes exact float32 whatever the
+    precision, so the arithmetic is emulated here: the logits of attention-shaped operands
+    (D = 128) stay within a few times float32's own error, well inside the float32 check,
+    while one TF32 product is a hundred times worse."""
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(256, 128, generator=g), torch.randn(256, 128, generator=g)
+    want = q.double() @ k.double().t()
+
+    def err(s):
+        return ((s.double() - want).abs().max() / want.abs().max()).item()
+
+    q_hi, k_hi = _tf32(q), _tf32(k)
+    q_lo, k_lo = _tf32(q - q_hi), _tf32(k - k_hi)
+    x3 = q_hi @ k_hi.t() + (q_hi @ k_lo.t() + q_lo @ k_hi.t())
+    ieee, one = err(q @ k.t()), err(q_hi @ k_hi.t())
+    assert err(x3) <= 4 * ieee and err(x3) < TOL[torch.float32] / 10
+    assert one > 100 * ieee
