@@ -119,7 +119,30 @@ _BWD_TILES = {
         (4, 64, "value"): Tiles(32, 32, 8, 1),
     },
 }
+# GPUs with 99 KiB of shared memory per block (sm_86, sm_89, sm_120, sm_121: the RTX and L4/L40
+# line): the sm80 table's 3-stage 128 x 64 forward needs about 160 KiB. These fit in 80 KiB
+# (stages x (k + v) + the held block); not audited for spills.
+_SMALL_SHARED = {(8, 6), (8, 9), (12, 0), (12, 1)}
+_FWD_TILES["sm86"] = {
+    key: Tiles(16, 32, 4, 1) if key[0] == 4 else Tiles(64, 64 if key[2] == "plain" else 32, 4, 2)
+    for key in _FWD_TILES["sm80"]
+}
+_BWD_TILES["sm86"] = {
+    key: Tiles(16, 32, 4, 1) if key[0] == 4 else Tiles(32, 64, 4, 2) for key in _BWD_TILES["sm80"]
+}
 _GENERIC = {False: Tiles(64, 64, 4, 3), True: Tiles(32, 32, 4, 1)}  # before sm_80
+
+
+def _arch(major: int, minor: int) -> str | None:
+    """The tile table of a compute capability: sm90 (H100/H200), sm86 (99 KiB of shared memory),
+    sm80 (A100 and the rest from 8.0 on, unaudited beyond sm_80), None before sm_80."""
+    if (major, minor) == (9, 0):
+        return "sm90"
+    if (major, minor) in _SMALL_SHARED:
+        return "sm86"
+    return "sm80" if major >= 8 else None
+
+
 _SAFE = Tiles(32, 32, 4, 1)  # when a GPU's shared memory cannot hold the default
 _INTERPRETER = Tiles(16, 16)  # the interpreter runs fastest with small tiles
 
@@ -178,7 +201,7 @@ class _Spec:
         if _interpreting():
             return _INTERPRETER, None
         major, minor = torch.cuda.get_device_capability(q.device)
-        arch = "sm90" if (major, minor) == (9, 0) else "sm80" if major >= 8 else None
+        arch = _arch(major, minor)
         kind = "value" if (self.has_value if not backward else self.bias == SHAW_KV) else "plain"
         key = (q.element_size(), 64 if q.shape[-1] <= 64 else 128, kind)
         table = (_BWD_TILES if backward else _FWD_TILES).get(arch, {})

@@ -365,6 +365,16 @@ def _(q, k, cos, sin, pos, offset, interleaved, backward):
     return None
 
 
+def _rope(q, k, cos, sin, pos, offset: int, interleaved: bool, backward: bool):
+    """The op as torch.compile sees it (a custom op it can trace), or, in eager mode, the launch
+    itself: the custom op's dispatch costs about as much host time as the rest of the call."""
+    if torch.compiler.is_compiling():
+        return _rope_op(q, k, cos, sin, pos, offset, interleaved, backward)
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    _launch(q, k, q_out, k_out, cos, sin, pos, offset, interleaved, backward)
+    return q_out, k_out
+
+
 # ---------------------------------------------------------------------------------------------
 # Autograd
 # ---------------------------------------------------------------------------------------------
@@ -377,12 +387,12 @@ class RoPEFunction(torch.autograd.Function):
     def forward(ctx, q, k, cos, sin, pos, offset, interleaved):
         ctx.save_for_backward(cos, sin, pos)
         ctx.offset, ctx.interleaved = offset, interleaved
-        return _rope_op(q, k, cos, sin, pos, offset, interleaved, False)
+        return _rope(q, k, cos, sin, pos, offset, interleaved, False)
 
     @staticmethod
     def backward(ctx, grad_q, grad_k):
         cos, sin, pos = ctx.saved_tensors
-        grad_q, grad_k = _rope_op(grad_q, grad_k, cos, sin, pos, ctx.offset, ctx.interleaved, True)
+        grad_q, grad_k = _rope(grad_q, grad_k, cos, sin, pos, ctx.offset, ctx.interleaved, True)
         return grad_q, grad_k, None, None, None, None, None
 
 
@@ -436,7 +446,10 @@ def apply_rope(
     if inplace:
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
             raise ValueError("inplace=True is not differentiable: use inplace=False for training")
-        _rope_inplace_op(qv, kv, cos, sin, pos, offset, interleaved, False)
+        if torch.compiler.is_compiling():
+            _rope_inplace_op(qv, kv, cos, sin, pos, offset, interleaved, False)
+        else:  # eager: the launch itself (see _rope)
+            _launch(qv, kv, qv, kv, cos, sin, pos, offset, interleaved, False)
         return q, k
     q_out, k_out = RoPEFunction.apply(qv, kv, cos, sin, pos, offset, interleaved)
     if layout == "bhsd":

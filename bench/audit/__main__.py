@@ -11,7 +11,8 @@ wheel's `cuobjdump` reads the cubin: `--dump-resource-usage` (registers, stack) 
 says which dots became wgmma (sm_90a) or mma (sm_80).
 
 Exits 1 on a compile error, a spill at a default tile, shared memory above the target's limit,
-or a half-precision attention dot on sm_90a without wgmma; candidate tiles that spill are
+or a half-precision attention dot on sm_90a without wgmma (the table also says which key loops
+Triton's software pipeliner took: reported, not yet a failure); candidate tiles that spill are
 reported, not fatal. Writes results/gpu-compile/triton-<version>.{csv,md}.
 
     python -m bench.audit [--targets sm_90a,sm_80] [--jobs 2] [--out DIR] [--only rope]

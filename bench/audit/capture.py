@@ -216,7 +216,7 @@ def plan_launches(plan, capability: int = 90) -> dict[str, int]:
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise RuntimeError("plan_launches records the JIT's launches: unset TRITON_INTERPRET")
     meta = torch.device("meta")
-    with recording(capability) as launches, _rope_launches_on_meta():
+    with recording(capability) as launches:  # kernels.rope launches itself outside torch.compile
         for entry in plan.entries:
             case = CASES[entry.case]
             if "triton" not in entry.impls:
@@ -239,28 +239,6 @@ def plan_launches(plan, capability: int = 90) -> dict[str, int]:
         _bound, specialization, options = binder(*args, **kwargs)
         keys.setdefault(fn.__name__, set()).add(repr((specialization, options)))
     return {name: len(v) for name, v in sorted(keys.items())}
-
-
-@contextlib.contextmanager
-def _rope_launches_on_meta():
-    """kernels.rope's custom ops describe meta outputs without launching: for the recorder,
-    the ops launch (into empty outputs) as they do on a GPU."""
-    from kernels import rope
-
-    def launching(q, k, cos, sin, pos, offset, interleaved, backward):
-        q_out, k_out = torch.empty_like(q), torch.empty_like(k)
-        rope._launch(q, k, q_out, k_out, cos, sin, pos, offset, interleaved, backward)
-        return q_out, k_out
-
-    def launching_inplace(q, k, cos, sin, pos, offset, interleaved, backward):
-        rope._launch(q, k, q, k, cos, sin, pos, offset, interleaved, backward)
-
-    saved = rope._rope_op, rope._rope_inplace_op
-    rope._rope_op, rope._rope_inplace_op = launching, launching_inplace
-    try:
-        yield
-    finally:
-        rope._rope_op, rope._rope_inplace_op = saved
 
 
 def _as_tuple(out) -> tuple:

@@ -64,12 +64,55 @@ def read_cubin(cubin: bytes) -> dict:
 
 def read_ttgir(ttgir: str) -> dict:
     """Dots after layout assignment: wgmma (warp_group_dot, sm_90a), mma (tt.dot with an
-    nvidia_mma encoding, sm_80's mma.sync), or neither (FMA: float32 IEEE dots)."""
+    nvidia_mma encoding, sm_80's mma.sync), or neither (FMA); the loops that hold dots and how
+    many of them the software pipeliner took (async copies into multi-buffered shared memory
+    inside the loop, and on sm_90a async wgmma), and how many hold an inner loop (which the
+    pipeliner skips); exp2 against exp (a softmax in base 2 saves a multiply per score)."""
     wgmma = len(re.findall(r"ttng\.warp_group_dot ", ttgir))
     plain = re.findall(r"= tt\.dot .*", ttgir)
     mma = sum("#mma" in line for line in plain)
     atomics = len(re.findall(r"tt\.atomic_(?:rmw|cas)", ttgir))
-    return dict(dots=wgmma + len(plain), wgmma_dots=wgmma, mma_dots=mma, atomics=atomics)
+    loops = [lp for lp in _loops(ttgir) if lp["dots"]]
+    return dict(
+        dots=wgmma + len(plain),
+        wgmma_dots=wgmma,
+        mma_dots=mma,
+        atomics=atomics,
+        dot_loops=len(loops),
+        pipelined_loops=sum(lp["pipelined"] for lp in loops),
+        nested_loops=sum(lp["inner"] > 0 for lp in loops),
+        fma_loop_dots=sum(lp["fma"] for lp in loops),
+        exp2=len(re.findall(r"math\.exp2 ", ttgir)),
+        exp=len(re.findall(r"math\.exp ", ttgir)),
+    )
+
+
+def _loops(ttgir: str) -> list[dict]:
+    """Every scf.for of the TTGIR with what its body holds: dots, inner loops, and whether it is
+    pipelined (async global-to-shared copies in it; its wgmma, if any, asynchronous)."""
+    lines = ttgir.splitlines()
+    out, open_loops = [], []  # [first line, brace depth]
+    for i, line in enumerate(lines):
+        if re.search(r"\bscf\.for\b", line):
+            open_loops.append([i, 0])
+        for lp in open_loops:
+            lp[1] += line.count("{") - line.count("}")
+        while open_loops and open_loops[-1][1] <= 0 and i > open_loops[-1][0]:
+            start, _ = open_loops.pop()
+            body = "\n".join(lines[start : i + 1])
+            wg = re.findall(r"ttng\.warp_group_dot .*", body)
+            plain = re.findall(r"= tt\.dot .*", body)
+            dots = len(wg) + len(plain)
+            copies = body.count("ttg.async_copy_global_to_local")
+            out.append(
+                dict(
+                    dots=dots,
+                    inner=len(re.findall(r"\bscf\.for\b", body)) - 1,
+                    fma=sum("#mma" not in line for line in plain),
+                    pipelined=bool(copies) and all("isAsync = true" in w for w in wg),
+                )
+            )
+    return out
 
 
 def _tool(name: str, *args: str) -> str:

@@ -37,6 +37,11 @@ COLUMNS = (
     "vector_global_insts",
     "narrow_global_insts",
     "atomics",
+    "dot_loops",
+    "pipelined_loops",
+    "nested_loops",
+    "exp2",
+    "exp",
     "compile_s",
     "problem",
 )
@@ -96,7 +101,10 @@ def markdown(rows: list[dict]) -> str:
         "`STL/LDL`: spill stores and loads in the SASS; `wgmma`/`mma`: dots lowered to "
         "Hopper's warpgroup MMA or to mma.sync (of all dots; float32 dots are IEEE FMA by "
         "design); `TC`: tensor-core instructions; `LDG/STG.128`: 16-byte global accesses "
-        "(`16-bit`: two-byte ones).",
+        "(`16-bit`: two-byte ones); `pipelined`: loops holding dots that Triton's software "
+        "pipeliner took (async copies into multi-buffered shared memory, async wgmma on "
+        "sm_90a) of all such loops, `+n nested`: those holding an inner loop, which it skips "
+        "(the attention band's per-index sums); `exp2`: exponentials in base 2 (of all).",
         "",
         f"{len(rows)} kernels; problems at default tiles: {len(bad)}.",
         "",
@@ -114,6 +122,8 @@ def markdown(rows: list[dict]) -> str:
         "TC",
         "LDG/STG.128",
         "16-bit",
+        "pipelined",
+        "exp2",
         "problem",
     ]
     body = []
@@ -141,10 +151,19 @@ def markdown(rows: list[dict]) -> str:
             r.get("tensor_core_insts", ""),
             r.get("vector_global_insts", ""),
             r.get("narrow_global_insts", ""),
+            _pipelined(r),
+            f"{r['exp2']}/{r['exp2'] + r['exp']}" if r.get("exp2") is not None else "",
             r["problem"],
         ]
         body.append(cells)
     return "\n".join([*lines, *markdown_table(header, body)]) + "\n"
+
+
+def _pipelined(r: dict) -> str:
+    if not r.get("dot_loops"):
+        return ""
+    nested = f" +{r['nested_loops']} nested" if r["nested_loops"] else ""
+    return f"{r['pipelined_loops']}/{r['dot_loops']}{nested}"
 
 
 def compare(before: Path, after: Path) -> str:
@@ -160,10 +179,15 @@ def compare(before: Path, after: Path) -> str:
         "stack_bytes",
         "spill_stores",
         "wgmma_dots",
+        "pipelined_loops",
         "vector_global_insts",
     ]
     a, b = (pd.read_csv(p, keep_default_na=False, dtype=str) for p in (before, after))
     a, b = (df[df["default_tiles"] == "True"] for df in (a, b))
+    for df in (a, b):  # an audit from before a column existed
+        for c in shown:
+            if c not in df:
+                df[c] = "-"
     both = a.merge(b, on=key, suffixes=("_a", "_b"))
     header = [
         *SPEC_HEADER,
@@ -171,6 +195,7 @@ def compare(before: Path, after: Path) -> str:
         "stack",
         "STL",
         "wgmma dots",
+        "pipelined loops",
         "128-bit",
     ]
     body = []

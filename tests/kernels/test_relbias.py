@@ -399,18 +399,22 @@ def test_cpu_tensor_outside_the_interpreter_says_how(monkeypatch):
 
 
 # Tiles other than the interpreter's 16 x 16: rectangular, both orientations, the dq kernel's
-# transpose of bwd_tiles, tiles longer than the sequence; float32 forward and backward.
+# transpose of bwd_tiles, tiles longer than the sequence; and 16 x 16 at lengths where every
+# part of the key loop (beyond the clip on either side, the band) spans several blocks, at a
+# length that is not a multiple of the tile (the last block's bounds); float32 forward and
+# backward, table gradients included.
 TILES = [
-    (relbias.Tiles(32, 16), relbias.Tiles(16, 32)),
-    (relbias.Tiles(16, 64, 8, 3), relbias.Tiles(64, 16, 8, 3)),
+    (relbias.Tiles(32, 16), relbias.Tiles(16, 32), (37, 37), (29, 45)),
+    (relbias.Tiles(16, 64, 8, 3), relbias.Tiles(64, 16, 8, 3), (37, 37), (29, 45)),
+    (relbias.Tiles(16, 16), relbias.Tiles(16, 16), (101, 101), (83, 117)),
 ]
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("tiles", TILES, ids=["32x16", "16x64"])
+@pytest.mark.parametrize("tiles", TILES, ids=["32x16", "16x64", "16x16-long"])
 @pytest.mark.parametrize("family", ["alibi", "t5", "shaw", "shaw_kv"])
 def test_other_tiles_match_reference(family, tiles, causal):
-    lq, lk = (37, 37) if causal else (29, 45)
+    lq, lk = tiles[2] if causal else tiles[3]
     q, k, v = (torch.randn(1, 2, n, 32) for n in (lq, lk, lk))
     if family == "shaw_kv":
         tables = list(torch.randn(2, 2 * 3 + 1, 32))
@@ -505,3 +509,31 @@ def test_tiles_that_do_not_fit_fall_back_or_name_the_argument():
     assert tried == [big, relbias._SAFE]
     with pytest.raises(ValueError, match=r"bwd_tiles=Tiles\(block_m=128.*does not fit"):
         relbias._run(launch, big, None, "bwd_tiles")
+
+
+def test_gpus_with_99_kib_of_shared_memory_get_tiles_that_fit(monkeypatch):
+    """sm_86, sm_89 and sm_120 (99 KiB per block) get their own table, not the sm_80 one whose
+    3-stage 128 x 64 forward needs about 160 KiB (every launch would fail and fall back). The
+    estimate: the held block plus num_stages buffers of the two streamed ones."""
+    monkeypatch.setattr(relbias, "_interpreting", lambda: False)
+
+    def shared(t: relbias.Tiles, elem: int, block_d: int, backward: bool) -> int:
+        held, streamed = (t.block_n, t.block_m) if backward else (t.block_m, t.block_n)
+        return elem * block_d * ((2 if backward else 1) * held + t.num_stages * 2 * streamed)
+
+    for capability, arch in (
+        ((8, 6), "sm86"),
+        ((8, 9), "sm86"),
+        ((12, 0), "sm86"),
+        ((8, 0), "sm80"),
+    ):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d, c=capability: c)
+        for dtype in (torch.float32, torch.bfloat16):
+            q = torch.empty(1, 1, 1, 128, dtype=dtype)
+            for backward in (False, True):
+                spec = relbias._Spec(relbias.ALIBI, False, 1.0, 0, 1)
+                tiles, _ = spec.tiles(q, backward)
+                table = relbias._BWD_TILES if backward else relbias._FWD_TILES
+                assert tiles == table[arch][(q.element_size(), 128, "plain")]
+                if arch == "sm86":
+                    assert shared(tiles, q.element_size(), 128, backward) <= 99 * 1024
