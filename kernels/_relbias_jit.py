@@ -89,10 +89,15 @@ def _parts(
     HIGH: tl.constexpr,
     BLOCK_X: tl.constexpr,
     BLOCK_Y: tl.constexpr,
+    SPLIT: tl.constexpr,
 ):
     """The streamed blocks [start, end) (multiples of BLOCK_Y) against the held block
     [x0, x0 + BLOCK_X): [start, lo) lie K or more below it, [hi, end) K or more above, [lo, hi)
-    is the band. LOW / HIGH: whether those outer parts can hold anything (causal removes one)."""
+    is the band. LOW / HIGH: whether those outer parts can hold anything (causal removes one).
+    SPLIT False: everything is band (one masked loop: float32 IEEE on the FMA units, where the
+    three loops' code spills and there is no tensor-core pipeline to feed)."""
+    if not SPLIT:
+        return start, end
     lo = start
     if LOW:
         lo = tl.maximum(lo, tl.maximum(x0 - K + 1, 0) // BLOCK_Y * BLOCK_Y)
@@ -347,6 +352,7 @@ def _relbias_fwd_kernel(
     MASK_N: tl.constexpr,
     UPCAST: tl.constexpr,
     F32: tl.constexpr,
+    SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -380,7 +386,7 @@ def _relbias_fwd_kernel(
     end = LK
     if CAUSAL:  # key blocks entirely beyond the diagonal contribute nothing
         end = tl.minimum(LK, m0 + BLOCK_M)
-    lo, hi = _parts(m0, 0, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N)
+    lo, hi = _parts(m0, 0, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
     # before [0, lo), after [hi, end), then the band [lo, hi) (its sums are zero until then)
     acc, l_i, m_i, sums, side0, side1 = _fwd_part(
         acc,
@@ -730,6 +736,7 @@ def _relbias_bwd_dkdv_kernel(
     HAS_VALUE: tl.constexpr,
     UPCAST: tl.constexpr,
     F32: tl.constexpr,
+    SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -778,7 +785,7 @@ def _relbias_bwd_dkdv_kernel(
     if CAUSAL:  # query rows i < j see none of these keys
         start = n0 // BLOCK_M * BLOCK_M
     # queries K or more before the keys (r >= K: after), far after them (before), the band
-    lo, hi = _parts(n0, start, LQ, K, not CAUSAL, True, BLOCK_N, BLOCK_M)
+    lo, hi = _parts(n0, start, LQ, K, not CAUSAL, True, BLOCK_N, BLOCK_M, SPLIT)
     dk, dv = _dkdv_part(
         dk,
         dv,
@@ -1081,6 +1088,7 @@ def _relbias_bwd_dq_kernel(
     MASK_N: tl.constexpr,
     UPCAST: tl.constexpr,
     F32: tl.constexpr,
+    SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -1138,7 +1146,7 @@ def _relbias_bwd_dq_kernel(
     end = LK
     if CAUSAL:
         end = tl.minimum(LK, m0 + BLOCK_M)
-    lo, hi = _parts(m0, 0, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N)
+    lo, hi = _parts(m0, 0, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
     dq, totals, rel_sums, side0, side1 = _dq_part(
         dq,
         totals,

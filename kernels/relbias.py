@@ -59,6 +59,13 @@ def _upcast(q: Tensor) -> bool:
     return _interpreting() and q.dtype == torch.bfloat16
 
 
+def _split(q: Tensor, ieee: bool) -> bool:
+    """Split the key loop into before / after / band (kernels/_relbias_jit.py)? Not for float32
+    IEEE dots on a GPU (the FMA units: one masked loop, as its registers allow); always under
+    the interpreter, so that the CPU tests run the split code (tests cover both)."""
+    return _interpreting() or not (ieee and q.dtype == torch.float32)
+
+
 class Tiles(NamedTuple):
     """Launch settings of one kernel: a (block_m, block_n) tile of (query rows, key columns),
     num_warps and num_stages (software-pipelining depth of the key/query stream)."""
@@ -91,10 +98,10 @@ _FWD_TILES = {
         (4, 64, "value"): Tiles(16, 32, 8, 1),
     },
     "sm80": {
-        (2, 128, "plain"): Tiles(128, 64, 8, 3),
-        (2, 128, "value"): Tiles(64, 32, 8, 2),
+        (2, 128, "plain"): Tiles(64, 64, 8, 2),
+        (2, 128, "value"): Tiles(32, 32, 8, 2),
         (2, 64, "plain"): Tiles(128, 64, 8, 3),
-        (2, 64, "value"): Tiles(64, 32, 8, 2),
+        (2, 64, "value"): Tiles(32, 32, 4, 2),
         (4, 128, "plain"): Tiles(16, 32, 8, 1),
         (4, 128, "value"): Tiles(16, 32, 8, 1),
         (4, 64, "plain"): Tiles(32, 32, 8, 1),
@@ -107,16 +114,16 @@ _BWD_TILES = {
         (2, 128, "value"): Tiles(32, 64, 8, 2),
         (2, 64, "plain"): Tiles(32, 128, 8, 2),
         (2, 64, "value"): Tiles(32, 128, 8, 2),
-        (4, 128, "plain"): Tiles(16, 32, 4, 1),
-        (4, 128, "value"): Tiles(16, 32, 4, 1),
+        (4, 128, "plain"): Tiles(16, 32, 8, 1),
+        (4, 128, "value"): Tiles(16, 32, 8, 1),
         (4, 64, "plain"): Tiles(32, 32, 4, 1),
         (4, 64, "value"): Tiles(32, 32, 4, 1),
     },
     "sm80": {
         (2, 128, "plain"): Tiles(32, 64, 8, 2),
-        (2, 128, "value"): Tiles(16, 32, 4, 1),
+        (2, 128, "value"): Tiles(16, 32, 4, 2),
         (2, 64, "plain"): Tiles(32, 64, 8, 2),
-        (2, 64, "value"): Tiles(32, 64, 8, 2),
+        (2, 64, "value"): Tiles(32, 32, 8, 2),
         (4, 128, "plain"): Tiles(16, 32, 4, 1),
         (4, 128, "value"): Tiles(16, 32, 4, 1),
         (4, 64, "plain"): Tiles(32, 32, 8, 1),
@@ -331,6 +338,7 @@ def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec):
             UPCAST=_upcast(q),
             # float32: 3xTF32; with Shaw's value term IEEE (its 3xTF32 spills at every tile)
             F32=(2 if spec.has_value else 1) * (q.dtype == torch.float32),
+            SPLIT=_split(q, ieee=spec.has_value),
             BLOCK_M=t.block_m,
             BLOCK_N=t.block_n,
             BLOCK_D=_block_d(d),
@@ -350,7 +358,8 @@ def _delta(do: Tensor, out: Tensor) -> Tensor:
     """rowsum(do * out) (B * H, Lq) float32, by one small kernel in the inputs' dtype."""
     bsz, heads, lq, d = out.shape
     delta = torch.empty(bsz * heads, lq, device=out.device, dtype=torch.float32)
-    block_m = 16 if _interpreting() else 64
+    # 4096 elements of each operand per program: 32 registers a thread (4 warps), no spill
+    block_m = 16 if _interpreting() else max(16, 4096 // _block_d(d))
     _relbias_bwd_delta_kernel[_grid(triton.cdiv(lq, block_m), bsz, heads)](
         out,
         do,
@@ -386,7 +395,12 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
     g_strides = g.stride() if g is not None else (0, 0, 0, 0)
     strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     # float32: IEEE dots (3xTF32 spills in these kernels)
-    shared = dict(**spec.constexprs, UPCAST=_upcast(q), F32=2 * (q.dtype == torch.float32))
+    shared = dict(
+        **spec.constexprs,
+        UPCAST=_upcast(q),
+        F32=2 * (q.dtype == torch.float32),
+        SPLIT=_split(q, ieee=True),
+    )
 
     def launch(tiles: Tiles) -> Tensor | None:
         """Both kernels; -> the dq kernel's per-program table-gradient partials (or None)."""

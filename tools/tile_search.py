@@ -84,7 +84,7 @@ def _passes(direction, dtype, d, families, tiles, target, pool) -> tuple[bool, s
     results = list(pool.map(compile_job, [j for _, _, j in jobs]))
     worst = 0
     for (family, causal, job), res in zip(jobs, results, strict=True):
-        row = dict(res, dtype=dtype, default_tiles=True)
+        row = dict(res, dtype=dtype, default_tiles=True, kernel=job["name"], family=family)
         why = problems(row, cap)
         if why:
             return False, f"{family} causal={causal} {job['name']}: {why}"

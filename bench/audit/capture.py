@@ -96,7 +96,7 @@ def recording(capability: int):
     launches = []
 
     def record(self, *args, grid, warmup, **kwargs):
-        launches.append((self, args, kwargs))
+        launches.append((self, args, kwargs, grid))
 
     run, cap = JITFunction.run, torch.cuda.get_device_capability
     JITFunction.run = record
@@ -177,7 +177,7 @@ def capture(spec: Spec, capability: int) -> list[dict]:
     with recording(capability) as launches:
         (_launch_rope if spec.kernel == "rope" else _launch_relbias)(spec)
     jobs = []
-    for fn, args, kwargs in launches:
+    for fn, args, kwargs, _grid in launches:
         if spec.kernel == "relbias" and spec.bwd_tiles and "fwd" in fn.__name__:
             continue  # a backward candidate: its forward is the default's
         binder = create_function_from_signature(fn.signature, fn.params, backend)
@@ -234,7 +234,7 @@ def plan_launches(plan, capability: int = 90) -> dict[str, int]:
                 run_for_check(call, leaves, task.grad, outs if task.grad else None)
     backend = make_backend(GPUTarget("cuda", capability, 32))
     keys: dict[str, set[str]] = {}
-    for fn, args, kwargs in launches:
+    for fn, args, kwargs, _grid in launches:
         binder = create_function_from_signature(fn.signature, fn.params, backend)
         _bound, specialization, options = binder(*args, **kwargs)
         keys.setdefault(fn.__name__, set()).add(repr((specialization, options)))

@@ -153,6 +153,7 @@ def problems(row: dict, capability: int) -> str:
         flat = row["dot_loops"] - row["nested_loops"]  # loops the pipeliner can take
         if (
             capability == 90
+            and (half or forward)  # float32 IEEE kernels: one masked loop on the FMA units
             and row["dot_loops"]
             and (not row["pipelined_loops"] or row["pipelined_loops"] < flat)
         ):

@@ -67,13 +67,15 @@ class _Count(TorchDispatchMode):
 
 @contextlib.contextmanager
 def stubbed_launches():
-    """Every Triton kernel launch does nothing (under TRITON_INTERPRET=1)."""
+    """Every Triton kernel launch does nothing (under TRITON_INTERPRET=1); yields a list that
+    each launch appends its kernel's name to. The JIT's own launch cost (binding the arguments,
+    some microseconds a launch on a GPU) is not in the times: count the launches instead."""
     from triton.runtime.interpreter import InterpretedFunction
 
-    run = InterpretedFunction.run
-    InterpretedFunction.run = lambda self, *a, **k: None
+    run, names = InterpretedFunction.run, []
+    InterpretedFunction.run = lambda self, *a, **k: names.append(self.fn.__name__)
     try:
-        yield
+        yield names
     finally:
         InterpretedFunction.run = run
 
@@ -141,12 +143,14 @@ def measure(reps: int = 200) -> list[dict]:
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("run with TRITON_INTERPRET=1 (the launches are stubbed there)")
     rows = []
-    with stubbed_launches():
+    with stubbed_launches() as triton_launches:
         for name, fwd in _calls().items():
             for part, fn in (("forward", fwd), ("backward", _backward_of(fwd))):
                 fn()  # warm: first-call caches
+                del triton_launches[:]
                 with _Count() as c:
                     fn()
+                kernels = len(triton_launches)
                 times = []
                 for _ in range(reps):
                     t0 = time.perf_counter()
@@ -157,6 +161,7 @@ def measure(reps: int = 200) -> list[dict]:
                     dict(
                         call=name,
                         part=part,
+                        kernels=kernels,
                         launches=c.launches,
                         allocs=c.allocs,
                         us=med,
@@ -168,11 +173,20 @@ def measure(reps: int = 200) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    header = ["call", "part", "torch launches", "allocations", "host us (IQR)", "torch ops"]
+    header = [
+        "call",
+        "part",
+        "Triton kernels",
+        "torch launches",
+        "allocations",
+        "host us (IQR)",
+        "torch ops",
+    ]
     body = [
         [
             r["call"],
             r["part"],
+            r["kernels"],
             r["launches"],
             r["allocs"],
             f"{r['us']:.0f} ({r['iqr'][0]:.0f}-{r['iqr'][1]:.0f})",

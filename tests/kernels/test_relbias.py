@@ -407,14 +407,18 @@ TILES = [
     (relbias.Tiles(32, 16), relbias.Tiles(16, 32), (37, 37), (29, 45)),
     (relbias.Tiles(16, 64, 8, 3), relbias.Tiles(64, 16, 8, 3), (37, 37), (29, 45)),
     (relbias.Tiles(16, 16), relbias.Tiles(16, 16), (101, 101), (83, 117)),
+    (relbias.Tiles(16, 16), relbias.Tiles(16, 16), (101, 101), (83, 117), "one loop"),
 ]
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("tiles", TILES, ids=["32x16", "16x64", "16x16-long"])
+@pytest.mark.parametrize("tiles", TILES, ids=["32x16", "16x64", "16x16-long", "one-loop"])
 @pytest.mark.parametrize("family", ["alibi", "t5", "shaw", "shaw_kv"])
-def test_other_tiles_match_reference(family, tiles, causal):
+def test_other_tiles_match_reference(family, tiles, causal, monkeypatch):
+    """ "one loop": the GPU's float32 IEEE path, the key loop unsplit."""
     lq, lk = tiles[2] if causal else tiles[3]
+    if len(tiles) > 4:
+        monkeypatch.setattr(relbias, "_split", lambda q, ieee: False)
     q, k, v = (torch.randn(1, 2, n, 32) for n in (lq, lk, lk))
     if family == "shaw_kv":
         tables = list(torch.randn(2, 2 * 3 + 1, 32))
@@ -537,3 +541,86 @@ def test_3xtf32_dots_keep_float32_accuracy():
     ieee, one = err(q @ k.t()), err(q_hi @ k_hi.t())
     assert err(x3) <= 4 * ieee and err(x3) < TOL[torch.float32] / 10
     assert one > 100 * ieee
+
+
+def test_gpus_with_99_kib_of_shared_memory_get_tiles_that_fit(monkeypatch):
+    """sm_86, sm_89 and sm_120 (99 KiB per block) get their own table, not the sm_80 one whose
+    3-stage 128 x 64 forward needs about 160 KiB (every launch would fail and fall back). The
+    estimate: the held block plus num_stages buffers of the two streamed ones."""
+    monkeypatch.setattr(relbias, "_interpreting", lambda: False)
+
+    def shared(t: relbias.Tiles, elem: int, block_d: int, backward: bool) -> int:
+        held, streamed = (t.block_n, t.block_m) if backward else (t.block_m, t.block_n)
+        return elem * block_d * ((2 if backward else 1) * held + t.num_stages * 2 * streamed)
+
+    for capability, arch in (
+        ((8, 6), "sm86"),
+        ((8, 9), "sm86"),
+        ((12, 0), "sm86"),
+        ((8, 0), "sm80"),
+    ):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d, c=capability: c)
+        for dtype in (torch.float32, torch.bfloat16):
+            q = torch.empty(1, 1, 1, 128, dtype=dtype)
+            for backward in (False, True):
+                spec = relbias._Spec(relbias.ALIBI, False, 1.0, 0, 1)
+                tiles, _ = spec.tiles(q, backward)
+                table = relbias._BWD_TILES if backward else relbias._FWD_TILES
+                assert tiles == table[arch][(q.element_size(), 128, "plain")]
+                if arch == "sm86":
+                    assert shared(tiles, q.element_size(), 128, backward) <= 99 * 1024
+
+
+def test_key_term_strides_are_read_as_given():
+    """relk (the key term) and g (do E_V^T, made in the backward) are read with their own
+    strides: a relk laid out column-major gives the same output and gradients."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 19, 16, generator=g, device="cpu").to(DEVICE) for _ in range(3))
+    emb_k, emb_v = (torch.randn(7, 16, generator=g).to(DEVICE) for _ in range(2))
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, emb_k, emb_v)]
+    want = relbias.relative_attention(*leaves[:3], shaw_k=leaves[3], shaw_v=leaves[4])
+    up = torch.randn(want.shape, generator=g).to(DEVICE)
+    want_grads = torch.autograd.grad(want, leaves, up)
+    q2, k2, v2, ek2, ev2 = (t.clone().requires_grad_() for t in (q, k, v, emb_k, emb_v))
+    scale = 16**-0.5
+    relk = torch.matmul(q2 * scale, ek2.t())
+    relk = relk.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, other strides
+    assert relk.stride()[-1] != 1
+    spec = relbias._Spec(relbias.SHAW_KV, False, scale, 3, 7, has_value=True)
+    got = relbias.RelativeBiasAttention.apply(q2, k2, v2, None, None, relk, ev2, spec)
+    assert_close(got, want, atol=2e-5, rtol=2e-5)
+    for a, b in zip(torch.autograd.grad(got, [q2, k2, v2, ek2, ev2], up), want_grads, strict=True):
+        assert_close(a, b, atol=2e-5, rtol=2e-5)
+
+
+GRIDS = """
+import torch
+from bench.audit.capture import recording
+from kernels import relbias
+
+q = torch.empty(7000, 10, 64, 32, device="meta", dtype=torch.bfloat16, requires_grad=True)
+with recording(90) as launches:
+    out = relbias.relative_attention(q, q, q, alibi_slopes=torch.empty(10, device="meta"))
+    torch.autograd.grad(out, [q], torch.empty_like(out))
+print([grid for *_, grid in launches])
+"""
+
+
+def test_grids_stay_within_cudas_limits_past_65535_heads():
+    """B * H = 70000 (more than a grid's y dimension may hold): every launch's grid is flat and
+    within CUDA's x limit. The launches are recorded on meta tensors as the compile audit does
+    (the JIT's, so in a process without the interpreter)."""
+    import ast
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run(
+        [sys.executable, "-c", GRIDS], env=env, cwd=root, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    grids = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    assert len(grids) == 4  # forward, delta, dk/dv, dq
+    for grid in grids:
+        assert len(grid) == 1 and grid[0] < 2**31, grid

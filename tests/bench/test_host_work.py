@@ -1,0 +1,29 @@
+"""Host work per kernel call (bench.audit.host), counted: the torch operations a call dispatches
+besides its Triton kernels, with the launches stubbed. Machine-independent: counts, not times."""
+
+import pytest
+
+from bench.audit import host
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return {(r["call"], r["part"]): r for r in host.measure(reps=2)}
+
+
+def test_attention_and_rope_calls_do_no_host_work_besides_their_kernels(rows):
+    """T5 used to rebuild its bucket index per call (24 torch operations), Shaw's scalar bias an
+    index (3), every backward delta on float32 copies and casts of its gradients (7-8); now the
+    index is cached, delta is a kernel and the gradients are written in the inputs' dtype. What
+    is left: the table gradient's sum over programs, and Shaw's key+value terms (torch matmuls
+    that autograd differentiates)."""
+    for family in ("alibi", "t5", "shaw"):
+        for causal in ("", " causal"):
+            call = f"attention {family}{causal}"
+            assert rows[(call, "forward")]["launches"] == 0, rows[(call, "forward")]
+            assert rows[(call, "forward")]["kernels"] == 1
+            table_sum = 0 if family == "alibi" else 1  # ALiBi's slopes do not train here
+            assert rows[(call, "backward")]["launches"] == table_sum, rows[(call, "backward")]
+            assert rows[(call, "backward")]["kernels"] == 3  # delta, dk/dv, dq
+    for part in ("forward", "backward"):
+        assert rows[("rope", part)]["launches"] == 0 and rows[("rope", part)]["kernels"] == 1
