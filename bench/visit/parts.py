@@ -50,7 +50,7 @@ def _bench(*args: str) -> tuple[str, ...]:
 PARTS = (
     Part(
         "tests",
-        65,
+        70,
         30,
         (
             "-m",
@@ -79,7 +79,7 @@ PARTS = (
     ),
     Part(
         "sweep",
-        145,
+        155,
         60,
         _bench("sweep=gpu", f"impls={CORE_IMPLS}", "hydra.run.dir={res}/sweep-gpu"),
         _bench(
@@ -95,7 +95,7 @@ PARTS = (
     ),
     Part(
         "audit",
-        95,
+        85,
         50,
         ("{audit}", "--out", "{res}/audit"),
         ("{audit}", "--dry", "--out", "{res}/audit"),
