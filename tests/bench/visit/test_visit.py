@@ -124,8 +124,9 @@ def test_every_limit_covers_its_estimate_and_the_parts_fit_the_budget(plan):
 
 
 def test_the_sweep_estimate_counts_the_kernels_the_plan_launches():
-    """sweep=gpu's Triton rows: 4 bias families x causal or not x (forward, dq, dk/dv), and
-    RoPE's forward and backward (the layouts and lengths share a specialization)."""
+    """sweep=gpu's Triton rows: 4 bias families x causal or not x (forward, dq, dk/dv), the
+    backward's delta kernel (one specialization for all), and RoPE's forward and backward (the
+    layouts and lengths share a specialization)."""
     out = _compiling(
         "from bench.visit import estimate; from bench.visit.parts import PARTS; "
         "from bench.audit.capture import plan_launches; "
@@ -136,6 +137,7 @@ def test_the_sweep_estimate_counts_the_kernels_the_plan_launches():
         "_relbias_fwd_kernel": 8,
         "_relbias_bwd_dq_kernel": 8,
         "_relbias_bwd_dkdv_kernel": 8,
+        "_relbias_bwd_delta_kernel": 1,
         "_rope_kernel": 2,
     }
 
