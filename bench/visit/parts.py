@@ -50,7 +50,7 @@ def _bench(*args: str) -> tuple[str, ...]:
 PARTS = (
     Part(
         "tests",
-        70,
+        80,
         30,
         (
             "-m",
@@ -79,7 +79,7 @@ PARTS = (
     ),
     Part(
         "sweep",
-        155,
+        165,
         60,
         _bench("sweep=gpu", f"impls={CORE_IMPLS}", "hydra.run.dir={res}/sweep-gpu"),
         _bench(
@@ -146,6 +146,7 @@ PARTS = (
             "hydra.run.dir={res}/sweep-compiled",
         ),
         "torch.compile of the eager RoPE beside the kernel at the target's shape",
+        reserved=False,  # after the kernels' own figures: in what is left
     ),
     Part(
         "cpu_cuda",
