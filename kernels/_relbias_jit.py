@@ -49,7 +49,7 @@ LOG2E = tl.constexpr(1.4426950408889634)
 def _dot(a, b, F32: tl.constexpr):
     """F32 0: half-precision operands (tensor cores); 1: float32 as three TF32 products, about
     float32's accuracy on tensor cores (the forward); 2: float32 IEEE on the FMA units (the
-    backward kernels, whose 3xTF32 splits spill at every tile tried: results/gpu-compile)."""
+    backward kernels, whose 3xTF32 splits spilled at every tile tools/tile_search.py tried)."""
     if F32 == 1:
         return tl.dot(a, b, input_precision="tf32x3")
     elif F32 == 2:

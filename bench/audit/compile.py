@@ -147,7 +147,7 @@ def problems(row: dict, capability: int) -> str:
             found.append(f"{row['dots'] - row['wgmma_dots']} dot(s) without wgmma")
         # float32 on tensor cores (3xTF32) and pipelined: the forward without Shaw's value term
         # (the rest keep IEEE dots: their 3xTF32 splits spill at every tile tried)
-        forward = "fwd" in row.get("kernel", "fwd") and row.get("family") != "shaw_kv"
+        forward = "fwd" in row["kernel"] and row["family"] != "shaw_kv"
         if not half and forward and row.get("fma_loop_dots"):  # float32: 3xTF32 on tensor cores
             found.append(f"{row['fma_loop_dots']} dot(s) of the key loops on the FMA units")
         flat = row["dot_loops"] - row["nested_loops"]  # loops the pipeliner can take

@@ -41,9 +41,6 @@ _FREE = {
     "select",
     "slice",
     "reshape",
-    "empty_strided",
-    "empty",
-    "clone_view",
 }
 _ALLOC = {"empty", "empty_strided", "empty_like", "zeros", "zeros_like", "new_empty"}
 
