@@ -18,6 +18,13 @@ from torch import Tensor
 
 from posenc._bias import alibi_bias, alibi_slopes, relative_attention, t5_relative_bucket
 from posenc._checks import check_float, check_positive
+from posenc._multiaxis import (
+    mrope_axes,
+    mrope_cos_sin,
+    mrope_position_ids,
+    rope_2d_cos_sin,
+    xpos_scale,
+)
 from posenc._rotate import rotate_into
 from posenc._scaling import rope_frequencies
 
@@ -71,6 +78,7 @@ def rope_cos_sin(
     *,
     scaling: dict | None = None,
     seq_len: int | None = None,
+    rotate_fraction: float = 1.0,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> tuple[Tensor, Tensor]:
@@ -79,6 +87,10 @@ def rope_cos_sin(
     positions: an integer tensor of any shape (N,), (B, L), ... or an int N meaning 0 .. N-1.
     scaling, seq_len: a long-context variant of the frequencies theta_i and its attention
     factor a (1 without one): `rope_frequencies` (posenc/_scaling.py).
+    rotate_fraction: p-RoPE's p (Barbero et al. 2024; transformers' "proportional" RoPE of
+    Gemma 4): only the first floor(p * dim / 2) frequencies, the highest, turn; the others get
+    angle 0 (cos = a, sin = 0), so their pairs pass through. Unlike partial rotary (dim < D),
+    the kept frequencies stay base^(-2i/dim) of the whole dim.
     The product and the trigonometry run in float64 and the result is cast to ``dtype`` (float32
     by default), so the tables stay within 1e-6 of the float64 truth even at p = 2**20.
     """
@@ -90,8 +102,17 @@ def rope_cos_sin(
     if positions.is_floating_point() or positions.is_complex():
         raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
     inv_freq, factor = rope_frequencies(dim, base, scaling, seq_len, device=positions.device)
+    inv_freq[rotating_frequencies(dim, rotate_fraction) :] = 0.0
     angles = positions.to(torch.float64).unsqueeze(-1) * inv_freq  # (..., dim/2)
     return (factor * angles.cos()).to(dtype), (factor * angles.sin()).to(dtype)
+
+
+def rotating_frequencies(dim: int, rotate_fraction: float) -> int:
+    """How many of dim/2 frequencies p-RoPE keeps: floor(p * dim / 2), p in [0, 1]."""
+    p = rotate_fraction
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+        raise ValueError(f"rotate_fraction must be a number in [0, 1], got {p!r}")
+    return int(p * dim // 2)
 
 
 def apply_rope(
@@ -282,6 +303,12 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",
+    "mrope_axes",
+    "mrope_cos_sin",
+    "mrope_position_ids",
+    "rope_2d_cos_sin",
+    "rotating_frequencies",
+    "xpos_scale",
     "relative_attention",
     "relative_positions",
     "rope_cos_sin",

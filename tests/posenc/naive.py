@@ -64,3 +64,31 @@ def output(module, z):
     b, h, seq_len, d = z.shape
     z = z.transpose(1, 2).reshape(b, seq_len, h * d)
     return z @ module.w_o.weight.double().T + module.w_o.bias.double()
+
+
+def mrope_angle(pos3, i: int, head_dim: int, section, interleaved: bool, base: float) -> float:
+    """One frequency's angle for one token of M-RoPE: pos3 = (t, h, w) ints. Contiguous
+    sections hand out frequencies t first, then h, then w; interleaved ones deal them round
+    robin t, h, w while an axis has frequencies left (Qwen3-VL), t taking what remains."""
+    if interleaved:
+        left, owner = [section[0], section[1], section[2]], []
+        for j in range(head_dim // 2):
+            axis = j % 3
+            if axis and left[axis] == 0:
+                axis = 0
+            left[axis] -= 1
+            owner.append(axis)
+        axis = owner[i]
+    else:
+        axis = 0 if i < section[0] else 1 if i < section[0] + section[1] else 2
+    return pos3[axis] * base ** (-2 * i / head_dim)
+
+
+def rope_2d_angle(row: int, col: int, i: int, head_dim: int, split: str, base: float) -> float:
+    """One frequency's angle of 2D RoPE for the patch at (row, col)."""
+    quarter = head_dim // 4
+    first, j = i < quarter, i % quarter
+    if split == "pixtral":  # frequencies of the whole head dim, even ones by row, odd by column
+        return (row if first else col) * base ** (-2 * (2 * j + (0 if first else 1)) / head_dim)
+    a, b = (col, row) if split == "axial_xy" else (row, col)
+    return (a if first else b) * base ** (-4 * j / head_dim)
