@@ -9,7 +9,9 @@ every argument the launcher takes (layouts, pairs, partial rotary, positions) wi
 
 Layout inside the kernel: q and k are seen as (B, L, H, D) through four strides each, whatever
 their memory order (`layout="bhsd"` is a transposed view, a fused-qkv split is a strided view);
-nothing is made contiguous. cos/sin are (L_max, R/2) float32 rows indexed by position.
+nothing is made contiguous. cos/sin are (L_max, F) float32 rows indexed by position, or
+(B, L, F) per-token rows (multi-axis RoPE: M-RoPE, 2D RoPE, every form that mixes positions per
+frequency reduces to them); F <= R/2 frequencies turn, the rest of the R/2 pairs pass (p-RoPE).
 """
 
 # No `from __future__ import annotations` here: torch.library.custom_op reads the launcher's
@@ -25,7 +27,8 @@ from torch import Tensor, nn
 # Kernel
 # ---------------------------------------------------------------------------------------------
 
-POS_RANGE, POS_PER_SEQ, POS_IDS = 0, 1, 2  # positions: offset + l | offsets[b] + l | ids[b, l]
+# Rows of cos/sin: offset + l | offsets[b] + l | ids[b, l] | the token's own row (b, l)
+POS_RANGE, POS_PER_SEQ, POS_IDS, POS_TABLE = 0, 1, 2, 3
 
 
 @triton.jit
@@ -41,6 +44,7 @@ def _rotate_heads(
     sin,
     D,
     HALF,
+    N_PAIRS,
     INTERLEAVED: tl.constexpr,
     COPY_TAIL: tl.constexpr,
     OFFS_64: tl.constexpr,
@@ -48,10 +52,12 @@ def _rotate_heads(
     BLOCK_HALF: tl.constexpr,
     BLOCK_TAIL: tl.constexpr,
 ):
-    """Rotate all heads of one token: x_ptr/o_ptr point at (b, l, head 0, dim 0). Offsets
-    within the token are 32-bit unless OFFS_64 (a head stride past 2**31 elements)."""
+    """Rotate all heads of one token: x_ptr/o_ptr point at (b, l, head 0, dim 0). Pairs
+    (i, i + HALF) or (2i, 2i + 1) for i < N_PAIRS are read and written (N_PAIRS < HALF in place
+    with p-RoPE: the pairs that stand still are not touched). Offsets within the token are
+    32-bit unless OFFS_64 (a head stride past 2**31 elements)."""
     offs_i = tl.arange(0, BLOCK_HALF)  # pair index i < R/2
-    mask_i = offs_i < HALF
+    mask_i = offs_i < N_PAIRS
     for h0 in range(0, n_heads, BLOCK_H):
         offs_h = h0 + tl.arange(0, BLOCK_H)
         if OFFS_64:
@@ -60,7 +66,7 @@ def _rotate_heads(
         mask_h = offs_h[:, None] < n_heads
         if INTERLEAVED:  # pairs (2i, 2i + 1): a whole row loaded, split in registers
             offs_r = tl.arange(0, 2 * BLOCK_HALF)
-            mask = mask_h & (offs_r[None, :] < 2 * HALF)
+            mask = mask_h & (offs_r[None, :] < 2 * N_PAIRS)
             x = tl.load(x_ptr + row_x + offs_r[None, :] * stride_xd, mask=mask, other=0.0)
             a, b = tl.split(tl.reshape(x.to(tl.float32), (BLOCK_H, BLOCK_HALF, 2)))
         else:  # pairs (i, i + R/2): two contiguous halves
@@ -92,12 +98,15 @@ def _rope_kernel(
     ko_ptr,
     cos_ptr,
     sin_ptr,
+    scale_ptr,
     pos_ptr,
     L,
     HQ,
     HK,
     D,
     HALF,
+    NFREQ,
+    N_PAIRS,
     pos_offset,
     stride_qb,
     stride_ql,
@@ -119,6 +128,7 @@ def _rope_kernel(
     stride_pb,
     stride_pl,
     POS_KIND: tl.constexpr,
+    XPOS: tl.constexpr,
     INTERLEAVED: tl.constexpr,
     BACKWARD: tl.constexpr,
     COPY_TAIL: tl.constexpr,
@@ -130,24 +140,34 @@ def _rope_kernel(
 ):
     """One program per token (b, l): loads its cos/sin row once and rotates every q and k head.
 
-    Reads and writes (HQ + HK) * D elements per program; cos/sin rows (R/2 floats each) stay in L2.
-    BACKWARD rotates by -angle (the inverse rotation: the gradient of a rotation is its transpose).
+    Reads and writes (HQ + HK) * D elements per program; cos/sin rows (NFREQ floats each) stay in
+    L2 (per-token rows: read once, 8 NFREQ bytes a token, under 3% of Qwen2-VL-7B's q and k).
+    Frequencies NFREQ .. HALF - 1 get cos 1 and sin 0 (p-RoPE). XPOS: q's rows times the scale
+    row, k's divided by it. BACKWARD rotates by -angle with the same scale (each pair's map is a
+    scale times a rotation, whose transpose is the scale times the inverse rotation).
     The token's base address is 64-bit (B * L * H * D may exceed 2**31).
     """
     pid = tl.program_id(0).to(tl.int64)
     b = pid // L
     l = pid % L
     if POS_KIND == 0:
-        pos = l + pos_offset
+        row = (l + pos_offset) * stride_cos
     elif POS_KIND == 1:
-        pos = l + tl.load(pos_ptr + b * stride_pb).to(tl.int64)
-    else:
-        pos = tl.load(pos_ptr + b * stride_pb + l * stride_pl).to(tl.int64)
+        row = (l + tl.load(pos_ptr + b * stride_pb).to(tl.int64)) * stride_cos
+    elif POS_KIND == 2:
+        row = tl.load(pos_ptr + b * stride_pb + l * stride_pl).to(tl.int64) * stride_cos
+    else:  # (B, L, NFREQ) tables: stride_pb is the table's batch stride
+        row = b * stride_pb + l * stride_cos
     offs_i = tl.arange(0, BLOCK_HALF)
-    cos = tl.load(cos_ptr + pos * stride_cos + offs_i, mask=offs_i < HALF, other=1.0)
-    sin = tl.load(sin_ptr + pos * stride_cos + offs_i, mask=offs_i < HALF, other=0.0)
+    cos = tl.load(cos_ptr + row + offs_i, mask=offs_i < NFREQ, other=1.0)
+    sin = tl.load(sin_ptr + row + offs_i, mask=offs_i < NFREQ, other=0.0)
     if BACKWARD:
         sin = -sin
+    cos_k, sin_k = cos, sin
+    if XPOS:
+        scale = tl.load(scale_ptr + row + offs_i, mask=offs_i < NFREQ, other=1.0)
+        cos, sin = cos * scale, sin * scale
+        cos_k, sin_k = cos_k / scale, sin_k / scale
     _rotate_heads(
         q_ptr + b * stride_qb + l * stride_ql,
         qo_ptr + b * stride_qob + l * stride_qol,
@@ -160,6 +180,7 @@ def _rope_kernel(
         sin,
         D,
         HALF,
+        N_PAIRS,
         INTERLEAVED,
         COPY_TAIL,
         OFFS_64,
@@ -175,10 +196,11 @@ def _rope_kernel(
         stride_koh,
         stride_kod,
         HK,
-        cos,
-        sin,
+        cos_k,
+        sin_k,
         D,
         HALF,
+        N_PAIRS,
         INTERLEAVED,
         COPY_TAIL,
         OFFS_64,
@@ -197,12 +219,17 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def _launch(q, k, q_out, k_out, cos, sin, pos, offset: int, interleaved: bool, backward: bool):
-    """q, k, q_out, k_out are (B, L, H, D) views (any strides); pos None, (B,) or (B, L)."""
+def _launch(
+    q, k, q_out, k_out, cos, sin, scale, pos, offset: int, rotary: int, interleaved, backward
+):
+    """q, k, q_out, k_out are (B, L, H, D) views (any strides); pos None, (B,) or (B, L);
+    cos/sin/scale (L_max, F) or (B | 1, L, F); rotary: R, the span of the rotated pairs."""
     bsz, seq_len, hq, d = q.shape
     hk = k.shape[2]
-    half = cos.shape[1]
-    if pos is None:
+    half, n_freq = rotary // 2, cos.shape[-1]
+    if cos.dim() == 3:  # per-token rows; a batch of 1 broadcasts
+        kind, pos_arg, spb, spl = POS_TABLE, cos, cos.stride(0) if cos.shape[0] > 1 else 0, 0
+    elif pos is None:
         kind, pos_arg, spb, spl = POS_RANGE, cos, 0, 0  # pos_arg unused: any pointer
     elif pos.dim() == 1:
         kind, pos_arg, spb, spl = POS_PER_SEQ, pos, pos.stride(0), 0
@@ -210,7 +237,8 @@ def _launch(q, k, q_out, k_out, cos, sin, pos, offset: int, interleaved: bool, b
         kind, pos_arg, spb, spl = POS_IDS, pos, pos.stride(0), pos.stride(1)
     block_half = triton.next_power_of_2(half)
     tail = d - 2 * half
-    copy_tail = tail > 0 and q_out.data_ptr() != q.data_ptr()
+    in_place = q_out.data_ptr() == q.data_ptr()
+    copy_tail = tail > 0 and not in_place
 
     # Head tiles of at most ~4K elements: (BLOCK_H, BLOCK_HALF) fp32 pairs held in registers;
     # q and k get their own tile height so that a 4:1 GQA k is not padded to q's head count.
@@ -230,21 +258,25 @@ def _launch(q, k, q_out, k_out, cos, sin, pos, offset: int, interleaved: bool, b
         k_out,
         cos,
         sin,
+        cos if scale is None else scale,  # unused without xPos: any pointer
         pos_arg,
         seq_len,
         hq,
         hk,
         d,
         half,
+        n_freq,
+        n_freq if in_place else half,  # in place, the pairs that stand still are not touched
         offset,
         *q.stride(),
         *k.stride(),
         *q_out.stride(),
         *k_out.stride(),
-        cos.stride(0),
+        cos.stride(-2),
         spb,
         spl,
         POS_KIND=kind,
+        XPOS=scale is not None,
         INTERLEAVED=interleaved,
         BACKWARD=backward,
         COPY_TAIL=copy_tail,
@@ -256,7 +288,7 @@ def _launch(q, k, q_out, k_out, cos, sin, pos, offset: int, interleaved: bool, b
     )
 
 
-def _check(q, k, cos, sin, pos, offset: int) -> None:
+def _check(q, k, cos, sin, scale, pos, offset: int, rotary: int) -> None:
     """Every argument check, with the argument's name in the message."""
     for name, t in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
         if not isinstance(t, Tensor):
@@ -274,17 +306,35 @@ def _check(q, k, cos, sin, pos, offset: int) -> None:
         raise ValueError(f"q is (B={bsz}, L={seq_len}) but k is (B={kb}, L={kl})")
     if d % 2:
         raise ValueError(f"head dim D must be even, got {d}")
-    if cos.dim() != 2 or sin.shape != cos.shape:
+    if cos.dim() not in (2, 3) or sin.shape != cos.shape:
         raise ValueError(
-            f"cos and sin must both be (L_max, R/2), got {tuple(cos.shape)} and {tuple(sin.shape)}"
+            f"cos and sin must both be (L_max, F) or per-token (B, L, F), got {tuple(cos.shape)} "
+            f"and {tuple(sin.shape)}"
         )
     if cos.dtype != torch.float32 or sin.dtype != torch.float32:
         raise TypeError(f"cos and sin must be float32 tables, got {cos.dtype} and {sin.dtype}")
-    if 2 * cos.shape[1] > d:
-        raise ValueError(f"rotary dim R = 2 * cos.shape[1] = {2 * cos.shape[1]} exceeds D={d}")
-    if cos.stride(1) != 1 or sin.stride() != cos.stride():
-        raise ValueError("cos and sin must have unit stride along R/2 and the same strides")
-    others = (("k", k), ("cos", cos), ("sin", sin), ("positions", pos))
+    n_freq = cos.shape[-1]
+    if 2 * n_freq > d:
+        raise ValueError(f"rotary dim R = 2 * cos.shape[-1] = {2 * n_freq} exceeds D={d}")
+    if isinstance(rotary, bool) or not isinstance(rotary, int) or rotary % 2:
+        raise ValueError(f"rotary_dim must be an even int, got {rotary!r}")
+    if not 2 * n_freq <= rotary <= d:
+        raise ValueError(
+            f"rotary_dim must lie in 2 * cos.shape[-1] = {2 * n_freq} .. D={d}, got {rotary}"
+        )
+    if cos.stride(-1) != 1 or sin.stride() != cos.stride():
+        raise ValueError("cos and sin must have unit stride along F and the same strides")
+    if scale is not None and (
+        not isinstance(scale, Tensor)
+        or scale.shape != cos.shape
+        or scale.dtype != torch.float32
+        or scale.stride() != cos.stride()
+    ):
+        raise ValueError(
+            f"xpos_scale must be a float32 table shaped and strided like cos {tuple(cos.shape)}, "
+            f"got {getattr(scale, 'shape', scale)}"
+        )
+    others = (("k", k), ("cos", cos), ("sin", sin), ("xpos_scale", scale), ("positions", pos))
     for name, t in others:
         if t is not None and t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
@@ -293,6 +343,18 @@ def _check(q, k, cos, sin, pos, offset: int) -> None:
             "q is a CPU tensor: the Triton kernel needs a GPU; to run it on the CPU, set "
             "TRITON_INTERPRET=1 in the environment before triton is imported"
         )
+    if cos.dim() == 3:
+        if tuple(cos.shape[:2]) not in ((bsz, seq_len), (1, seq_len)):
+            raise ValueError(
+                f"per-token cos/sin must be (B, L, F) = ({bsz}, {seq_len}, F) or (1, L, F), got "
+                f"{tuple(cos.shape)}"
+            )
+        if pos is not None or offset:
+            raise ValueError(
+                "positions must be None with per-token cos/sin (B, L, F): their rows are the "
+                "tokens' own"
+            )
+        return
     n_rows = cos.shape[0]
     if pos is not None:
         if pos.is_floating_point() or pos.dtype == torch.bool:
@@ -331,18 +393,20 @@ def _rope_op(
     k: Tensor,
     cos: Tensor,
     sin: Tensor,
+    scale: Tensor | None,
     pos: Tensor | None,
     offset: int,
+    rotary: int,
     interleaved: bool,
     backward: bool,
 ) -> tuple[Tensor, Tensor]:
     q_out, k_out = torch.empty_like(q), torch.empty_like(k)
-    _launch(q, k, q_out, k_out, cos, sin, pos, offset, interleaved, backward)
+    _launch(q, k, q_out, k_out, cos, sin, scale, pos, offset, rotary, interleaved, backward)
     return q_out, k_out
 
 
 @_rope_op.register_fake
-def _(q, k, cos, sin, pos, offset, interleaved, backward):
+def _(q, k, cos, sin, scale, pos, offset, rotary, interleaved, backward):
     return torch.empty_like(q), torch.empty_like(k)
 
 
@@ -352,27 +416,29 @@ def _rope_inplace_op(
     k: Tensor,
     cos: Tensor,
     sin: Tensor,
+    scale: Tensor | None,
     pos: Tensor | None,
     offset: int,
+    rotary: int,
     interleaved: bool,
     backward: bool,
 ) -> None:
-    _launch(q, k, q, k, cos, sin, pos, offset, interleaved, backward)
+    _launch(q, k, q, k, cos, sin, scale, pos, offset, rotary, interleaved, backward)
 
 
 @_rope_inplace_op.register_fake
-def _(q, k, cos, sin, pos, offset, interleaved, backward):
+def _(q, k, cos, sin, scale, pos, offset, rotary, interleaved, backward):
     return None
 
 
-def _rope(q, k, cos, sin, pos, offset: int, interleaved: bool, backward: bool):
+def _rope(q, k, cos, sin, scale, pos, offset: int, rotary: int, interleaved: bool, backward: bool):
     """The op as torch.compile sees it (a custom op it can trace), or, in eager mode, the launch
     itself: the custom op's dispatch cost more host time than the rest of the call (96 -> 37 us,
     python -m bench.audit.host, docs/kernels.md)."""
     if torch.compiler.is_compiling():
-        return _rope_op(q, k, cos, sin, pos, offset, interleaved, backward)
+        return _rope_op(q, k, cos, sin, scale, pos, offset, rotary, interleaved, backward)
     q_out, k_out = torch.empty_like(q), torch.empty_like(k)
-    _launch(q, k, q_out, k_out, cos, sin, pos, offset, interleaved, backward)
+    _launch(q, k, q_out, k_out, cos, sin, scale, pos, offset, rotary, interleaved, backward)
     return q_out, k_out
 
 
@@ -382,19 +448,20 @@ def _rope(q, k, cos, sin, pos, offset: int, interleaved: bool, backward: bool):
 
 
 class RoPEFunction(torch.autograd.Function):
-    """(q, k) -> (R q, R k); backward applies R^T = rotation by -angle with the same kernel."""
+    """(q, k) -> (S R q, S^-1 R k) with S the xPos scale (1 without); backward applies
+    R^T S = rotation by -angle with the same scale, with the same kernel."""
 
     @staticmethod
-    def forward(ctx, q, k, cos, sin, pos, offset, interleaved):
-        ctx.save_for_backward(cos, sin, pos)
-        ctx.offset, ctx.interleaved = offset, interleaved
-        return _rope(q, k, cos, sin, pos, offset, interleaved, False)
+    def forward(ctx, q, k, cos, sin, scale, pos, offset, rotary, interleaved):
+        ctx.save_for_backward(cos, sin, scale, pos)
+        ctx.args = offset, rotary, interleaved
+        return _rope(q, k, cos, sin, scale, pos, offset, rotary, interleaved, False)
 
     @staticmethod
     def backward(ctx, grad_q, grad_k):
-        cos, sin, pos = ctx.saved_tensors
-        grad_q, grad_k = _rope(grad_q, grad_k, cos, sin, pos, ctx.offset, ctx.interleaved, True)
-        return grad_q, grad_k, None, None, None, None, None
+        cos, sin, scale, pos = ctx.saved_tensors
+        grad_q, grad_k = _rope(grad_q, grad_k, cos, sin, scale, pos, *ctx.args, True)
+        return grad_q, grad_k, *(None,) * 7
 
 
 # ---------------------------------------------------------------------------------------------
@@ -412,16 +479,24 @@ def apply_rope(
     interleaved: bool = False,
     inplace: bool = False,
     layout: str = "bshd",
+    xpos_scale: Tensor | None = None,
+    rotary_dim: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Rotate q and k by their positions' angles in one fused launch.
 
     q: (B, L, Hq, D) for layout="bshd" or (B, Hq, L, D) for "bhsd"; k likewise with Hk heads
        (Hk != Hq for grouped-query attention). Any strides; float32, float16 or bfloat16, with
        float32 arithmetic.
-    cos, sin: (L_max, R/2) float32 tables from `posenc.functional.rope_cos_sin`, R <= D; dims
-       R .. D - 1 pass through unchanged.
+    cos, sin: (L_max, F) float32 tables from `posenc.functional.rope_cos_sin` with F = R/2,
+       R <= D (dims R .. D - 1 pass through unchanged), rows indexed by position; or per-token
+       tables (B, L, F) or (1, L, F) (`posenc.functional.mrope_cos_sin`, any table gathered per
+       token), broadcast over heads, with positions=None.
     positions: None (0 .. L-1), an int offset, a (B,) tensor of per-sequence offsets, or a
        (B, L) tensor of position ids; every position must be < L_max.
+    xpos_scale: xPos, a float32 table like cos (`posenc.functional.xpos_scale`): q's rows are
+       multiplied by it, k's divided by it.
+    rotary_dim: R, when the tables have fewer than R/2 columns: p-RoPE, only the first F
+       frequencies turn and the other pairs pass through (in place they are not even read).
     interleaved: False pairs (i, i + R/2) (GPT-NeoX, Llama); True pairs (2i, 2i + 1) (GPT-J).
     inplace: True writes the result into q and k themselves and returns them (not
        differentiable); False allocates outputs with q's and k's layouts and leaves them untouched.
@@ -443,16 +518,18 @@ def apply_rope(
                 f"{name} must be a 4-D tensor ({layout}), got {getattr(t, 'shape', t)}"
             )
     qv, kv = (q, k) if layout == "bshd" else (q.transpose(1, 2), k.transpose(1, 2))
-    _check(qv, kv, cos, sin, pos, offset)
+    rotary = 2 * cos.shape[-1] if rotary_dim is None and isinstance(cos, Tensor) else rotary_dim
+    _check(qv, kv, cos, sin, xpos_scale, pos, offset, rotary)
+    args = xpos_scale, pos, offset, rotary, interleaved
     if inplace:
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
             raise ValueError("inplace=True is not differentiable: use inplace=False for training")
         if torch.compiler.is_compiling():
-            _rope_inplace_op(qv, kv, cos, sin, pos, offset, interleaved, False)
+            _rope_inplace_op(qv, kv, cos, sin, *args, False)
         else:  # eager: the launch itself (see _rope)
-            _launch(qv, kv, qv, kv, cos, sin, pos, offset, interleaved, False)
+            _launch(qv, kv, qv, kv, cos, sin, *args, False)
         return q, k
-    q_out, k_out = RoPEFunction.apply(qv, kv, cos, sin, pos, offset, interleaved)
+    q_out, k_out = RoPEFunction.apply(qv, kv, cos, sin, *args)
     if layout == "bhsd":
         q_out, k_out = q_out.transpose(1, 2), k_out.transpose(1, 2)
     return q_out, k_out

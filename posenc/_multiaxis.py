@@ -84,7 +84,7 @@ def mrope_cos_sin(
     axes = mrope_axes(n_freq, mrope_section, interleaved).to(position_ids.device)
     inv_freq = _inv_freq(head_dim, base, position_ids.device)
     pos = position_ids.to(torch.float64)[axes]  # (D/2, B, L): each frequency's own axis
-    angles = pos.permute(1, 2, 0) * inv_freq  # (B, L, D/2)
+    angles = pos.permute(1, 2, 0).contiguous() * inv_freq  # (B, L, D/2), rows contiguous
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 

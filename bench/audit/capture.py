@@ -27,8 +27,9 @@ class Spec:
     causal: bool = False
     layout: str = "bshd"
     interleaved: bool = False
-    rotary: str = "full"  # full | partial (a quarter of D, GPT-NeoX style)
-    positions: str = "none"  # none | per_seq | ids
+    rotary: str = "full"  # full | partial (a quarter of D, GPT-NeoX style) | p_rope (p = 1/4)
+    positions: str = "none"  # none | per_seq | ids | table (per-token rows, M-RoPE's shape)
+    xpos: bool = False
     fwd_tiles: tuple | None = None  # a candidate (not the launcher's default)
     bwd_tiles: tuple | None = None
 
@@ -36,7 +37,8 @@ class Spec:
     def variant(self) -> str:
         if self.kernel == "rope":
             pairs = "interleaved" if self.interleaved else "half-split"
-            return f"{self.layout} {pairs} {self.rotary} pos={self.positions}"
+            xpos = " xpos" if self.xpos else ""
+            return f"{self.layout} {pairs} {self.rotary} pos={self.positions}{xpos}"
         return "candidate" if self.fwd_tiles or self.bwd_tiles else "default"
 
 
@@ -56,6 +58,9 @@ def specs(only: str | None = None) -> list[Spec]:
         Spec("rope", positions="per_seq"),
         Spec("rope", positions="ids"),
         Spec("rope", head_dim=64),
+        Spec("rope", positions="table"),
+        Spec("rope", rotary="p_rope"),
+        Spec("rope", xpos=True),
     ]
     families = ("alibi", "t5", "shaw", "shaw_kv")
     attn = [Spec("relbias", f, causal=c) for f in families for c in (False, True)]
@@ -112,19 +117,26 @@ def _meta(*shape, dtype=torch.float32, grad=False):
 
 
 def _launch_rope(spec: Spec) -> None:
-    """kernels.rope's launcher, forward and backward, at the Llama-like shape."""
+    """kernels.rope's launcher, forward and backward, at the Llama-like shape (per-token tables
+    at the M-RoPE case's Qwen2-VL-7B-like one: Hq=28, Hk=4)."""
     from kernels import rope
 
     dtype = getattr(torch, spec.dtype)
     b, n, hq, hk, d = 8, 4096, 32, 8, spec.head_dim
-    rot = d if spec.rotary == "full" else d // 4
+    if spec.positions == "table":
+        hq, hk = 28, 4
+    rot = d if spec.rotary != "partial" else d // 4
+    n_freq = rot // 8 if spec.rotary == "p_rope" else rot // 2
     shape = (lambda h: (b, n, h, d)) if spec.layout == "bshd" else (lambda h: (b, h, n, d))
     q, k = _meta(*shape(hq), dtype=dtype), _meta(*shape(hk), dtype=dtype)
     if spec.layout == "bhsd":
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # the launcher sees (B, L, H, D) views
-    cos, sin = _meta(n, rot // 2), _meta(n, rot // 2)
+    rows = (b, n) if spec.positions == "table" else (n,)
+    cos, sin = _meta(*rows, n_freq), _meta(*rows, n_freq)
+    scale = _meta(*rows, n_freq) if spec.xpos else None
     pos = {
         "none": None,
+        "table": None,
         "per_seq": _meta(b, dtype=torch.int64),
         "ids": _meta(b, n, dtype=torch.int64),
     }[spec.positions]
@@ -136,8 +148,10 @@ def _launch_rope(spec: Spec) -> None:
             torch.empty_like(k),
             cos,
             sin,
+            scale,
             pos,
             0,
+            rot,
             spec.interleaved,
             backward,
         )
