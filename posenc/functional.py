@@ -19,6 +19,7 @@ from torch import Tensor
 from posenc._bias import alibi_bias, alibi_slopes, relative_attention, t5_relative_bucket
 from posenc._checks import check_float, check_positive
 from posenc._multiaxis import (
+    SPLITS,
     mrope_axes,
     mrope_cos_sin,
     mrope_position_ids,
@@ -164,6 +165,12 @@ def apply_rope(
         )
     math_dtype = torch.promote_types(x.dtype, torch.float32)
     cos, sin = cos.to(math_dtype), sin.to(math_dtype)
+    if torch.compiler.is_compiling() and out is None:
+        # Traced, the functional formula: the compiler fuses it anyway. The chunked engine's
+        # writes into views of a transposed out (bshd memory past one chunk) come back wrong
+        # through AOTAutograd in torch 2.13 (backend="aot_eager" too; found by the harness's
+        # gate; tests/posenc/test_functional.py).
+        return _rotate_differentiable(x, cos, sin, interleaved)
     if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
         if out is not None:
             raise ValueError("out= is not differentiable: pass out=None when gradients are needed")
@@ -300,6 +307,7 @@ def _apply_mask(logits: Tensor, mask: Tensor) -> Tensor:
 
 
 __all__ = [
+    "SPLITS",
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",

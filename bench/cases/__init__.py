@@ -9,6 +9,7 @@ from bench.cases.bias import (
     SHAW_KV_ATTENTION,
     T5_ATTENTION,
 )
+from bench.cases.multimodal import MROPE, ROPE_2D
 from bench.cases.relative import RELATIVE_TABLES
 from bench.cases.rope import ROPE, ROPE_MODULE
 from bench.cases.tables import ROPE_TABLES
@@ -19,6 +20,8 @@ for _case in (
     LEARNABLE,
     ROPE,
     ROPE_MODULE,
+    MROPE,
+    ROPE_2D,
     ROPE_TABLES,
     RELATIVE_TABLES,
     ATTENTION_SINUSOIDAL,

@@ -1,10 +1,13 @@
 """RoPE applied to q (B, Hq, L, D) and k (B, Hk, L, D): the encoder-level rotary case.
 
-Knobs: `layout` is the memory order (bhsd, or bshd: the (B, H, L, D) tensors are transposed
-views of (B, L, H, D) memory, as a model's projections produce them), `num_kv_heads` the heads
-of k (grouped-query attention). Every implementation gets the same logical tensors; each is
-called the way its own documentation calls it, in that memory: nothing is made contiguous
-inside a timed call except where an implementation does so itself (said in its row).
+Knobs: `rope_variant` is plain RoPE, xPos (q's tables times a per-position scale, k's divided
+by it: scale_base 512, centred at L/2 as flash-attn centres it) or p-RoPE (p = 1/4: only the
+highest quarter of the frequencies turn; the kernel gets only their tables); `layout` is the
+memory order (bhsd, or bshd: the (B, H, L, D) tensors are transposed views of (B, L, H, D)
+memory, as a model's projections produce them), `num_kv_heads` the heads of k (grouped-query
+attention). Every implementation gets the same logical tensors; each is called the way its own
+documentation calls it, in that memory: nothing is made contiguous inside a timed call except
+where an implementation does so itself (said in its row).
 
 Cost model: forward and backward each read q and k (or their gradients) once and write them
 once, plus the (L, D/2) float32 cos and sin tables; 3 FLOPs per element (a pair: 4 mul, 2 add).
@@ -50,6 +53,14 @@ ROPE_SCALING = Knob(
     one_of(*SCALINGS),
 )
 ORIGINAL, FACTOR = 4096, 8.0
+VARIANTS = ("plain", "xpos", "p_rope")
+ROPE_VARIANT = Knob(
+    "rope_variant",
+    "plain",
+    "RoPE's per-frequency form: plain, xpos (scale_base 512) or p_rope (p = 1/4)",
+    one_of(*VARIANTS),
+)
+XPOS_SCALE_BASE, P_ROPE = 512.0, 0.25
 
 
 def scaling_of(name: str, head_dim: int) -> dict | None:
@@ -68,6 +79,7 @@ def scaling_of(name: str, head_dim: int) -> dict | None:
 
 
 def _scaled_tables(point: Point, dtype, device):
+    """cos, sin (L, D/2) with the point's schedule; p-RoPE's still frequencies have cos 1, sin 0."""
     return F.rope_cos_sin(
         point.seq_len,
         point.head_dim,
@@ -75,14 +87,18 @@ def _scaled_tables(point: Point, dtype, device):
         device=device,
         scaling=scaling_of(point.rope_scaling, point.head_dim),
         seq_len=point.seq_len,
+        rotate_fraction=P_ROPE if point.rope_variant == "p_rope" else 1.0,
     )
 
 
 def _plain_only(point: Point) -> str | None:
+    if point.rope_variant != "plain":
+        return f"the tutorial's RoPE has no {point.rope_variant}"
     return None if point.rope_scaling == "none" else "the tutorial's RoPE has no scaling"
 
 
-def _tensor(point: Point, heads: int, device, dtype):
+def heads_tensor(point: Point, heads: int, device, dtype):
+    """(B, heads, L, D) random, in the point's memory order (bshd: a transposed view)."""
     if point.layout == "bshd":  # (B, L, H, D) memory seen as (B, H, L, D)
         x = torch.randn(point.batch, point.seq_len, heads, point.head_dim, device=device)
         return x.to(dtype).transpose(1, 2)
@@ -90,22 +106,50 @@ def _tensor(point: Point, heads: int, device, dtype):
     return x.to(dtype)
 
 
+def _qk_tables(point: Point, dtype, device):
+    """((cos, sin) of q, (cos, sin) of k): the same but for xPos, which scales them apart."""
+    cos, sin = _scaled_tables(point, dtype, device)
+    if point.rope_variant != "xpos":
+        return (cos, sin), (cos, sin)
+    scale = _xpos(point, dtype, device)
+    return (cos * scale, sin * scale), (cos / scale, sin / scale)
+
+
+def _xpos(point: Point, dtype, device):
+    return F.xpos_scale(
+        point.seq_len,
+        point.head_dim,
+        XPOS_SCALE_BASE,
+        center=point.seq_len // 2,
+        dtype=dtype,
+        device=device,
+    )
+
+
 def _build(point: Point, device, dtype):
     cos, sin = _scaled_tables(point, torch.float32, device)
-    cos64, sin64 = _scaled_tables(point, torch.float64, device)
-    return {
-        "q": _tensor(point, point.num_heads, device, dtype),
-        "k": _tensor(point, point.kv_heads, device, dtype),
+    tables_q, tables_k = _qk_tables(point, torch.float32, device)
+    inputs = {
+        "q": heads_tensor(point, point.num_heads, device, dtype),
+        "k": heads_tensor(point, point.kv_heads, device, dtype),
         "cos": cos,  # (L, D/2) float32, times the schedule's attention factor
         "sin": sin,
-        "truth_tables": (cos64, sin64),  # the same in float64, for the check's truth
+        "tables": (tables_q, tables_k),  # what an eager user precomputes: xPos's q and k apart
+        "truth_tables": _qk_tables(point, torch.float64, device),  # float64, for the truth
+        "kernel_args": {},  # the kernel's own arguments for the variant
     }
+    if point.rope_variant == "xpos":
+        inputs["kernel_args"] = {"xpos_scale": _xpos(point, torch.float32, device)}
+    if point.rope_variant == "p_rope":  # the kernel reads only the frequencies that turn
+        n = F.rotating_frequencies(point.head_dim, P_ROPE)
+        inputs["cos"], inputs["sin"] = cos[:, :n].contiguous(), sin[:, :n].contiguous()
+        inputs["kernel_args"] = {"rotary_dim": point.head_dim}
+    return inputs
 
 
 def _truth(inputs):
-    q, k = inputs["q"], inputs["k"]
-    cos, sin = inputs["truth_tables"]
-    return F.apply_rope(q, cos, sin), F.apply_rope(k, cos, sin)
+    (cq, sq), (ck, sk) = inputs["truth_tables"]
+    return F.apply_rope(inputs["q"], cq, sq), F.apply_rope(inputs["k"], ck, sk)
 
 
 def _seed_module(inputs, dtype=None):
@@ -124,38 +168,54 @@ def _seed_truth(inputs):
     return rope(inputs["q"]), rope(inputs["k"])
 
 
-def _reference_fn(q, k, cos, sin):
-    return F.apply_rope(q, cos, sin), F.apply_rope(k, cos, sin)
+def reference_fn(q, k, tables_q, tables_k):
+    return F.apply_rope(q, *tables_q), F.apply_rope(k, *tables_k)
 
 
 def _reference(inputs):
-    q, k, cos, sin = inputs["q"], inputs["k"], inputs["cos"], inputs["sin"]
-    return lambda: _reference_fn(q, k, cos, sin)
+    q, k, (tq, tk) = inputs["q"], inputs["k"], inputs["tables"]
+    return lambda: reference_fn(q, k, tq, tk)
 
 
 def _reference_out(inputs):
-    q, k, cos, sin = inputs["q"], inputs["k"], inputs["cos"], inputs["sin"]
+    q, k, (tq, tk) = inputs["q"], inputs["k"], inputs["tables"]
     q_out, k_out = torch.empty_like(q), torch.empty_like(k)  # preallocated: not timed
-    return lambda: (F.apply_rope(q, cos, sin, out=q_out), F.apply_rope(k, cos, sin, out=k_out))
+    return lambda: (F.apply_rope(q, *tq, out=q_out), F.apply_rope(k, *tk, out=k_out))
 
 
 def _compiled(inputs):
-    fn = compile_impl(_reference_fn)
-    q, k, cos, sin = inputs["q"], inputs["k"], inputs["cos"], inputs["sin"]
-    return lambda: fn(q, k, cos, sin)
+    fn = compile_impl(reference_fn)
+    q, k, (tq, tk) = inputs["q"], inputs["k"], inputs["tables"]
+    return lambda: fn(q, k, tq, tk)
 
 
-def _triton(inputs):
-    q, k, cos, sin = inputs["q"], inputs["k"], inputs["cos"], inputs["sin"]
+def triton_call(q, k, cos, sin, **kwargs):
+    """kernels.apply_rope on (B, H, L, D) q and k as its users call it: through its layout
+    argument, on the memory as it is (bshd memory is passed as bshd, not transposed back)."""
     if q.transpose(1, 2).is_contiguous():  # bshd memory: the kernel's own layout argument
         qs, ks = q.transpose(1, 2), k.transpose(1, 2)
 
         def bshd():
-            qo, ko = kernels.apply_rope(qs, ks, cos, sin, layout="bshd")
+            qo, ko = kernels.apply_rope(qs, ks, cos, sin, layout="bshd", **kwargs)
             return qo.transpose(1, 2), ko.transpose(1, 2)
 
         return bshd
-    return lambda: kernels.apply_rope(q, k, cos, sin, layout="bhsd")
+    return lambda: kernels.apply_rope(q, k, cos, sin, layout="bhsd", **kwargs)
+
+
+def _triton(inputs):
+    return triton_call(
+        inputs["q"], inputs["k"], inputs["cos"], inputs["sin"], **inputs["kernel_args"]
+    )
+
+
+def liger_copies(inputs):
+    """Private copies of q and k in the point's memory order, for a kernel that writes into
+    its inputs; they are the leaves its gradients reach."""
+    q, k = (inputs[n].detach().clone(memory_format=torch.preserve_format) for n in "qk")
+    q.requires_grad_(inputs["q"].requires_grad)
+    k.requires_grad_(inputs["k"].requires_grad)
+    return q, k
 
 
 def _liger(inputs):
@@ -165,16 +225,16 @@ def _liger(inputs):
     memory: `liger_copy`, whose call includes Liger's own copy to bshd and back)."""
     from liger_kernel.ops.rope import LigerRopeFunction
 
-    q, k = (inputs[n].detach().clone(memory_format=torch.preserve_format) for n in "qk")
-    q.requires_grad_(inputs["q"].requires_grad)
-    k.requires_grad_(inputs["k"].requires_grad)
+    q, k = liger_copies(inputs)
     cos = torch.cat((inputs["cos"], inputs["cos"]), -1)[None]  # (1, L, D)
     sin = torch.cat((inputs["sin"], inputs["sin"]), -1)[None]
     return Call(lambda: LigerRopeFunction.apply(q, k, cos, sin), leaves={"q": q, "k": k})
 
 
-def _only(layout: str, other: str):
+def liger_only(layout: str, other: str):
     def supports(point: Point) -> str | None:
+        if point.rope_variant != "plain":
+            return f"Liger's RoPE has no {point.rope_variant}"
         if point.layout == layout:
             return None
         return f"layout={point.layout}: see {other} (Liger's kernel reads (B, L, H, D) memory)"
@@ -182,11 +242,20 @@ def _only(layout: str, other: str):
     return supports
 
 
-def _cost(point: Point, dtype, mode: str) -> Cost:
+def rotation_cost(point: Point, dtype, mode: str, table_rows: int, table_cols: int) -> Cost:
+    """q and k read and written once, two float32 tables of table_rows x table_cols (a third
+    for xPos's scale), 3 FLOPs per element."""
     n = point.batch * point.seq_len * point.head_dim * (point.num_heads + point.kv_heads)
-    tables = 2 * point.seq_len * (point.head_dim // 2) * 4
-    one = Cost(2 * n * dtype.itemsize + tables, 3 * n)
+    n_tables = 3 if point.rope_variant == "xpos" else 2
+    one = Cost(2 * n * dtype.itemsize + n_tables * table_rows * table_cols * 4, 3 * n)
     return per_mode(one, one, mode)
+
+
+def _cost(point: Point, dtype, mode: str) -> Cost:
+    cols = point.head_dim // 2
+    if point.rope_variant == "p_rope":
+        cols = F.rotating_frequencies(point.head_dim, P_ROPE)
+    return rotation_cost(point, dtype, mode, point.seq_len, cols)
 
 
 ROPE = Case(
@@ -208,14 +277,14 @@ ROPE = Case(
             _liger,
             devices=("cuda",),
             needs="liger_kernel",
-            supports=_only("bshd", "liger_copy"),
+            supports=liger_only("bshd", "liger_copy"),
             note="in place on its own copies of q and k",
         ),
         "liger_copy": Impl(
             _liger,
             devices=("cuda",),
             needs="liger_kernel",
-            supports=_only("bhsd", "liger"),
+            supports=liger_only("bhsd", "liger"),
             note="bhsd memory: includes Liger's .contiguous() to bshd",
         ),
     },
@@ -223,7 +292,7 @@ ROPE = Case(
     cost=_cost,
     grad_inputs=("q", "k"),
     batched=("q", "k"),
-    knobs=(LAYOUT, NUM_KV_HEADS, ROPE_SCALING),
+    knobs=(LAYOUT, NUM_KV_HEADS, ROPE_SCALING, ROPE_VARIANT),
     constraint=lambda p: None if p.head_dim % 2 == 0 else f"head_dim={p.head_dim} is odd",
 )
 

@@ -164,3 +164,18 @@ def test_shaw_attention_gradcheck(cells, monkeypatch):
     emb_k, emb_v = (torch.randn(5, 3, dtype=torch.float64, requires_grad=True) for _ in range(2))
     fn = lambda *t: F.shaw_attention(*t, 2)[0]  # noqa: E731
     assert torch.autograd.gradcheck(fn, (q, k, v, emb_k, emb_v))
+
+
+def test_apply_rope_under_torch_compile_past_one_chunk_of_a_transposed_view():
+    """bshd memory seen as (B, H, L, D), more than one CPU chunk: traced, apply_rope equals
+    eager (the chunked out= engine came back wrong through AOTAutograd in torch 2.13)."""
+    import torch._dynamo
+
+    x = torch.randn(1, 1024, 8, 128).transpose(1, 2)  # 4 MiB: two chunks of heads
+    cos, sin = F.rope_cos_sin(1024, 128)
+    want = F.apply_rope(x, cos, sin)
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, c, s: F.apply_rope(x, c, s), backend="aot_eager", dynamic=False)
+    with torch.no_grad():
+        got = fn(x, cos, sin)
+    torch.testing.assert_close(got, want, rtol=2e-6, atol=2e-6)

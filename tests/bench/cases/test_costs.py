@@ -19,6 +19,29 @@ HAND = [
         BF16,
         {"forward": (896, 576), "backward": (896, 576), "forward+backward": (1792, 1152)},
     ),
+    # p-RoPE (p = 1/4) at D=32: q and k (2*2*4*32 + 2*1*4*32 = 768 elements, 1536 B each way
+    # in bf16), tables of the 4 frequencies that turn: 2 x (4, 4) float32 = 128 B
+    (
+        "rope",
+        Point(2, 4, 64, 2, num_kv_heads=1, rope_variant="p_rope"),
+        BF16,
+        {"forward": (3200, 2304), "backward": (3200, 2304), "forward+backward": (6400, 4608)},
+    ),
+    # xPos: a third (4, 4) table, the scale
+    (
+        "rope",
+        Point(2, 4, 16, 2, num_kv_heads=1, rope_variant="xpos"),
+        BF16,
+        {"forward": (960, 576), "backward": (960, 576), "forward+backward": (1920, 1152)},
+    ),
+    # M-RoPE: q (2, 2, 4, 32), k (2, 1, 4, 32): 768 elements, 3072 B; per-token tables
+    # 2 x (2, 4, 16) float32 = 1024 B
+    (
+        "mrope",
+        Point(2, 4, 64, 2, num_kv_heads=1),
+        BF16,
+        {"forward": (4096, 2304), "backward": (4096, 2304), "forward+backward": (8192, 4608)},
+    ),
     # x (2, 4, 8) float32: read 64 + write 64 + 32 table entries; 64 adds; backward dx = dy: free
     (
         "sinusoidal",
