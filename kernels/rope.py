@@ -141,7 +141,7 @@ def _rope_kernel(
     """One program per token (b, l): loads its cos/sin row once and rotates every q and k head.
 
     Reads and writes (HQ + HK) * D elements per program; cos/sin rows (NFREQ floats each) stay in
-    L2 (per-token rows: read once, 8 NFREQ bytes a token, under 3% of Qwen2-VL-7B's q and k).
+    L2 (per-token rows: read once, 8 NFREQ bytes a token, about 3% of Qwen2-VL-7B's q and k).
     Frequencies NFREQ .. HALF - 1 get cos 1 and sin 0 (p-RoPE). XPOS: q's rows times the scale
     row, k's divided by it. BACKWARD rotates by -angle with the same scale (each pair's map is a
     scale times a rotation, whose transpose is the scale times the inverse rotation).

@@ -67,6 +67,20 @@ def t5_relative_bucket(
     return bucket + torch.where(n < max_exact, n, large)
 
 
+def grouped_kv(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """Grouped-query attention: k and v (B, Hk, Lk, D) with Hk dividing q's H heads, repeated so
+    that query head h reads kv head h // (H / Hk); (B, H, Lk, D) views when Hk == H."""
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if v.shape[1] != kv_heads:
+        raise ValueError(f"k has {kv_heads} heads but v has {v.shape[1]}")
+    if kv_heads == 0 or heads % kv_heads:
+        raise ValueError(f"k and v's heads ({kv_heads}) must divide q's ({heads})")
+    if kv_heads == heads:
+        return k, v
+    group = heads // kv_heads
+    return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+
+
 def relative_attention(
     q: Tensor,
     k: Tensor,
@@ -78,12 +92,14 @@ def relative_attention(
 ) -> Tensor:
     """softmax(scale q k^T + bias [causal mask]) v, the reference every attention kernel meets.
 
-    q: (B, H, Lq, D); k, v: (B, H, Lk, D); returns (B, H, Lq, D).
+    q: (B, H, Lq, D); k, v: (B, Hk, Lk, D), Hk dividing H (grouped-query attention: query head h
+    reads kv head h // (H / Hk)); returns (B, H, Lq, D).
     bias: a tensor broadcastable to (B, H, Lq, Lk), or a module with `bias(q_len, k_len)`
       returning (H, Lq, Lk): `posenc.ALiBi`, `posenc.T5RelativeBias`, `posenc.ShawBias`.
     causal: mask j > i (query i sees keys 0 .. i).
     """
     lq, lk = q.shape[-2], k.shape[-2]
+    k, v = grouped_kv(q, k, v)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if not isinstance(bias, Tensor):
         bias = bias.bias(lq, lk, causal=causal) if hasattr(bias, "bias") else None

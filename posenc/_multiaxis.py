@@ -113,7 +113,7 @@ def mrope_position_ids(segments: Sequence, *, device=None) -> Tensor:
         t = (t.to(torch.float64) * grid[3]).long()
         ids = torch.stack(torch.meshgrid(t, h, w, indexing="ij")).reshape(3, -1) + start
         parts.append(ids)
-        start = int(ids.max()) + 1 if ids.numel() else start
+        start += max(int((grid[0] - 1) * grid[3]), grid[1] - 1, grid[2] - 1) + 1  # no sync
     if not parts:
         return torch.zeros(3, 0, dtype=torch.long, device=device)
     return torch.cat(parts, dim=1)
@@ -218,6 +218,19 @@ def xpos_scale(
     zeta = (i / head_dim + 0.4) / 1.4
     power = (positions.to(torch.float64) - center) / scale_base
     return (zeta ** power.unsqueeze(-1)).to(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# p-RoPE: Barbero et al. 2024 ("Round and Round We Go!"); transformers' "proportional" RoPE.
+# ---------------------------------------------------------------------------------------------
+
+
+def rotating_frequencies(dim: int, rotate_fraction: float) -> int:
+    """How many of dim/2 frequencies p-RoPE keeps (the highest): floor(p * dim / 2), p in [0, 1]."""
+    p = rotate_fraction
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+        raise ValueError(f"rotate_fraction must be a number in [0, 1], got {p!r}")
+    return int(p * dim // 2)
 
 
 def _inv_freq(dim: int, base: float, device) -> Tensor:

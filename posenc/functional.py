@@ -16,7 +16,13 @@ import math
 import torch
 from torch import Tensor
 
-from posenc._bias import alibi_bias, alibi_slopes, relative_attention, t5_relative_bucket
+from posenc._bias import (
+    alibi_bias,
+    alibi_slopes,
+    grouped_kv,
+    relative_attention,
+    t5_relative_bucket,
+)
 from posenc._checks import check_float, check_positive
 from posenc._multiaxis import (
     SPLITS,
@@ -24,6 +30,7 @@ from posenc._multiaxis import (
     mrope_cos_sin,
     mrope_position_ids,
     rope_2d_cos_sin,
+    rotating_frequencies,
     xpos_scale,
 )
 from posenc._rotate import rotate_into
@@ -108,14 +115,6 @@ def rope_cos_sin(
     return (factor * angles.cos()).to(dtype), (factor * angles.sin()).to(dtype)
 
 
-def rotating_frequencies(dim: int, rotate_fraction: float) -> int:
-    """How many of dim/2 frequencies p-RoPE keeps: floor(p * dim / 2), p in [0, 1]."""
-    p = rotate_fraction
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
-        raise ValueError(f"rotate_fraction must be a number in [0, 1], got {p!r}")
-    return int(p * dim // 2)
-
-
 def apply_rope(
     x: Tensor,
     cos: Tensor,
@@ -166,10 +165,8 @@ def apply_rope(
     math_dtype = torch.promote_types(x.dtype, torch.float32)
     cos, sin = cos.to(math_dtype), sin.to(math_dtype)
     if torch.compiler.is_compiling() and out is None:
-        # Traced, the functional formula: the compiler fuses it anyway. The chunked engine's
-        # writes into views of a transposed out (bshd memory past one chunk) come back wrong
-        # through AOTAutograd in torch 2.13 (backend="aot_eager" too; found by the harness's
-        # gate; tests/posenc/test_functional.py).
+        # Traced: the functional formula, which the compiler fuses. The chunked engine's writes
+        # into a transposed out past one chunk come back wrong through AOTAutograd (torch 2.13).
         return _rotate_differentiable(x, cos, sin, interleaved)
     if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
         if out is not None:
@@ -230,7 +227,8 @@ def shaw_attention(
 ) -> tuple[Tensor, Tensor]:
     """Shaw et al. relative attention, without ever building a (B, H, Lq, Lk, D) tensor.
 
-    q: (B, H, Lq, D); k, v: (B, H, Lk, D); emb_k, emb_v: (2K + 1, D) tables a^K, a^V.
+    q: (B, H, Lq, D); k, v: (B, Hk, Lk, D), Hk dividing H (grouped-query attention);
+    emb_k, emb_v: (2K + 1, D) tables a^K, a^V.
     mask: broadcastable to (B, H, Lq, Lk); boolean (True = attend) or additive float.
     Returns (out (B, H, Lq, D), weights (B, H, Lq, Lk)) with
         e_ij  = scale * (q_i . k_j + q_i . a^K[idx_ij])          (eq. 4, scale = 1/sqrt(D))
@@ -241,6 +239,7 @@ def shaw_attention(
     """
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"q, k, v must be (B, H, L, D); got ranks {q.dim()}, {k.dim()}, {v.dim()}")
+    k, v = grouped_kv(q, k, v)
     n_rel = 2 * max_relative_position + 1
     if emb_k.shape != (n_rel, q.shape[-1]):
         raise ValueError(
@@ -311,6 +310,7 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",
+    "grouped_kv",
     "mrope_axes",
     "mrope_cos_sin",
     "mrope_position_ids",

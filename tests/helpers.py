@@ -98,3 +98,17 @@ def run_bench(*args, cwd=ROOT):
 def read_rows(path: Path) -> list[dict]:
     with open(path) as f:
         return list(csv.DictReader(f))
+
+
+def fake_module(monkeypatch, path: str, **attrs) -> None:
+    """Installs a stand-in module at a dotted path (its parents as empty modules), e.g. a
+    CUDA-only baseline's autograd Function replaced by a recording CPU one."""
+    import types
+
+    parts = path.split(".")
+    for i in range(1, len(parts)):
+        monkeypatch.setitem(sys.modules, ".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
+    module = types.ModuleType(path)
+    for name, value in attrs.items():
+        setattr(module, name, value)
+    monkeypatch.setitem(sys.modules, path, module)

@@ -22,14 +22,16 @@ import math
 
 import torch
 
-from bench.cases._common import TRITON_DEVICES, TRITON_ELSEWHERE, TRITON_NOTE, compile_impl
-from bench.cases.rope import (
+from bench.cases._common import compile_impl
+from bench.cases._rotary import (
     LAYOUT,
     NUM_KV_HEADS,
     heads_tensor,
     liger_copies,
+    liger_impl,
     rotation_cost,
     triton_call,
+    triton_impl,
 )
 from bench.checks import one_of
 from bench.registry import Call, Case, Impl, Knob, Level, Point
@@ -51,7 +53,7 @@ ROPE_2D_SPLIT = Knob(
 
 
 def mrope_section(style: str, head_dim: int) -> tuple[list[int], bool]:
-    """(sections, interleaved) of a style at head_dim (a multiple of 32)."""
+    """(sections, interleaved) of a style at head_dim (a multiple of 16, of 32 for qwen3_vl)."""
     if style == "qwen2_vl":
         return [head_dim // 8, 3 * head_dim // 16, 3 * head_dim // 16], False
     return [3 * head_dim // 16, 5 * head_dim // 32, 5 * head_dim // 32], True
@@ -64,6 +66,16 @@ def mrope_segments(seq_len: int) -> list:
     if text + side * side > seq_len:
         side = max(math.isqrt(seq_len - text), 1)
     return [text, (1, side, side), seq_len - text - side * side]
+
+
+def _impls(reference, compiled, triton, liger) -> dict[str, Impl]:
+    """Both cases' implementations: eager, compiled, the kernel, Liger (liger: (make, supports))."""
+    return {
+        "reference": Impl(reference),
+        "compiled": Impl(compiled, compiled=True),
+        "triton": triton_impl(triton),
+        "liger": liger_impl(*liger),
+    }
 
 
 def _position_ids(point: Point, device):
@@ -150,8 +162,11 @@ def _mrope_cost(point: Point, dtype, mode: str):
 
 
 def _mrope_constraint(point: Point) -> str | None:
-    if point.head_dim % 32:
-        return f"head_dim={point.head_dim}: M-RoPE's sections need a multiple of 32"
+    step = 16 if point.mrope_style == "qwen2_vl" else 32
+    if point.head_dim % step:
+        return (
+            f"head_dim={point.head_dim}: {point.mrope_style}'s sections need a multiple of {step}"
+        )
     return None
 
 
@@ -160,20 +175,9 @@ MROPE = Case(
     level=Level.ENCODER,
     build=_build_mrope,
     reference=_truth_mrope,
-    impls={
-        "reference": Impl(_reference_mrope),
-        "compiled": Impl(_compiled_mrope, compiled=True),
-        "triton": Impl(
-            _triton_mrope, devices=TRITON_DEVICES, note=TRITON_NOTE, elsewhere=TRITON_ELSEWHERE
-        ),
-        "liger": Impl(
-            _liger_mrope,
-            devices=("cuda",),
-            needs="liger_kernel",
-            supports=_liger_mrope_supports,
-            note="in place on its own copies of q and k",
-        ),
-    },
+    impls=_impls(
+        _reference_mrope, _compiled_mrope, _triton_mrope, (_liger_mrope, _liger_mrope_supports)
+    ),
     baseline="reference",
     cost=_mrope_cost,
     grad_inputs=("q", "k"),
@@ -278,20 +282,7 @@ ROPE_2D = Case(
     level=Level.ENCODER,
     build=_build_2d,
     reference=_truth_2d,
-    impls={
-        "reference": Impl(_reference_2d),
-        "compiled": Impl(_compiled_2d, compiled=True),
-        "triton": Impl(
-            _triton_2d, devices=TRITON_DEVICES, note=TRITON_NOTE, elsewhere=TRITON_ELSEWHERE
-        ),
-        "liger": Impl(
-            _liger_2d,
-            devices=("cuda",),
-            needs="liger_kernel",
-            supports=_liger_2d_supports,
-            note="in place on its own copies of q and k",
-        ),
-    },
+    impls=_impls(_reference_2d, _compiled_2d, _triton_2d, (_liger_2d, _liger_2d_supports)),
     baseline="reference",
     cost=_2d_cost,
     grad_inputs=("q", "k"),

@@ -26,7 +26,17 @@ from bench.cases._common import (
     compile_impl,
     per_mode,
 )
-from bench.checks import one_of, positive_ints
+from bench.cases._rotary import (
+    LAYOUT,
+    NUM_KV_HEADS,
+    heads_tensor,
+    liger_copies,
+    liger_impl,
+    rotation_cost,
+    triton_call,
+    triton_impl,
+)
+from bench.checks import one_of
 from bench.registry import Call, Case, Cost, Impl, Knob, Level, Point
 from posenc import functional as F
 from posenc import seed
@@ -34,18 +44,6 @@ from posenc import seed
 # Long-context schedules (posenc/_scaling.py), as a sweep knob: an 8x extension of a 4096-token
 # original context, the shape of Llama 3.1's (which extends 8192 by 8) at this harness's lengths.
 SCALINGS = ("none", "linear", "dynamic", "yarn", "llama3", "longrope")
-LAYOUT = Knob(
-    "layout",
-    "bhsd",
-    "memory order of the (B, H, L, D) tensors: bhsd or bshd",
-    one_of("bhsd", "bshd"),
-)
-NUM_KV_HEADS = Knob(
-    "num_kv_heads",
-    None,
-    "grouped-query attention: k with this many heads (null: num_heads; must divide it)",
-    lambda value, key: positive_ints(value, key, allow_none=True),
-)
 ROPE_SCALING = Knob(
     "rope_scaling",
     "none",
@@ -95,15 +93,6 @@ def _plain_only(point: Point) -> str | None:
     if point.rope_variant != "plain":
         return f"the tutorial's RoPE has no {point.rope_variant}"
     return None if point.rope_scaling == "none" else "the tutorial's RoPE has no scaling"
-
-
-def heads_tensor(point: Point, heads: int, device, dtype):
-    """(B, heads, L, D) random, in the point's memory order (bshd: a transposed view)."""
-    if point.layout == "bshd":  # (B, L, H, D) memory seen as (B, H, L, D)
-        x = torch.randn(point.batch, point.seq_len, heads, point.head_dim, device=device)
-        return x.to(dtype).transpose(1, 2)
-    x = torch.randn(point.batch, heads, point.seq_len, point.head_dim, device=device)
-    return x.to(dtype)
 
 
 def _qk_tables(point: Point, dtype, device):
@@ -189,33 +178,10 @@ def _compiled(inputs):
     return lambda: fn(q, k, tq, tk)
 
 
-def triton_call(q, k, cos, sin, **kwargs):
-    """kernels.apply_rope on (B, H, L, D) q and k as its users call it: through its layout
-    argument, on the memory as it is (bshd memory is passed as bshd, not transposed back)."""
-    if q.transpose(1, 2).is_contiguous():  # bshd memory: the kernel's own layout argument
-        qs, ks = q.transpose(1, 2), k.transpose(1, 2)
-
-        def bshd():
-            qo, ko = kernels.apply_rope(qs, ks, cos, sin, layout="bshd", **kwargs)
-            return qo.transpose(1, 2), ko.transpose(1, 2)
-
-        return bshd
-    return lambda: kernels.apply_rope(q, k, cos, sin, layout="bhsd", **kwargs)
-
-
 def _triton(inputs):
     return triton_call(
         inputs["q"], inputs["k"], inputs["cos"], inputs["sin"], **inputs["kernel_args"]
     )
-
-
-def liger_copies(inputs):
-    """Private copies of q and k in the point's memory order, for a kernel that writes into
-    its inputs; they are the leaves its gradients reach."""
-    q, k = (inputs[n].detach().clone(memory_format=torch.preserve_format) for n in "qk")
-    q.requires_grad_(inputs["q"].requires_grad)
-    k.requires_grad_(inputs["k"].requires_grad)
-    return q, k
 
 
 def _liger(inputs):
@@ -242,15 +208,6 @@ def liger_only(layout: str, other: str):
     return supports
 
 
-def rotation_cost(point: Point, dtype, mode: str, table_rows: int, table_cols: int) -> Cost:
-    """q and k read and written once, two float32 tables of table_rows x table_cols (a third
-    for xPos's scale), 3 FLOPs per element."""
-    n = point.batch * point.seq_len * point.head_dim * (point.num_heads + point.kv_heads)
-    n_tables = 3 if point.rope_variant == "xpos" else 2
-    one = Cost(2 * n * dtype.itemsize + n_tables * table_rows * table_cols * 4, 3 * n)
-    return per_mode(one, one, mode)
-
-
 def _cost(point: Point, dtype, mode: str) -> Cost:
     cols = point.head_dim // 2
     if point.rope_variant == "p_rope":
@@ -270,21 +227,11 @@ ROPE = Case(
         "reference": Impl(_reference),
         "reference_out": Impl(_reference_out, grad=False, note="out= preallocated"),
         "compiled": Impl(_compiled, compiled=True),
-        "triton": Impl(
-            _triton, devices=TRITON_DEVICES, note=TRITON_NOTE, elsewhere=TRITON_ELSEWHERE
-        ),
-        "liger": Impl(
+        "triton": triton_impl(_triton),
+        "liger": liger_impl(_liger, liger_only("bshd", "liger_copy")),
+        "liger_copy": liger_impl(
             _liger,
-            devices=("cuda",),
-            needs="liger_kernel",
-            supports=liger_only("bshd", "liger_copy"),
-            note="in place on its own copies of q and k",
-        ),
-        "liger_copy": Impl(
-            _liger,
-            devices=("cuda",),
-            needs="liger_kernel",
-            supports=liger_only("bhsd", "liger"),
+            liger_only("bhsd", "liger"),
             note="bhsd memory: includes Liger's .contiguous() to bshd",
         ),
     },

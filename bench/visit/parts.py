@@ -50,7 +50,7 @@ def _bench(*args: str) -> tuple[str, ...]:
 PARTS = (
     Part(
         "tests",
-        80,
+        90,
         30,
         (
             "-m",
@@ -147,6 +147,32 @@ PARTS = (
         ),
         "torch.compile of the eager RoPE beside the kernel at the target's shape",
         reserved=False,  # after the kernels' own figures: in what is left
+    ),
+    Part(
+        "multimodal",
+        60,
+        20,
+        _bench(
+            "sweep=multimodal",
+            "dtype=bfloat16",
+            "batch=8",
+            "impls=[reference,triton,liger]",
+            "hydra.run.dir={res}/sweep-multimodal",
+        ),
+        _bench(
+            "sweep=multimodal",
+            "cases=[mrope,rope]",
+            "seq_len=16",
+            "d_model=128",
+            "num_heads=2",
+            "num_kv_heads=1",
+            "impls=[reference,triton]",
+            "mode=forward",
+            *SMOKE,
+            "hydra.run.dir={res}/sweep-multimodal",
+        ),
+        "M-RoPE, 2D RoPE, xPos and p-RoPE: the kernel beside eager and Liger's M-RoPE",
+        reserved=False,
     ),
     Part(
         "cpu_cuda",

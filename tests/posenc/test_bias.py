@@ -126,3 +126,46 @@ def test_flex_attention_agrees_on_the_cpu(kind):
 
     want = F.relative_attention(q, k, v, bias=module).detach()
     assert_close(flex_attention(q, k, v, score_mod=score_mod), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["alibi", "t5", "shaw"])
+def test_grouped_query_heads_read_their_groups_kv_head(family):
+    """k and v with Hk = H / 3 heads: query head h attends with kv head h // 3, as if each
+    kv head were repeated for its group (checked head by head against an MHA call)."""
+    from posenc import ALiBi, ShawBias, T5RelativeBias
+
+    torch.manual_seed(0)
+    b, h, hk, lq, lk, d = 2, 6, 2, 5, 7, 8
+    q = torch.randn(b, h, lq, d, dtype=torch.float64)
+    k, v = (torch.randn(b, hk, lk, d, dtype=torch.float64) for _ in range(2))
+    bias = {"alibi": ALiBi(h), "t5": T5RelativeBias(h), "shaw": ShawBias(h, 3)}[family].double()
+    got = F.relative_attention(q, k, v, bias=bias)
+    full = F.relative_attention(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), bias=bias)
+    torch.testing.assert_close(got, full, rtol=0, atol=0)
+    one = bias.bias(lq, lk)  # (H, Lq, Lk)
+    for head in (0, 4):
+        want = F.relative_attention(
+            q[:, head : head + 1],
+            k[:, head // 3 : head // 3 + 1],
+            v[:, head // 3 : head // 3 + 1],
+            bias=one[head : head + 1],
+        )
+        torch.testing.assert_close(got[:, head : head + 1], want)
+
+
+def test_grouped_shaw_attention_and_bad_head_counts():
+    torch.manual_seed(1)
+    q = torch.randn(1, 4, 5, 8, dtype=torch.float64)
+    k, v = (torch.randn(1, 2, 5, 8, dtype=torch.float64) for _ in range(2))
+    emb_k, emb_v = (torch.randn(5, 8, dtype=torch.float64) for _ in range(2))
+    got, _ = F.shaw_attention(q, k, v, emb_k, emb_v, 2)
+    want, _ = F.shaw_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), emb_k, emb_v, 2
+    )
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="must divide"):
+        F.relative_attention(
+            q, k[:, :1].expand(1, 3, 5, 8), v[:, :1].expand(1, 3, 5, 8), bias=torch.zeros(4, 5, 5)
+        )
+    with pytest.raises(ValueError, match="v has"):
+        F.relative_attention(q, k, v[:, :1], bias=torch.zeros(4, 5, 5))

@@ -1,9 +1,6 @@
 """Baselines are called the way their own documentation calls them, with nothing in the timed
 call that their users would not pay, on inputs they may overwrite."""
 
-import sys
-import types
-
 import pytest
 import torch
 from torch.nn.attention.flex_attention import flex_attention
@@ -12,6 +9,7 @@ from bench.cases import CASES
 from bench.cases import bias as bias_case
 from bench.registry import Point, as_call
 from posenc import functional as F
+from tests.helpers import fake_module
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
@@ -60,11 +58,7 @@ class _FakeLiger(torch.autograd.Function):
 
 
 def test_liger_gets_its_native_layout_its_own_inputs_and_tables_built_once(monkeypatch):
-    fake = types.ModuleType("liger_kernel.ops.rope")
-    fake.LigerRopeFunction = _FakeLiger
-    for name in ("liger_kernel", "liger_kernel.ops"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "liger_kernel.ops.rope", fake)
+    fake_module(monkeypatch, "liger_kernel.ops.rope", LigerRopeFunction=_FakeLiger)
     _FakeLiger.calls = []
     rope = CASES["rope"]
     point = Point(2, 8, 64, 4, num_kv_heads=2, layout="bshd")

@@ -3,8 +3,6 @@ every implementation gated against float64 and recorded with its knobs; Liger's 
 transformers' patch calls it; the sequence the mrope case builds."""
 
 import json
-import sys
-import types
 
 import torch
 
@@ -12,7 +10,7 @@ from bench.cases import CASES
 from bench.cases.multimodal import mrope_section, mrope_segments
 from bench.registry import Point, as_call
 from posenc import functional as F
-from tests.helpers import read_rows, run_bench
+from tests.helpers import fake_module, read_rows, run_bench
 
 FAST = ["timing.warmup_s=0", "timing.min_reps=1", "timing.max_reps=1", "timing.budget_s=0"]
 
@@ -85,11 +83,9 @@ class _FakeLigerMRope(torch.autograd.Function):
 
 
 def test_liger_mrope_gets_per_axis_tables_built_once_and_its_own_copies(monkeypatch):
-    fake = types.ModuleType("liger_kernel.ops.qwen2vl_mrope")
-    fake.LigerQwen2VLMRopeFunction = _FakeLigerMRope
-    for name in ("liger_kernel", "liger_kernel.ops"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "liger_kernel.ops.qwen2vl_mrope", fake)
+    fake_module(
+        monkeypatch, "liger_kernel.ops.qwen2vl_mrope", LigerQwen2VLMRopeFunction=_FakeLigerMRope
+    )
     _FakeLigerMRope.calls = []
     case = CASES["mrope"]
     point = Point(2, 24, 256, 2, num_kv_heads=1, layout="bshd")  # D = 128
