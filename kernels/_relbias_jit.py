@@ -361,6 +361,7 @@ def _relbias_fwd_kernel(
     UPCAST: tl.constexpr,
     F32: tl.constexpr,
     SPLIT: tl.constexpr,
+    GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -378,8 +379,8 @@ def _relbias_fwd_kernel(
     mask_m, mask_d = offs_m < LQ, offs_d < D
     q_base = q_ptr + b * stride_qb + h * stride_qh
     q = _load_block(q_base, offs_m, mask_m, stride_qm, offs_d, mask_d, stride_qd, UPCAST)
-    k_base = k_ptr + b * stride_kb + h * stride_kh
-    v_base = v_ptr + b * stride_vb + h * stride_vh
+    k_base = k_ptr + b * stride_kb + (h // GROUP) * stride_kh  # grouped-query: its group's kv
+    v_base = v_ptr + b * stride_vb + (h // GROUP) * stride_vh
     relk_rows = relk_ptr + b * stride_rb + h * stride_rh + offs_m * stride_rm
     slope2 = 0.0
     if BIAS == 0:
@@ -675,13 +676,17 @@ def _relbias_bwd_dkdv_kernel(
     UPCAST: tl.constexpr,
     F32: tl.constexpr,
     SPLIT: tl.constexpr,
+    GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
     """One program per (key block, b * h): dk and dv of its keys, streaming the query blocks
-    (after, i.e. r >= K; before; the band), written in k's and v's dtype with dk and dv's
-    strides (stride_x*, shared: both are allocated like k)."""
+    (after, i.e. r >= K; before; the band), written in dk's dtype with dk and dv's strides
+    (stride_x*, shared: both are allocated alike). Grouped-query heads (GROUP > 1): k and v
+    are read from kv head h // GROUP and dk, dv written per query head into float32 buffers
+    (B, H, Lk, D) that the host sums over each group (as FlashAttention 2 does: an outer loop
+    over the group in this kernel spills at every tile tried, 255 registers)."""
     pid_n, pid_bh, _ = _program(LK, BLOCK_N)
     b, h = pid_bh // H, pid_bh % H
     n0 = pid_n * BLOCK_N
@@ -689,7 +694,7 @@ def _relbias_bwd_dkdv_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     mask_n, mask_d = offs_n < LK, offs_d < D
     k = _load_block(
-        k_ptr + b * stride_kb + h * stride_kh,
+        k_ptr + b * stride_kb + (h // GROUP) * stride_kh,
         offs_n,
         mask_n,
         stride_kn,
@@ -699,7 +704,7 @@ def _relbias_bwd_dkdv_kernel(
         UPCAST,
     )
     v = _load_block(
-        v_ptr + b * stride_vb + h * stride_vh,
+        v_ptr + b * stride_vb + (h // GROUP) * stride_vh,
         offs_n,
         mask_n,
         stride_vn,
@@ -957,6 +962,7 @@ def _relbias_bwd_dq_kernel(
     UPCAST: tl.constexpr,
     F32: tl.constexpr,
     SPLIT: tl.constexpr,
+    GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -1003,8 +1009,8 @@ def _relbias_bwd_dq_kernel(
     if BIAS == 0:
         slope2 = tl.load(slopes_ptr + h) * LOG2E
     table_row = table_ptr + h * stride_th
-    k_base = k_ptr + b * stride_kb + h * stride_kh
-    v_base = v_ptr + b * stride_vb + h * stride_vh
+    k_base = k_ptr + b * stride_kb + (h // GROUP) * stride_kh
+    v_base = v_ptr + b * stride_vb + (h // GROUP) * stride_vh
     dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     cols = tl.arange(0, NB)
     totals = tl.zeros((NB,), tl.float32)  # TABLE: per bucket, this program's band tiles

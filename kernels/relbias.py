@@ -339,6 +339,7 @@ def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec):
             # float32: 3xTF32; with Shaw's value term IEEE (its 3xTF32 spills at every tile)
             F32=(2 if spec.has_value else 1) * (q.dtype == torch.float32),
             SPLIT=_split(q, ieee=spec.has_value),
+            GROUP=heads // k.shape[1],
             BLOCK_M=t.block_m,
             BLOCK_N=t.block_n,
             BLOCK_D=_block_d(d),
@@ -385,7 +386,11 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
     if spec.has_value:  # dp_ij gains do_i . E_V[idx(i, j)]: gathered from do E_V^T
         g = torch.matmul(do.float(), ev.t())  # (B, H, Lq, NR)
     dq = torch.empty_like(q)
-    dk = torch.empty_like(k)
+    group = heads // k.shape[1]  # grouped-query heads per kv head
+    if group == 1:
+        dk = torch.empty_like(k)
+    else:  # per query head in float32, summed over each group below (2 B H Lk D floats)
+        dk = torch.empty(bsz, heads, lk, d, device=q.device, dtype=torch.float32)
     dv = torch.empty_like(dk)  # dk's strides: the dk/dv kernel writes both with one set
     c = _pointers(spec, q, slopes, table, gidx, relk)
     drel = (
@@ -400,6 +405,7 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
         UPCAST=_upcast(q),
         F32=2 * (q.dtype == torch.float32),
         SPLIT=_split(q, ieee=True),
+        GROUP=group,
     )
 
     def launch(tiles: Tiles) -> Tensor | None:
@@ -480,6 +486,8 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
         return part
 
     part = _run(launch, *spec.tiles(q, backward=True), "bwd_tiles")
+    if group > 1:  # each kv head's gradient: the sum over the query heads that read it
+        dk, dv = (t.view(bsz, -1, group, lk, d).sum(2).to(k.dtype) for t in (dk, dv))
     dtable = None
     if part is not None:
         dtable = part.view(bsz, heads, -1, spec.nb).sum((0, 2))[:, : spec.n_rel]  # (H, n_rel)
@@ -554,7 +562,9 @@ def relative_attention(
 ) -> Tensor:
     """softmax(scale q k^T + bias(j - i) [causal]) v with exactly one bias family.
 
-    q: (B, H, Lq, D); k, v: (B, H, Lk, D); returns (B, H, Lq, D) in q's dtype.
+    q: (B, H, Lq, D); k, v: (B, Hk, Lk, D) with Hk dividing H (grouped-query attention: query
+    head h reads kv head h // (H / Hk); dk and dv per query head in float32, summed per group);
+    returns (B, H, Lq, D) in q's dtype.
     alibi_slopes (H,): bias -m_h |j - i|. t5_table (num_buckets, H): bias t5_table[bucket, h].
     shaw_bias (H, 2K + 1): bias shaw_bias[h, clip(j - i, -K, K) + K].
     shaw_k (2K + 1, D) and optional shaw_v (2K + 1, D), shared by all heads (Shaw et al.):
@@ -587,11 +597,14 @@ def relative_attention(
         if t.dtype != q.dtype or t.device != q.device:
             raise ValueError(f"{name} is {t.dtype} on {t.device}; q is {q.dtype} on {q.device}")
     bsz, heads, lq, d = q.shape
-    if k.shape[:2] != (bsz, heads) or k.shape[3] != d or v.shape != k.shape:
+    kv_heads = k.shape[1]
+    if k.shape[0] != bsz or k.shape[3] != d or v.shape != k.shape:
         raise ValueError(
-            f"k and v must be (B={bsz}, H={heads}, Lk, D={d}) and alike, "
+            f"k and v must be (B={bsz}, Hk, Lk, D={d}) and alike, "
             f"got {tuple(k.shape)} and {tuple(v.shape)}"
         )
+    if kv_heads == 0 or heads % kv_heads:
+        raise ValueError(f"k and v's heads (Hk={kv_heads}) must divide q's (H={heads})")
     if causal and lq != k.shape[2]:
         raise ValueError("causal needs Lq == Lk")
     if q.device.type == "cpu" and not _interpreting():

@@ -30,6 +30,7 @@ class Spec:
     rotary: str = "full"  # full | partial (a quarter of D, GPT-NeoX style) | p_rope (p = 1/4)
     positions: str = "none"  # none | per_seq | ids | table (per-token rows, M-RoPE's shape)
     xpos: bool = False
+    kv_heads: int = 0  # relbias: grouped-query k and v with this many heads (0: H)
     fwd_tiles: tuple | None = None  # a candidate (not the launcher's default)
     bwd_tiles: tuple | None = None
 
@@ -39,7 +40,8 @@ class Spec:
             pairs = "interleaved" if self.interleaved else "half-split"
             xpos = " xpos" if self.xpos else ""
             return f"{self.layout} {pairs} {self.rotary} pos={self.positions}{xpos}"
-        return "candidate" if self.fwd_tiles or self.bwd_tiles else "default"
+        gqa = f" gqa {self.kv_heads}" if self.kv_heads else ""
+        return ("candidate" if self.fwd_tiles or self.bwd_tiles else "default") + gqa
 
 
 TARGETS = {"sm_90a": 90, "sm_80": 80}
@@ -66,6 +68,7 @@ def specs(only: str | None = None) -> list[Spec]:
     attn = [Spec("relbias", f, causal=c) for f in families for c in (False, True)]
     attn += [Spec("relbias", f, dtype=d) for f in families for d in ("float16", "float32")]
     attn += [Spec("relbias", f, head_dim=64) for f in families]
+    attn += [Spec("relbias", f, kv_heads=4) for f in ("alibi", "t5")]  # 16 query heads, 4 kv
     out = [s for s in rope + attn if only in (None, s.kernel)]
     return out
 
@@ -164,7 +167,8 @@ def _launch_relbias(spec: Spec) -> None:
 
     dtype = getattr(torch, spec.dtype)
     b, h, n, d = 4, 16, 4096, spec.head_dim
-    q, k, v = (_meta(b, h, n, d, dtype=dtype, grad=True) for _ in range(3))
+    q = _meta(b, h, n, d, dtype=dtype, grad=True)
+    k, v = (_meta(b, spec.kv_heads or h, n, d, dtype=dtype, grad=True) for _ in range(2))
     kwargs = {
         "alibi": lambda: {"alibi_slopes": _meta(h)},
         "t5": lambda: {"t5_table": _meta(32, h, grad=True)},

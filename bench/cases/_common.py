@@ -8,7 +8,8 @@ import os
 import torch
 from torch import nn
 
-from bench.registry import Cost
+from bench.checks import positive_ints
+from bench.registry import Cost, Knob
 
 # Where the Triton kernels run: a GPU, or also the CPU when Triton's interpreter is on (set
 # before triton is imported): slow, for testing a sweep's plumbing (rows say so).
@@ -18,6 +19,13 @@ TRITON_NOTE = "Triton's interpreter on the CPU" if INTERPRET else ""
 TRITON_ELSEWHERE = (
     "on a CPU, TRITON_INTERPRET=1 (set before the run) runs it under Triton's "
     "interpreter: slowly, to check it, not to time it"
+)
+# Grouped-query attention, shared by the rotary and the attention cases.
+NUM_KV_HEADS = Knob(
+    "num_kv_heads",
+    None,
+    "grouped-query attention: k (and v) with this many heads (null: num_heads; must divide it)",
+    lambda value, key: positive_ints(value, key, allow_none=True),
 )
 # The backend of every compiled implementation (tests swap in a counting one).
 COMPILE_BACKEND = "inductor"

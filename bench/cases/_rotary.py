@@ -13,7 +13,7 @@ from bench.cases._common import (
     TRITON_NOTE,
     per_mode,
 )
-from bench.checks import one_of, positive_ints
+from bench.checks import one_of
 from bench.registry import Cost, Impl, Knob, Point
 
 LAYOUT = Knob(
@@ -21,14 +21,6 @@ LAYOUT = Knob(
     "bhsd",
     "memory order of the (B, H, L, D) tensors: bhsd or bshd",
     one_of("bhsd", "bshd"),
-)
-
-
-NUM_KV_HEADS = Knob(
-    "num_kv_heads",
-    None,
-    "grouped-query attention: k with this many heads (null: num_heads; must divide it)",
-    lambda value, key: positive_ints(value, key, allow_none=True),
 )
 
 

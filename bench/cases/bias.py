@@ -14,7 +14,12 @@ Implementations, each called as its own documentation does:
   triton       kernels.relative_attention, the bias computed in the tile.
 Shaw's value term adds to the output, which neither SDPA nor a score_mod can express.
 
-Knobs: causal, and the Triton kernel's tiles (fwd_tiles, bwd_tiles: "default" or
+Why this file is long: four families by six implementations, each a factory that calls its
+library as that library's documentation does, next to the inputs it is built for.
+
+Knobs: causal, num_kv_heads (grouped-query attention: k and v with fewer heads; SDPA and
+FlexAttention get `enable_gqa=True`, the reference and the kernel take them as they are), and
+the Triton kernel's tiles (fwd_tiles, bwd_tiles: "default" or
 MxNxWARPSxSTAGES, for tuning; other implementations run at the default only).
 
 Cost model: forward 4 B H L^2 D FLOPs (half when causal) plus Shaw's relative terms (Q E_K^T
@@ -32,6 +37,7 @@ import kernels
 import posenc
 from bench import tiles
 from bench.cases._common import (
+    NUM_KV_HEADS,
     TRITON_DEVICES,
     TRITON_ELSEWHERE,
     TRITON_NOTE,
@@ -70,7 +76,10 @@ def _module(family: str, heads: int):
 def _build(family: str):
     def build(point: Point, device, dtype):
         shape = (point.batch, point.num_heads, point.seq_len, point.head_dim)
-        inputs = {n: torch.randn(shape, device=device).to(dtype) for n in "qkv"}
+        kv_shape = (point.batch, point.kv_heads, point.seq_len, point.head_dim)
+        inputs = {
+            n: torch.randn(shape if n == "q" else kv_shape, device=device).to(dtype) for n in "qkv"
+        }
         if family == "alibi":
             inputs["slopes"] = F.alibi_slopes(point.num_heads).float().to(device)
         elif family == "shaw_kv":
@@ -146,23 +155,31 @@ def _sdpa(family: str):
         q, k, v = inputs["q"], inputs["k"], inputs["v"]
         build = _mask(family, inputs)
         trains = any(p.requires_grad for p in inputs.get("params", {}).values())
+        gqa = _gqa(inputs)
         if trains:  # the table's gradient flows through the mask: built in the call
-            return lambda: nnf.scaled_dot_product_attention(q, k, v, attn_mask=build())
+            return lambda: nnf.scaled_dot_product_attention(
+                q, k, v, attn_mask=build(), enable_gqa=gqa
+            )
         with torch.no_grad():
             mask = build()
-        return lambda: nnf.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return lambda: nnf.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
 
     return make
 
 
+def _gqa(inputs) -> bool:
+    """SDPA's and FlexAttention's own switch for k and v with fewer heads than q."""
+    return inputs["k"].shape[1] != inputs["q"].shape[1]
+
+
 def _sdpa_nobias(inputs):
-    q, k, v, causal = inputs["q"], inputs["k"], inputs["v"], inputs["causal"]
-    return lambda: nnf.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    q, k, v, causal, gqa = inputs["q"], inputs["k"], inputs["v"], inputs["causal"], _gqa(inputs)
+    return lambda: nnf.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
 
 
 def _nobias_truth(inputs):
     return nnf.scaled_dot_product_attention(
-        inputs["q"], inputs["k"], inputs["v"], is_causal=inputs["causal"]
+        inputs["q"], inputs["k"], inputs["v"], is_causal=inputs["causal"], enable_gqa=_gqa(inputs)
     )
 
 
@@ -195,7 +212,8 @@ def _flex(family: str):
             )
         fn = compile_impl(flex_attention)
         score_mod = _score_mod(family, inputs)
-        return lambda: fn(q, k, v, score_mod=score_mod, block_mask=block_mask)
+        gqa = _gqa(inputs)
+        return lambda: fn(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa)
 
     return make
 
@@ -239,6 +257,7 @@ def _unsupported(why: str):
 def _cost(family: str):
     def cost(point: Point, dtype, mode: str) -> Cost:
         b, h, n, d = point.batch, point.num_heads, point.seq_len, point.head_dim
+        hk = point.kv_heads
         attn = 4 * b * h * n * n * d // (2 if point.causal else 1)
         rel = 4 * b * h * n * (2 * SHAW_K + 1) * d if family == "shaw_kv" else 0
         table = {
@@ -247,9 +266,11 @@ def _cost(family: str):
             "shaw": h * (2 * SHAW_K + 1) * dtype.itemsize,
             "shaw_kv": 2 * (2 * SHAW_K + 1) * d * dtype.itemsize,
         }[family]
-        act = b * h * n * d * dtype.itemsize
-        forward = Cost(4 * act + table, attn + rel)
-        backward = Cost(8 * act + 2 * table, int(2.5 * attn) + 2 * rel)
+        act, act_kv = (b * heads * n * d * dtype.itemsize for heads in (h, hk))
+        # forward reads q, k, v and writes out; backward reads q, k, v, out, dout and writes
+        # dq, dk, dv (k and v with the kv heads)
+        forward = Cost(2 * act + 2 * act_kv + table, attn + rel)
+        backward = Cost(4 * act + 4 * act_kv + 2 * table, int(2.5 * attn) + 2 * rel)
         return per_mode(forward, backward, mode)
 
     return cost
@@ -313,7 +334,7 @@ def _case(name: str, family: str) -> Case:
         cost=_cost(family),
         grad_inputs=grads,
         batched=("q", "k", "v"),
-        knobs=(CAUSAL, FWD_TILES, BWD_TILES),
+        knobs=(CAUSAL, NUM_KV_HEADS, FWD_TILES, BWD_TILES),
         truth_holds=4,
     )
 

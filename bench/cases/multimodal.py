@@ -22,10 +22,9 @@ import math
 
 import torch
 
-from bench.cases._common import compile_impl
+from bench.cases._common import NUM_KV_HEADS, compile_impl
 from bench.cases._rotary import (
     LAYOUT,
-    NUM_KV_HEADS,
     heads_tensor,
     liger_copies,
     liger_impl,
@@ -136,7 +135,7 @@ def _triton_mrope(inputs):
 def _liger_mrope(inputs):
     """Liger's Qwen2-VL M-RoPE as transformers' patch calls it: q and k (B, H, L, D) views of
     (B, L, H, D) memory, the per-axis tables (3, B, L, D) with both halves (built once here)
-    and the sections; in place on its own copies (bench/cases/rope.py)."""
+    and the sections; in place on its own copies (bench/cases/_rotary.py)."""
     from liger_kernel.ops.qwen2vl_mrope import LigerQwen2VLMRopeFunction
 
     q, k = liger_copies(inputs)

@@ -20,6 +20,7 @@ import torch
 import kernels
 import posenc
 from bench.cases._common import (
+    NUM_KV_HEADS,
     TRITON_DEVICES,
     TRITON_ELSEWHERE,
     TRITON_NOTE,
@@ -28,7 +29,6 @@ from bench.cases._common import (
 )
 from bench.cases._rotary import (
     LAYOUT,
-    NUM_KV_HEADS,
     heads_tensor,
     liger_copies,
     liger_impl,

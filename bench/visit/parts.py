@@ -50,7 +50,7 @@ def _bench(*args: str) -> tuple[str, ...]:
 PARTS = (
     Part(
         "tests",
-        90,
+        95,
         30,
         (
             "-m",

@@ -624,3 +624,65 @@ def test_grids_stay_within_cudas_limits_past_65535_heads():
     assert len(grids) == 4  # forward, delta, dk/dv, dq
     for grid in grids:
         assert len(grid) == 1 and grid[0] < 2**31, grid
+
+
+GQA = [  # (family, B, H, Hk, Lq, Lk, D, causal): groups of 2 and 3, one kv head
+    ("alibi", 1, 4, 2, 19, 19, 32, True),
+    ("t5", 2, 6, 2, 17, 29, 32, False),
+    ("shaw", 1, 3, 1, 18, 18, 32, True),
+    ("shaw_kv", 1, 4, 1, 21, 21, 32, False),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", GQA, ids=lambda c: f"{c[0]}-{c[2]}x{c[3]}")
+def test_grouped_query_heads_forward_and_backward(case, dtype):
+    """k and v with Hk < H heads: outputs and every gradient (dk, dv summed over each kv head's
+    group inside the kernel; the tables') against float64 autograd of the reference."""
+    family, b, h, hk, lq, lk, d, causal = case
+    torch.manual_seed(0)
+    q = torch.randn(b, h, lq, d).to(dtype)
+    k, v = (torch.randn(b, hk, lk, d).to(dtype) for _ in range(2))
+    if family == "shaw_kv":
+        emb = torch.randn(2, 7, d)
+        want_leaves = [_leaf(t, torch.float64) for t in (q, k, v, emb[0], emb[1])]
+        mask = torch.ones(lq, lk, dtype=torch.bool).tril() if causal else None
+        out, _ = F.shaw_attention(*want_leaves, 3, mask=mask)
+        leaves = [_leaf(t.to(DEVICE)) for t in (q, k, v, emb[0], emb[1])]
+        got_out = relbias.relative_attention(
+            *leaves[:3], shaw_k=leaves[3], shaw_v=leaves[4], causal=causal
+        )
+        labels = ("dq", "dk", "dv", "dshaw_k", "dshaw_v")
+    else:
+        module, kwargs = _family(family, h)
+        name = next(n for n in kwargs if n in ("alibi_slopes", "t5_table", "shaw_bias"))
+        table = kwargs[name].detach().float() + 0.1 * torch.randn(kwargs[name].shape)
+        ref = copy.deepcopy(module).double()
+        ref_table = torch.nn.Parameter(table.double())
+        if family == "t5":
+            ref.relative_attention_bias.weight = ref_table
+        else:
+            setattr(ref, "slopes" if family == "alibi" else "table", ref_table)
+        want_leaves = [*(_leaf(t, torch.float64) for t in (q, k, v)), ref_table]
+        out = F.relative_attention(*want_leaves[:3], bias=ref, causal=causal)
+        leaves = [_leaf(t.to(DEVICE)) for t in (q, k, v, table)]
+        got_out = relbias.relative_attention(
+            *leaves[:3], causal=causal, **{**kwargs, name: leaves[3]}
+        )
+        labels = ("dq", "dk", "dv", "d" + name)
+    grad_out = torch.randn(out.shape, dtype=torch.float64)
+    want = torch.autograd.grad(out, want_leaves, grad_out)
+    assert got_out.shape == q.shape
+    tol = TOL[dtype] * max(1.0, out.abs().max().item())
+    assert_close(got_out.detach().cpu().double(), out.detach(), atol=tol, rtol=TOL[dtype])
+    got = torch.autograd.grad(got_out, leaves, grad_out.to(DEVICE, dtype))
+    assert got[1].shape == k.shape and got[2].shape == v.shape
+    for label, g, w in zip(labels, got, want, strict=True):
+        _assert_grad_close(g, w, dtype, label)
+
+
+def test_grouped_query_heads_that_do_not_divide_are_named():
+    q = torch.zeros(1, 4, 8, 32, device=DEVICE)
+    k = torch.zeros(1, 3, 8, 32, device=DEVICE)
+    with pytest.raises(ValueError, match="must divide"):
+        relbias.relative_attention(q, k, k, alibi_slopes=torch.ones(4, device=DEVICE))

@@ -78,6 +78,15 @@ HAND = [
         BF16,
         {"forward": (1032, 2048), "backward": (2064, 5120), "forward+backward": (3096, 7168)},
     ),
+    # grouped-query k and v (1, 2, 4, 8) float32 = 256 B each beside q and out (1, 4, 4, 8) =
+    # 512 B; slopes 4 x 4 B; 4 B H L^2 D = 2048 FLOPs. Backward: q, out, do, dq (4 x 512 B),
+    # k, v, dk, dv (4 x 256 B), the slopes twice
+    (
+        "alibi_attention",
+        Point(1, 4, 32, 4, num_kv_heads=2),
+        F32,
+        {"forward": (1552, 2048), "backward": (3104, 5120), "forward+backward": (4656, 7168)},
+    ),
     # T5's (32, 2) bf16 table: 128 B
     (
         "t5_attention",
