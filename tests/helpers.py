@@ -112,3 +112,16 @@ def fake_module(monkeypatch, path: str, **attrs) -> None:
     for name, value in attrs.items():
         setattr(module, name, value)
     monkeypatch.setitem(sys.modules, path, module)
+
+
+def call_twice(case, point, impl: str):
+    """A case's implementation built at a point on the CPU and called twice (an in-place
+    baseline must not compound): (inputs, q and k as built, the call)."""
+    from bench.registry import as_call
+
+    inputs = case.build(point, torch.device("cpu"), torch.float32)
+    before = {n: inputs[n].clone() for n in "qk"}
+    call = as_call(case.impls[impl].make(inputs))
+    for _ in range(2):
+        call.fn()
+    return inputs, before, call

@@ -7,9 +7,9 @@ from torch.nn.attention.flex_attention import flex_attention
 
 from bench.cases import CASES
 from bench.cases import bias as bias_case
-from bench.registry import Point, as_call
+from bench.registry import Point
 from posenc import functional as F
-from tests.helpers import fake_module
+from tests.helpers import call_twice, fake_module
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
@@ -62,11 +62,7 @@ def test_liger_gets_its_native_layout_its_own_inputs_and_tables_built_once(monke
     _FakeLiger.calls = []
     rope = CASES["rope"]
     point = Point(2, 8, 64, 4, num_kv_heads=2, layout="bshd")
-    inputs = rope.build(point, torch.device("cpu"), torch.float32)
-    before = {n: inputs[n].clone() for n in "qk"}
-    call = as_call(rope.impls["liger"].make(inputs))
-    for _ in range(2):
-        q_out, _k_out = call.fn()
+    inputs, before, call = call_twice(rope, point, "liger")
     first, second = _FakeLiger.calls
     assert first["bshd_memory"], "a (B, L, H, D) memory view: no .contiguous() inside Liger"
     assert first["q_ptr"] != inputs["q"].data_ptr()  # its own copy, which it may overwrite

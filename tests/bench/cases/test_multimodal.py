@@ -10,7 +10,7 @@ from bench.cases import CASES
 from bench.cases.multimodal import mrope_section, mrope_segments
 from bench.registry import Point, as_call
 from posenc import functional as F
-from tests.helpers import fake_module, read_rows, run_bench
+from tests.helpers import call_twice, fake_module, read_rows, run_bench
 
 FAST = ["timing.warmup_s=0", "timing.min_reps=1", "timing.max_reps=1", "timing.budget_s=0"]
 
@@ -96,11 +96,7 @@ def test_liger_mrope_gets_per_axis_tables_built_once_and_its_own_copies(monkeypa
     _FakeLigerMRope.calls = []
     case = CASES["mrope"]
     point = Point(2, 24, 256, 2, num_kv_heads=1, layout="bshd")  # D = 128
-    inputs = case.build(point, torch.device("cpu"), torch.float32)
-    before = {n: inputs[n].clone() for n in "qk"}
-    call = as_call(case.impls["liger"].make(inputs))
-    for _ in range(2):
-        q_out, k_out = call.fn()
+    inputs, before, _ = call_twice(case, point, "liger")
     first, second = _FakeLigerMRope.calls
     assert first["bshd_memory"] and first["q_ptr"] != inputs["q"].data_ptr()
     assert first["cos_id"] == second["cos_id"] and first["cos_shape"] == (3, 2, 24, 128)
