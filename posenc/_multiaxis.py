@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from posenc._checks import check_pairs, check_positive
+from posenc._scaling import rope_frequencies
 
 # ---------------------------------------------------------------------------------------------
 # Multimodal RoPE (M-RoPE): Qwen2-VL (Wang et al. 2024, section 2.1), Qwen2.5-VL, Qwen3-VL.
@@ -234,4 +235,5 @@ def rotating_frequencies(dim: int, rotate_fraction: float) -> int:
 
 
 def _inv_freq(dim: int, base: float, device) -> Tensor:
-    return base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=device) / dim)
+    """RoPE's theta_i = base^(-2i/dim), float64: the one definition (posenc/_scaling.py)."""
+    return rope_frequencies(dim, base, device=device)[0]

@@ -95,13 +95,17 @@ def _plain_only(point: Point) -> str | None:
     return None if point.rope_scaling == "none" else "the tutorial's RoPE has no scaling"
 
 
-def _qk_tables(point: Point, dtype, device):
+def _qk_tables(cos, sin, scale):
     """((cos, sin) of q, (cos, sin) of k): the same but for xPos, which scales them apart."""
-    cos, sin = _scaled_tables(point, dtype, device)
-    if point.rope_variant != "xpos":
+    if scale is None:
         return (cos, sin), (cos, sin)
-    scale = _xpos(point, dtype, device)
     return (cos * scale, sin * scale), (cos / scale, sin / scale)
+
+
+def _tables(point: Point, dtype, device):
+    """cos, sin and xPos's scale (None for the other variants), built once per dtype."""
+    scale = _xpos(point, dtype, device) if point.rope_variant == "xpos" else None
+    return (*_scaled_tables(point, dtype, device), scale)
 
 
 def _xpos(point: Point, dtype, device):
@@ -116,19 +120,16 @@ def _xpos(point: Point, dtype, device):
 
 
 def _build(point: Point, device, dtype):
-    cos, sin = _scaled_tables(point, torch.float32, device)
-    tables_q, tables_k = _qk_tables(point, torch.float32, device)
+    cos, sin, scale = _tables(point, torch.float32, device)
     inputs = {
         "q": heads_tensor(point, point.num_heads, device, dtype),
         "k": heads_tensor(point, point.kv_heads, device, dtype),
         "cos": cos,  # (L, D/2) float32, times the schedule's attention factor
         "sin": sin,
-        "tables": (tables_q, tables_k),  # what an eager user precomputes: xPos's q and k apart
-        "truth_tables": _qk_tables(point, torch.float64, device),  # float64, for the truth
-        "kernel_args": {},  # the kernel's own arguments for the variant
+        "tables": _qk_tables(cos, sin, scale),  # what an eager user precomputes: q's, k's
+        "truth_tables": _qk_tables(*_tables(point, torch.float64, device)),  # for the truth
+        "kernel_args": {} if scale is None else {"xpos_scale": scale},  # the kernel's own
     }
-    if point.rope_variant == "xpos":
-        inputs["kernel_args"] = {"xpos_scale": _xpos(point, torch.float32, device)}
     if point.rope_variant == "p_rope":  # the kernel reads only the frequencies that turn
         n = F.rotating_frequencies(point.head_dim, P_ROPE)
         inputs["cos"], inputs["sin"] = cos[:, :n].contiguous(), sin[:, :n].contiguous()
