@@ -309,7 +309,7 @@ def _fwd_part(
     return acc, l_i, m_i, sums, side0, side1
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["Q_OFF"])  # one compile for every cache length
 def _relbias_fwd_kernel(
     q_ptr,
     k_ptr,
@@ -349,6 +349,7 @@ def _relbias_fwd_kernel(
     H,
     LQ,
     LK,
+    Q_OFF,
     D,
     NR,
     qk_scale,
@@ -394,8 +395,9 @@ def _relbias_fwd_kernel(
     side1 = tl.zeros((BLOCK_M,), tl.float32)
     end = LK
     if CAUSAL:  # key blocks entirely beyond the diagonal contribute nothing
-        end = tl.minimum(LK, m0 + BLOCK_M)
-    lo, hi = _parts(m0, 0, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
+        end = tl.minimum(LK, m0 + Q_OFF + BLOCK_M)
+    # queries sit at positions Q_OFF + i (Q_OFF = LK - LQ: the last query sees the last key)
+    lo, hi = _parts(m0 + Q_OFF, 0, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
     # before [0, lo), after [hi, end), then the band [lo, hi) (its sums are zero until then)
     for i in tl.static_range(3):
         acc, l_i, m_i, sums, side0, side1 = _fwd_part(
@@ -412,7 +414,7 @@ def _relbias_fwd_kernel(
             stride_kd,
             stride_vn,
             stride_vd,
-            offs_m,
+            offs_m + Q_OFF,  # positions: the parts read offs_m and m0 for r = j - i only
             mask_m,
             offs_d,
             mask_d,
@@ -421,7 +423,7 @@ def _relbias_fwd_kernel(
             hi,
             end,
             LK,
-            m0,
+            m0 + Q_OFF,
             qk_scale,
             slope2,
             table_row,
@@ -619,7 +621,7 @@ def _dkdv_part(
     return dk, dv
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["Q_OFF"])  # one compile for every cache length
 def _relbias_bwd_dkdv_kernel(
     q_ptr,
     k_ptr,
@@ -667,6 +669,7 @@ def _relbias_bwd_dkdv_kernel(
     H,
     LQ,
     LK,
+    Q_OFF,
     D,
     qk_scale,
     BIAS: tl.constexpr,
@@ -725,9 +728,10 @@ def _relbias_bwd_dkdv_kernel(
     dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     start = 0
-    if CAUSAL:  # query rows i < j see none of these keys
-        start = n0 // BLOCK_M * BLOCK_M
-    lo, hi = _parts(n0, start, LQ, K, not CAUSAL, True, BLOCK_N, BLOCK_M, SPLIT)
+    if CAUSAL:  # query rows at positions below j see none of these keys
+        start = tl.maximum(n0 - Q_OFF, 0) // BLOCK_M * BLOCK_M
+    # keys seen from the queries' storage index: position j - Q_OFF
+    lo, hi = _parts(n0 - Q_OFF, start, LQ, K, not CAUSAL, True, BLOCK_N, BLOCK_M, SPLIT)
     # after [start, lo) (queries K or more before the keys), before [hi, LQ), the band
     for i in tl.static_range(3):
         dk, dv = _dkdv_part(
@@ -741,7 +745,7 @@ def _relbias_bwd_dkdv_kernel(
             stride_qd,
             stride_dm,
             stride_dd,
-            offs_n,
+            offs_n - Q_OFF,  # the part reads offs_n for r = j - i only
             mask_n,
             offs_d,
             mask_d,
@@ -900,7 +904,7 @@ def _dq_part(
     return dq, totals, rel_sums, side0, side1
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["Q_OFF"])  # one compile for every cache length
 def _relbias_bwd_dq_kernel(
     q_ptr,
     k_ptr,
@@ -949,6 +953,7 @@ def _relbias_bwd_dq_kernel(
     H,
     LQ,
     LK,
+    Q_OFF,
     D,
     NR,
     qk_scale,
@@ -1019,8 +1024,8 @@ def _relbias_bwd_dq_kernel(
     side1 = tl.zeros((BLOCK_M,), tl.float32)
     end = LK
     if CAUSAL:
-        end = tl.minimum(LK, m0 + BLOCK_M)
-    lo, hi = _parts(m0, 0, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
+        end = tl.minimum(LK, m0 + Q_OFF + BLOCK_M)
+    lo, hi = _parts(m0 + Q_OFF, 0, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
     # before [0, lo), after [hi, end), then the band [lo, hi)
     for i in tl.static_range(3):
         dq, totals, rel_sums, side0, side1 = _dq_part(
@@ -1039,7 +1044,7 @@ def _relbias_bwd_dq_kernel(
             stride_kd,
             stride_vn,
             stride_vd,
-            offs_m,
+            offs_m + Q_OFF,  # positions: the parts read offs_m and m0 for r = j - i only
             mask_m,
             offs_d,
             mask_d,
@@ -1048,7 +1053,7 @@ def _relbias_bwd_dq_kernel(
             hi,
             end,
             LK,
-            m0,
+            m0 + Q_OFF,
             qk_scale,
             slope2,
             table_row,

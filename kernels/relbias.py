@@ -329,6 +329,7 @@ def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec):
             heads,
             lq,
             lk,
+            lk - lq,  # queries at positions lk - lq + i
             d,
             spec.n_rel,
             spec.scale * _LOG2E,
@@ -432,6 +433,7 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
             heads,
             lq,
             lk,
+            lk - lq,  # queries at positions lk - lq + i
             d,
             spec.scale * _LOG2E,
             **shared,
@@ -470,6 +472,7 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
             heads,
             lq,
             lk,
+            lk - lq,  # queries at positions lk - lq + i
             d,
             spec.n_rel,
             spec.scale * _LOG2E,
@@ -569,7 +572,9 @@ def relative_attention(
     shaw_bias (H, 2K + 1): bias shaw_bias[h, clip(j - i, -K, K) + K].
     shaw_k (2K + 1, D) and optional shaw_v (2K + 1, D), shared by all heads (Shaw et al.):
       logits scale q_i . (k_j + shaw_k[clip(j - i) + K]), output sum_j a_ij (v_j + shaw_v[...]).
-    causal masks j > i (Lq == Lk).
+    Query i sits at position Lk - Lq + i (Lq <= Lk: the last Lq tokens of a cache of Lk, as in
+    decoding; Lq == Lk: self-attention): every bias takes its distance j - (Lk - Lq + i), and
+    causal masks j > Lk - Lq + i.
     Differentiable in q, k, v and every table (slopes, T5 and Shaw tables, shaw_k, shaw_v).
     fwd_tiles, bwd_tiles: `Tiles` overriding the per-GPU defaults (for tuning); bwd_tiles are
       the dk/dv kernel's, the dq kernel runs their transpose; block_m of the dq kernel (and of
@@ -605,8 +610,10 @@ def relative_attention(
         )
     if kv_heads == 0 or heads % kv_heads:
         raise ValueError(f"k and v's heads (Hk={kv_heads}) must divide q's (H={heads})")
-    if causal and lq != k.shape[2]:
-        raise ValueError("causal needs Lq == Lk")
+    if causal and lq > k.shape[2]:
+        raise ValueError(
+            f"causal needs Lq <= Lk (queries at the cache's end), got {lq} > {k.shape[2]}"
+        )
     if q.device.type == "cpu" and not _interpreting():
         raise ValueError(
             "q is a CPU tensor: run on a GPU, or set TRITON_INTERPRET=1 before "

@@ -30,9 +30,12 @@ def alibi_slopes(num_heads: int) -> Tensor:
     return torch.tensor(slopes, dtype=torch.float64)
 
 
-def alibi_bias(slopes: Tensor, q_len: int, k_len: int, *, causal: bool = False) -> Tensor:
-    """-m_h |j - i| (or, causal, -m_h (i - j) for j <= i), shape (H, Lq, Lk), slopes' dtype."""
-    i = torch.arange(q_len, device=slopes.device).unsqueeze(1)
+def alibi_bias(
+    slopes: Tensor, q_len: int, k_len: int, *, causal: bool = False, offset: int = 0
+) -> Tensor:
+    """-m_h |j - i| (or, causal, -m_h (i - j) for j <= i), shape (H, Lq, Lk), slopes' dtype;
+    query row i at position offset + i."""
+    i = torch.arange(q_len, device=slopes.device).unsqueeze(1) + offset
     j = torch.arange(k_len, device=slopes.device).unsqueeze(0)
     dist = (i - j) if causal else (j - i).abs()
     return -slopes[:, None, None] * dist.to(slopes.dtype)
@@ -93,20 +96,25 @@ def relative_attention(
     """softmax(scale q k^T + bias [causal mask]) v, the reference every attention kernel meets.
 
     q: (B, H, Lq, D); k, v: (B, Hk, Lk, D), Hk dividing H (grouped-query attention: query head h
-    reads kv head h // (H / Hk)); returns (B, H, Lq, D).
-    bias: a tensor broadcastable to (B, H, Lq, Lk), or a module with `bias(q_len, k_len)`
-      returning (H, Lq, Lk): `posenc.ALiBi`, `posenc.T5RelativeBias`, `posenc.ShawBias`.
-    causal: mask j > i (query i sees keys 0 .. i).
+    reads kv head h // (H / Hk)); returns (B, H, Lq, D). Query i sits at position Lk - Lq + i
+    (the last Lq tokens of Lk, as when decoding against a cache; Lq == Lk: self-attention).
+    bias: a tensor broadcastable to (B, H, Lq, Lk), or a module with `bias(q_len, k_len,
+      causal, offset)` returning (H, Lq, Lk): `posenc.ALiBi`, `posenc.T5RelativeBias`,
+      `posenc.ShawBias`, at distances j - (Lk - Lq + i).
+    causal: mask j > Lk - Lq + i (Lq <= Lk).
     """
     lq, lk = q.shape[-2], k.shape[-2]
+    if causal and lq > lk:
+        raise ValueError(f"causal needs Lq <= Lk (queries at the keys' end), got {lq} > {lk}")
+    offset = lk - lq
     k, v = grouped_kv(q, k, v)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if not isinstance(bias, Tensor):
-        bias = bias.bias(lq, lk, causal=causal) if hasattr(bias, "bias") else None
+        bias = bias.bias(lq, lk, causal=causal, offset=offset) if hasattr(bias, "bias") else None
         if bias is None:
             raise TypeError("bias must be a tensor or a module with a bias(q_len, k_len) method")
     logits = torch.matmul(q, k.transpose(-2, -1)) * scale + bias.to(q.dtype)
     if causal:
-        future = torch.ones(lq, lk, dtype=torch.bool, device=q.device).triu(1)
+        future = torch.ones(lq, lk, dtype=torch.bool, device=q.device).triu(1 + offset)
         logits = logits.masked_fill(future, -math.inf)
     return torch.matmul(torch.softmax(logits, dim=-1), v)

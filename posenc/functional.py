@@ -198,17 +198,18 @@ def _rotate_differentiable(x: Tensor, cos: Tensor, sin: Tensor, interleaved: boo
 
 
 def relative_positions(
-    q_len: int, k_len: int, max_relative_position: int, *, device=None
+    q_len: int, k_len: int, max_relative_position: int, *, offset: int = 0, device=None
 ) -> Tensor:
     """Clipped relative-index matrix idx[i, j] = clip(j - i, -K, K) + K, shape (Lq, Lk), int64.
 
-    Query i and key j are at positions i and j (both counted from 0), as in the tutorial.
+    Query i and key j are at positions offset + i and j: offset 0 counts both from 0, as the
+    tutorial does; Lk - Lq puts the queries at the keys' end (decoding; relative_attention's).
     Values lie in 0 .. 2K; bucket K is "same position".
     """
     check_positive("q_len", q_len)
     check_positive("k_len", k_len)
     check_positive("max_relative_position", max_relative_position, allow_zero=True)
-    i = torch.arange(q_len, device=device).unsqueeze(1)
+    i = torch.arange(q_len, device=device).unsqueeze(1) + offset
     j = torch.arange(k_len, device=device).unsqueeze(0)
     k = max_relative_position
     return (j - i).clamp_(-k, k) + k
@@ -224,12 +225,15 @@ def shaw_attention(
     *,
     mask: Tensor | None = None,
     scale: float | None = None,
+    offset: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """Shaw et al. relative attention, without ever building a (B, H, Lq, Lk, D) tensor.
 
     q: (B, H, Lq, D); k, v: (B, Hk, Lk, D), Hk dividing H (grouped-query attention);
     emb_k, emb_v: (2K + 1, D) tables a^K, a^V.
     mask: broadcastable to (B, H, Lq, Lk); boolean (True = attend) or additive float.
+    offset: query i sits at position offset + i (0: the tutorial's; Lk - Lq: at the keys' end,
+    as kernels.relative_attention and relative_attention place them).
     Returns (out (B, H, Lq, D), weights (B, H, Lq, Lk)) with
         e_ij  = scale * (q_i . k_j + q_i . a^K[idx_ij])          (eq. 4, scale = 1/sqrt(D))
         out_i = sum_j alpha_ij (v_j + a^V[idx_ij])               (eq. 3)
@@ -251,13 +255,14 @@ def shaw_attention(
     q = q * scale  # scales both terms; cheaper than a pass over the (Lq, Lk) logits
     logits = torch.matmul(q, k.transpose(-2, -1))  # (B, H, Lq, Lk)
     rel = torch.matmul(q, emb_k.transpose(0, 1))  # (B, H, Lq, 2K+1)
-    _add_relative_logits_(logits, rel, max_relative_position)
+    _add_relative_logits_(logits, rel, max_relative_position, offset)
     if mask is not None:
         logits = _apply_mask(logits, mask)
     weights = torch.softmax(logits, dim=-1)
     out = torch.matmul(weights, v)  # (B, H, Lq, D)
     if emb_v is not None:
-        idx = relative_positions(q.shape[-2], k.shape[-2], max_relative_position, device=q.device)
+        lq, lk, clip = q.shape[-2], k.shape[-2], max_relative_position
+        idx = relative_positions(lq, lk, clip, offset=offset, device=q.device)
         per_bucket = weights.new_zeros(*weights.shape[:-1], n_rel)  # (B, H, Lq, 2K+1)
         per_bucket.scatter_add_(-1, idx.expand_as(weights), weights)
         out = out + torch.matmul(per_bucket, emb_v)
@@ -270,8 +275,8 @@ def shaw_attention(
 GATHER_MAX_CELLS = 256 * 256
 
 
-def _add_relative_logits_(logits: Tensor, rel: Tensor, k: int) -> None:
-    """logits[..., i, j] += rel[..., i, clip(j - i, -K, K) + K], in place.
+def _add_relative_logits_(logits: Tensor, rel: Tensor, k: int, offset: int = 0) -> None:
+    """logits[..., i, j] += rel[..., i, clip(j - i - offset, -K, K) + K], in place.
 
     Small tiles: one gather of rel by the (Lq, Lk) index matrix. Large tiles: no index tensor,
     one strided add per diagonal |j - i| <= K (2K + 1 small ops) and one multithreaded addcmul
@@ -279,17 +284,17 @@ def _add_relative_logits_(logits: Tensor, rel: Tensor, k: int) -> None:
     """
     lq, lk = logits.shape[-2:]
     if lq * lk <= GATHER_MAX_CELLS:
-        idx = relative_positions(lq, lk, k, device=logits.device)  # (Lq, Lk)
+        idx = relative_positions(lq, lk, k, offset=offset, device=logits.device)  # (Lq, Lk)
         logits.add_(rel.gather(-1, idx.expand(*rel.shape[:-1], lk)))
         return
-    for d in range(max(-k, 1 - lq), min(k, lk - 1) + 1):  # diagonals that exist
+    for d in range(max(offset - k, 1 - lq), min(offset + k, lk - 1) + 1):  # diagonals that exist
         rows = slice(max(0, -d), min(lq, lk - d))
-        logits.diagonal(d, -2, -1).add_(rel[..., rows, d + k])
-    i = torch.arange(lq, device=logits.device).unsqueeze(1)
+        logits.diagonal(d, -2, -1).add_(rel[..., rows, d - offset + k])
+    i = torch.arange(lq, device=logits.device).unsqueeze(1) + offset
     j = torch.arange(lk, device=logits.device)
-    if lk - 1 > k:  # some j - i > K
+    if lk - 1 - offset > k:  # some j - i - offset > K: bucket 2K
         logits.addcmul_(rel[..., 2 * k :], (j - i > k).to(logits.dtype))
-    if lq - 1 > k:  # some j - i < -K
+    if 1 - lq - offset < -k:  # some below -K: bucket 0
         logits.addcmul_(rel[..., :1], (j - i < -k).to(logits.dtype))
 
 

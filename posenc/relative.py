@@ -81,7 +81,8 @@ class RelativeMultiHeadAttention(MultiHeadProjections):
 class ALiBi(nn.Module):
     """Attention with linear biases (Press et al. 2021): bias -m_h |j - i|, no parameters.
 
-    bias(q_len, k_len, causal=False) -> (H, Lq, Lk) in float32 (slopes buffer's dtype).
+    bias(q_len, k_len, causal=False, offset=0) -> (H, Lq, Lk) in float32 (slopes buffer's
+    dtype); query row i at position offset + i.
     """
 
     def __init__(self, num_heads: int):
@@ -89,15 +90,15 @@ class ALiBi(nn.Module):
         self.num_heads = num_heads
         self.register_buffer("slopes", alibi_slopes(num_heads).float(), persistent=False)
 
-    def bias(self, q_len: int, k_len: int, causal: bool = False) -> Tensor:
-        return alibi_bias(self.slopes, q_len, k_len, causal=causal)
+    def bias(self, q_len: int, k_len: int, causal: bool = False, offset: int = 0) -> Tensor:
+        return alibi_bias(self.slopes, q_len, k_len, causal=causal, offset=offset)
 
 
 class T5RelativeBias(nn.Module):
     """T5's learned relative bias: a (num_buckets, H) table indexed by t5_relative_bucket(j - i).
 
     The table is `relative_attention_bias.weight`, T5's layout; the bias is added unscaled.
-    bias(q_len, k_len, causal=False) -> (H, Lq, Lk).
+    bias(q_len, k_len, causal=False, offset=0) -> (H, Lq, Lk), query row i at offset + i.
     """
 
     def __init__(
@@ -113,21 +114,22 @@ class T5RelativeBias(nn.Module):
         self.max_distance, self.bidirectional = max_distance, bidirectional
         self.relative_attention_bias = nn.Embedding(num_buckets, num_heads)
 
-    def buckets(self, q_len: int, k_len: int) -> Tensor:
+    def buckets(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
         device = self.relative_attention_bias.weight.device
-        i = torch.arange(q_len, device=device).unsqueeze(1)
+        i = torch.arange(q_len, device=device).unsqueeze(1) + offset
         j = torch.arange(k_len, device=device).unsqueeze(0)
         return t5_relative_bucket(j - i, self.bidirectional, self.num_buckets, self.max_distance)
 
-    def bias(self, q_len: int, k_len: int, causal: bool = False) -> Tensor:
+    def bias(self, q_len: int, k_len: int, causal: bool = False, offset: int = 0) -> Tensor:
         table = self.relative_attention_bias.weight  # (num_buckets, H)
-        return table[self.buckets(q_len, k_len)].permute(2, 0, 1)  # (H, Lq, Lk)
+        return table[self.buckets(q_len, k_len, offset)].permute(2, 0, 1)  # (H, Lq, Lk)
 
 
 class ShawBias(nn.Module):
     """Shaw's relative encoding as a scalar bias per head: a learned (H, 2K + 1) table.
 
-    bias(q_len, k_len, causal=False) -> (H, Lq, Lk) = table[h, clip(j - i, -K, K) + K].
+    bias(q_len, k_len, causal=False, offset=0) -> (H, Lq, Lk) =
+    table[h, clip(j - (offset + i), -K, K) + K].
     """
 
     def __init__(self, num_heads: int, max_relative_position: int = 50):
@@ -137,6 +139,7 @@ class ShawBias(nn.Module):
         self.num_heads, self.max_relative_position = num_heads, max_relative_position
         self.table = nn.Parameter(torch.randn(num_heads, 2 * max_relative_position + 1) * 0.1)
 
-    def bias(self, q_len: int, k_len: int, causal: bool = False) -> Tensor:
-        idx = relative_positions(q_len, k_len, self.max_relative_position, device=self.table.device)
+    def bias(self, q_len: int, k_len: int, causal: bool = False, offset: int = 0) -> Tensor:
+        k, device = self.max_relative_position, self.table.device
+        idx = relative_positions(q_len, k_len, k, offset=offset, device=device)
         return self.table[:, idx]  # (H, Lq, Lk)

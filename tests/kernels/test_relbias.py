@@ -79,7 +79,7 @@ def test_shaw_key_and_value_terms(case, dtype):
     q = torch.randn(b, h, lq, d).to(dtype)
     k, v = (torch.randn(b, h, lk, d).to(dtype) for _ in range(2))
     emb_k, emb_v = torch.randn(2, 2 * clip + 1, d)
-    mask = torch.ones(lq, lk, dtype=torch.bool).tril() if causal else None
+    mask = torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq) if causal else None
     want, _ = F.shaw_attention(
         q.double(),
         k.double(),
@@ -88,6 +88,7 @@ def test_shaw_key_and_value_terms(case, dtype):
         emb_v.double() if value else None,
         clip,
         mask=mask,
+        offset=lk - lq,  # the kernel's queries sit at the keys' end
     )
     args = [t.to(DEVICE) for t in (q, k, v)]
     shaw_v = emb_v.to(DEVICE) if value else None
@@ -148,7 +149,7 @@ BAD = [
         "k is torch.float16",
     ),
     ("int", _ra(q4.long(), q4, q4, alibi_slopes=ones(2)), TypeError, "q must be"),
-    ("causal lengths", _ra(q4, k6, k6, alibi_slopes=ones(2), causal=True), ValueError, "causal"),
+    ("causal lengths", _ra(k6, q4, q4, alibi_slopes=ones(2), causal=True), ValueError, "Lq <= Lk"),
     (
         "device",
         _ra(q4, q4, q4, alibi_slopes=ones(2).to("meta")),
@@ -253,10 +254,12 @@ def test_shaw_key_and_value_backward(case, dtype):
     b, h, lq, lk, d, clip, causal, value = case
     q, k, v = (torch.randn(b, h, n, d).to(dtype) for n in (lq, lk, lk))
     emb_k, emb_v = torch.randn(2, 2 * clip + 1, d)
-    mask = torch.ones(lq, lk, dtype=torch.bool).tril() if causal else None
+    mask = torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq) if causal else None
     inputs = [q, k, v, emb_k] + ([emb_v] if value else [])
     want_leaves = [_leaf(t, torch.float64) for t in inputs]
-    out, _ = F.shaw_attention(*want_leaves[:4], want_leaves[4] if value else None, clip, mask=mask)
+    out, _ = F.shaw_attention(
+        *want_leaves[:4], want_leaves[4] if value else None, clip, mask=mask, offset=lk - lq
+    )
     grad_out = torch.randn(out.shape, dtype=torch.float64)
     want = torch.autograd.grad(out, want_leaves, grad_out)
     leaves = [_leaf(t.to(DEVICE)) for t in inputs]
@@ -422,10 +425,10 @@ def test_other_tiles_match_reference(family, tiles, causal, monkeypatch):
     q, k, v = (torch.randn(1, 2, n, 32) for n in (lq, lk, lk))
     if family == "shaw_kv":
         tables = list(torch.randn(2, 2 * 3 + 1, 32))
-        mask = torch.ones(lq, lk, dtype=torch.bool).tril() if causal else None
+        mask = torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq) if causal else None
 
         def reference(q, k, v, emb_k, emb_v):
-            return F.shaw_attention(q, k, v, emb_k, emb_v, 3, mask=mask)[0]
+            return F.shaw_attention(q, k, v, emb_k, emb_v, 3, mask=mask, offset=lk - lq)[0]
 
         def kernel(q, k, v, emb_k, emb_v):
             return relbias.relative_attention(
@@ -646,8 +649,8 @@ def test_grouped_query_heads_forward_and_backward(case, dtype):
     if family == "shaw_kv":
         emb = torch.randn(2, 7, d)
         want_leaves = [_leaf(t, torch.float64) for t in (q, k, v, emb[0], emb[1])]
-        mask = torch.ones(lq, lk, dtype=torch.bool).tril() if causal else None
-        out, _ = F.shaw_attention(*want_leaves, 3, mask=mask)
+        mask = torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq) if causal else None
+        out, _ = F.shaw_attention(*want_leaves, 3, mask=mask, offset=lk - lq)
         leaves = [_leaf(t.to(DEVICE)) for t in (q, k, v, emb[0], emb[1])]
         got_out = relbias.relative_attention(
             *leaves[:3], shaw_k=leaves[3], shaw_v=leaves[4], causal=causal
@@ -686,3 +689,45 @@ def test_grouped_query_heads_that_do_not_divide_are_named():
     k = torch.zeros(1, 3, 8, 32, device=DEVICE)
     with pytest.raises(ValueError, match="must divide"):
         relbias.relative_attention(q, k, k, alibi_slopes=torch.ones(4, device=DEVICE))
+
+
+DECODE = [  # (family, B, H, Hk, Lq, Lk, causal): a decode step, a short prefill, past the clip
+    ("alibi", 2, 4, 2, 1, 300, True),
+    ("t5", 1, 2, 2, 5, 150, True),
+    ("shaw", 1, 2, 1, 3, 40, False),
+    ("shaw_kv", 1, 2, 2, 4, 70, True),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", DECODE, ids=lambda c: f"{c[0]}-{c[4]}of{c[5]}")
+def test_queries_at_the_end_of_a_cache(case, dtype):
+    """Lq < Lk: query i at position Lk - Lq + i (decoding and chunked prefill against a
+    cache), every family, causal and not, grouped-query heads: outputs and every gradient
+    against float64 autograd of the reference, which places them the same way."""
+    family, b, h, hk, lq, lk, causal = case
+    torch.manual_seed(3)
+    q = torch.randn(b, h, lq, 32).to(dtype)
+    k, v = (torch.randn(b, hk, lk, 32).to(dtype) for _ in range(2))
+    if family == "shaw_kv":
+        emb = torch.randn(2, 7, 32)
+        want_leaves = [_leaf(t, torch.float64) for t in (q, k, v, emb[0], emb[1])]
+        mask = torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq) if causal else None
+        out, _ = F.shaw_attention(*want_leaves, 3, mask=mask, offset=lk - lq)
+        leaves = [_leaf(t.to(DEVICE)) for t in (q, k, v, emb[0], emb[1])]
+        got_out = relbias.relative_attention(
+            *leaves[:3], shaw_k=leaves[3], shaw_v=leaves[4], causal=causal
+        )
+    else:
+        module, kwargs = _family(family, h)
+        want_leaves = [_leaf(t, torch.float64) for t in (q, k, v)]
+        out = F.relative_attention(*want_leaves, bias=copy.deepcopy(module).double(), causal=causal)
+        leaves = [_leaf(t.to(DEVICE)) for t in (q, k, v)]
+        got_out = relbias.relative_attention(*leaves, causal=causal, **kwargs)
+    grad_out = torch.randn(out.shape, dtype=torch.float64)
+    tol = TOL[dtype] * max(1.0, out.abs().max().item())
+    assert_close(got_out.detach().cpu().double(), out.detach(), atol=tol, rtol=TOL[dtype])
+    want = torch.autograd.grad(out, want_leaves, grad_out)
+    got = torch.autograd.grad(got_out, leaves, grad_out.to(DEVICE, dtype))
+    for label, g, w in zip(("dq", "dk", "dv", "demb_k", "demb_v"), got, want, strict=False):
+        _assert_grad_close(g, w, dtype, label)

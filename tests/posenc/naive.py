@@ -36,12 +36,13 @@ def rope(x, positions, rotary=None, interleaved=False, base=10000.0):
     return torch.einsum("lij,...lj->...li", mats, x.double())
 
 
-def shaw_attention(q, k, v, emb_k, emb_v, clip, mask=None, scale=None):
-    """Shaw et al. 2018 eqs. 3-4 with explicit (Lq, Lk, D) relative tables, float64."""
+def shaw_attention(q, k, v, emb_k, emb_v, clip, mask=None, scale=None, offset=0):
+    """Shaw et al. 2018 eqs. 3-4 with explicit (Lq, Lk, D) relative tables, float64; query i
+    at position offset + i."""
     q, k, v = q.double(), k.double(), v.double()
     lq, lk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = 1 / math.sqrt(d) if scale is None else scale
-    idx = [[min(max(j - i, -clip), clip) + clip for j in range(lk)] for i in range(lq)]
+    idx = [[min(max(j - i - offset, -clip), clip) + clip for j in range(lk)] for i in range(lq)]
     idx = torch.tensor(idx)
     a_k, a_v = emb_k.double()[idx], emb_v.double()[idx]  # (Lq, Lk, D)
     e = (torch.einsum("bhid,bhjd->bhij", q, k) + torch.einsum("bhid,ijd->bhij", q, a_k)) * scale

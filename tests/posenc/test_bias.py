@@ -60,15 +60,19 @@ def _naive_attention(q, k, v, bias_fn, causal):
         for hh in range(h):
             for i in range(lq):
                 logits = []
+                pos = lk - lq + i  # the query's position: the last Lq of Lk (decoding)
                 for j in range(lk):
-                    s = float(q[bb, hh, i] @ k[bb, hh, j]) / math.sqrt(d) + bias_fn(hh, i, j)
-                    logits.append(-math.inf if causal and j > i else s)
+                    s = float(q[bb, hh, i] @ k[bb, hh, j]) / math.sqrt(d) + bias_fn(hh, pos, j)
+                    logits.append(-math.inf if causal and j > pos else s)
                 w = torch.softmax(torch.tensor(logits, dtype=torch.float64), 0)
                 out[bb, hh, i] = w @ v[bb, hh].double()
     return out
 
 
-@pytest.mark.parametrize(("lq", "lk", "causal"), [(5, 5, False), (5, 5, True), (3, 7, False)])
+@pytest.mark.parametrize(
+    ("lq", "lk", "causal"),
+    [(5, 5, False), (5, 5, True), (3, 7, False), (3, 7, True), (1, 9, True), (1, 9, False)],
+)
 def test_relative_attention_against_loops(lq, lk, causal):
     q, k, v = (torch.randn(2, 3, n, 4, dtype=torch.float64) for n in (lq, lk, lk))
     alibi = posenc.ALiBi(3).double()
@@ -142,7 +146,7 @@ def test_grouped_query_heads_read_their_groups_kv_head(family):
     got = F.relative_attention(q, k, v, bias=bias)
     full = F.relative_attention(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), bias=bias)
     torch.testing.assert_close(got, full, rtol=0, atol=0)
-    one = bias.bias(lq, lk)  # (H, Lq, Lk)
+    one = bias.bias(lq, lk, offset=lk - lq)  # (H, Lq, Lk): queries at the keys' end
     for head in (0, 4):
         want = F.relative_attention(
             q[:, head : head + 1],
@@ -169,3 +173,20 @@ def test_grouped_shaw_attention_and_bad_head_counts():
         )
     with pytest.raises(ValueError, match="v has"):
         F.relative_attention(q, k, v[:, :1], bias=torch.zeros(4, 5, 5))
+
+
+@pytest.mark.parametrize(("lq", "lk"), [(6, 11), (200, 400)], ids=["gather", "diagonals"])
+def test_shaw_attention_with_queries_at_the_keys_end(lq, lk):
+    """offset = Lk - Lq (decoding's positions) in both of shaw_attention's paths (a gather for
+    small tiles, one add per diagonal for large ones) against the loop oracle."""
+    from tests.posenc import naive
+
+    torch.manual_seed(2)
+    q = torch.randn(1, 1, lq, 4, dtype=torch.float64)
+    k, v = (torch.randn(1, 1, lk, 4, dtype=torch.float64) for _ in range(2))
+    emb_k, emb_v = (torch.randn(7, 4, dtype=torch.float64) for _ in range(2))
+    got, _ = F.shaw_attention(q, k, v, emb_k, emb_v, 3, offset=lk - lq)
+    want, _ = naive.shaw_attention(q, k, v, emb_k, emb_v, 3, offset=lk - lq)
+    torch.testing.assert_close(got, want)
+    top_left, _ = F.shaw_attention(q, k, v, emb_k, emb_v, 3)
+    assert not torch.allclose(top_left, got)  # the offset matters
