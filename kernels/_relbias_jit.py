@@ -235,6 +235,7 @@ def _fwd_part(
     end,
     LK,
     m0,
+    q_off,
     qk_scale,
     slope2,
     table_row,
@@ -272,7 +273,7 @@ def _fwd_part(
         k = _load_block(k_base, offs_n, mask_n, stride_kn, offs_d, mask_d, stride_kd, UPCAST)
         v = _load_block(v_base, offs_n, mask_n, stride_vn, offs_d, mask_d, stride_vd, UPCAST)
         qk = _dot(q, tl.trans(k), F32) * qk_scale
-        rel = offs_n[None, :] - offs_m[:, None]
+        rel = (offs_n - q_off)[None, :] - offs_m[:, None]  # j - (q_off + i): a scalar shift
         if PART == BAND:
             s, idx, keep = _band_logits(
                 qk,
@@ -299,7 +300,7 @@ def _fwd_part(
         if HAS_VALUE:
             side0, side1 = side0 * alpha, side1 * alpha
             if PART == BAND:  # the last part: sums is zero before it
-                i_lo, i_hi = _index_range(m0, n0, BLOCK_M, BLOCK_N, K)
+                i_lo, i_hi = _index_range(m0 + q_off, n0, BLOCK_M, BLOCK_N, K)
                 sums = _row_sums(sums * alpha[:, None], p, idx, keep, i_lo, i_hi, NB)
             elif PART == BEFORE:
                 side0 += tl.sum(p, 1)
@@ -414,7 +415,7 @@ def _relbias_fwd_kernel(
             stride_kd,
             stride_vn,
             stride_vd,
-            offs_m + Q_OFF,  # positions: the parts read offs_m and m0 for r = j - i only
+            offs_m,
             mask_m,
             offs_d,
             mask_d,
@@ -423,7 +424,8 @@ def _relbias_fwd_kernel(
             hi,
             end,
             LK,
-            m0 + Q_OFF,
+            m0,
+            Q_OFF,
             qk_scale,
             slope2,
             table_row,
@@ -811,6 +813,7 @@ def _dq_part(
     end,
     LK,
     m0,
+    q_off,
     qk_scale,
     slope2,
     table_row,
@@ -856,7 +859,7 @@ def _dq_part(
         k = _load_block(k_base, offs_n, mask_n, stride_kn, offs_d, mask_d, stride_kd, UPCAST)
         v = _load_block(v_base, offs_n, mask_n, stride_vn, offs_d, mask_d, stride_vd, UPCAST)
         qk = _dot(q, tl.trans(k), F32) * qk_scale
-        rel = offs_n[None, :] - offs_m[:, None]
+        rel = (offs_n - q_off)[None, :] - offs_m[:, None]  # j - (q_off + i): a scalar shift
         if PART == BAND:
             s, idx, keep = _band_logits(
                 qk,
@@ -892,10 +895,10 @@ def _dq_part(
             elif PART == AFTER:
                 side1 += tl.sum(w, 1)
             elif BIAS == 2:
-                i_lo, i_hi = _index_range(m0, n0, BLOCK_M, BLOCK_N, K)
+                i_lo, i_hi = _index_range(m0 + q_off, n0, BLOCK_M, BLOCK_N, K)
                 rel_sums = _row_sums(rel_sums, ds, idx, keep, i_lo, i_hi, NB)
             else:
-                i_lo, i_hi = _index_range(m0, n0, BLOCK_M, BLOCK_N, K)
+                i_lo, i_hi = _index_range(m0 + q_off, n0, BLOCK_M, BLOCK_N, K)
                 g_lo, g_hi = _bucket_range(gidx_ptr, i_lo, i_hi, K)
                 bucket = tl.load(gidx_ptr + idx)
                 for g in range(g_lo, g_hi + 1):
@@ -1044,7 +1047,7 @@ def _relbias_bwd_dq_kernel(
             stride_kd,
             stride_vn,
             stride_vd,
-            offs_m + Q_OFF,  # positions: the parts read offs_m and m0 for r = j - i only
+            offs_m,
             mask_m,
             offs_d,
             mask_d,
@@ -1053,7 +1056,8 @@ def _relbias_bwd_dq_kernel(
             hi,
             end,
             LK,
-            m0 + Q_OFF,
+            m0,
+            Q_OFF,
             qk_scale,
             slope2,
             table_row,
