@@ -39,6 +39,8 @@ import triton
 import triton.language as tl
 
 ALIBI, TABLE, SHAW_KV = 0, 1, 2
+# how the queries and keys of a program are found (_sequence)
+SELF, AT_END, CACHE, PACKED = 0, 1, 2, 3
 # the parts of a loop (masked band, r <= -K, r >= K) and log2(e); constexprs: a kernel may read
 # a global only as one
 BAND, BEFORE, AFTER = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
@@ -72,11 +74,35 @@ def _load_block(ptr, offs, mask_rows, stride_row, offs_d, mask_d, stride_d, UPCA
 
 
 @triton.jit
-def _program(L, BLOCK: tl.constexpr):
-    """(block index, b * h) of this program in the flat grid: a head's blocks adjacent."""
+def _program(L, BLOCK: tl.constexpr, SPLITS=1):
+    """(block index, key split, b * h) of this program in the flat grid: a head's blocks (and
+    their splits) adjacent. L: the longest sequence's rows (the grid's blocks per head)."""
     n_blocks = tl.cdiv(L, BLOCK)
     pid = tl.program_id(0)
-    return pid % n_blocks, (pid // n_blocks).to(tl.int64), n_blocks
+    rest = pid // n_blocks
+    return pid % n_blocks, rest % SPLITS, (rest // SPLITS).to(tl.int64), n_blocks
+
+
+@triton.jit
+def _sequence(seq_ptr, b, LQ, LK, SEQ: tl.constexpr):
+    """Sequence b's (batch row, first row, query rows, key rows, query offset); query i sits at
+    position offset + i, key j at j, both counted from the first row:
+      SELF     one sequence a batch row, Lq == Lk (offset 0: the plain kernels' code);
+      AT_END   queries at the keys' end, offset LK - LQ (a decode step, a prefill chunk);
+      CACHE    row b's keys 0 .. kv_lens[b] (seq_ptr, clamped to [0, LK]), queries at their end;
+      PACKED   document b of batch row 0: rows cu[b] .. cu[b + 1] (seq_ptr: cu_seqlens)."""
+    row, first, lq, lk, off = b, 0, LQ, LK, 0
+    if SEQ == 1:
+        off = LK - LQ
+    elif SEQ == 2:
+        lk = tl.minimum(tl.maximum(tl.load(seq_ptr + b), 0), LK)
+        off = lk - LQ
+    elif SEQ == 3:
+        first = tl.load(seq_ptr + b).to(tl.int64)
+        lq = (tl.load(seq_ptr + b + 1) - first).to(tl.int32)
+        lk = lq
+        row = b * 0
+    return row, first, lq, lk, off
 
 
 @triton.jit
@@ -310,7 +336,7 @@ def _fwd_part(
     return acc, l_i, m_i, sums, side0, side1
 
 
-@triton.jit(do_not_specialize=["Q_OFF"])  # one compile for every cache length
+@triton.jit
 def _relbias_fwd_kernel(
     q_ptr,
     k_ptr,
@@ -323,6 +349,7 @@ def _relbias_fwd_kernel(
     relk_ptr,
     ev_ptr,
     pn_ptr,
+    seq_ptr,
     stride_qb,
     stride_qh,
     stride_qm,
@@ -339,6 +366,7 @@ def _relbias_fwd_kernel(
     stride_oh,
     stride_om,
     stride_od,
+    stride_os,
     stride_th,
     stride_tb,
     stride_rb,
@@ -350,7 +378,9 @@ def _relbias_fwd_kernel(
     H,
     LQ,
     LK,
-    Q_OFF,
+    LG,
+    NUM_SPLITS,
+    CHUNK,
     D,
     NR,
     qk_scale,
@@ -364,6 +394,8 @@ def _relbias_fwd_kernel(
     F32: tl.constexpr,
     SPLIT: tl.constexpr,
     GROUP: tl.constexpr,
+    SEQ: tl.constexpr,
+    SPLIT_K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -373,17 +405,19 @@ def _relbias_fwd_kernel(
     backward, and with Shaw's value term the normalized per-index probability sums pn
     (B * H, LQ, NR), also for the backward, added to out as sums @ E_V. qk_scale: scale *
     log2(e); MASK_N: LK is not a multiple of BLOCK_N (the last key block has bounds)."""
-    pid_m, pid_bh, _ = _program(LQ, BLOCK_M)
+    pid_m, split, pid_bh, _ = _program(LG, BLOCK_M, NUM_SPLITS)
     b, h = pid_bh // H, pid_bh % H
+    row, first, lq, lk, q_off = _sequence(seq_ptr, b, LQ, LK, SEQ)
     m0 = pid_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    mask_m, mask_d = offs_m < LQ, offs_d < D
-    q_base = q_ptr + b * stride_qb + h * stride_qh
+    mask_m, mask_d = offs_m < lq, offs_d < D
+    q_base = q_ptr + row * stride_qb + h * stride_qh + first * stride_qm
     q = _load_block(q_base, offs_m, mask_m, stride_qm, offs_d, mask_d, stride_qd, UPCAST)
-    k_base = k_ptr + b * stride_kb + (h // GROUP) * stride_kh  # grouped-query: its group's kv
-    v_base = v_ptr + b * stride_vb + (h // GROUP) * stride_vh
-    relk_rows = relk_ptr + b * stride_rb + h * stride_rh + offs_m * stride_rm
+    # grouped-query: its group's kv
+    k_base = k_ptr + row * stride_kb + (h // GROUP) * stride_kh + first * stride_kn
+    v_base = v_ptr + row * stride_vb + (h // GROUP) * stride_vh + first * stride_vn
+    relk_rows = relk_ptr + row * stride_rb + h * stride_rh + (first + offs_m) * stride_rm
     slope2 = 0.0
     if BIAS == 0:
         slope2 = tl.load(slopes_ptr + h) * LOG2E
@@ -394,11 +428,16 @@ def _relbias_fwd_kernel(
     sums = tl.zeros((BLOCK_M, NB), tl.float32)
     side0 = tl.zeros((BLOCK_M,), tl.float32)
     side1 = tl.zeros((BLOCK_M,), tl.float32)
-    end = LK
+    end = lk
     if CAUSAL:  # key blocks entirely beyond the diagonal contribute nothing
-        end = tl.minimum(LK, m0 + Q_OFF + BLOCK_M)
-    # queries sit at positions Q_OFF + i (Q_OFF = LK - LQ: the last query sees the last key)
-    lo, hi = _parts(m0 + Q_OFF, 0, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
+        end = tl.minimum(lk, m0 + q_off + BLOCK_M)
+    if SEQ == 3:  # a block past its document's end (the grid spans the longest): no keys
+        end = tl.where(m0 < lq, end, 0)
+    start = 0
+    if SPLIT_K:  # this program's share of the keys: [split * CHUNK, + CHUNK)
+        start = split * CHUNK
+        end = tl.minimum(end, start + CHUNK)
+    lo, hi = _parts(m0 + q_off, start, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
     # before [0, lo), after [hi, end), then the band [lo, hi) (its sums are zero until then)
     for i in tl.static_range(3):
         acc, l_i, m_i, sums, side0, side1 = _fwd_part(
@@ -419,13 +458,13 @@ def _relbias_fwd_kernel(
             mask_m,
             offs_d,
             mask_d,
-            0,
+            start,
             lo,
             hi,
             end,
-            LK,
+            lk,
             m0,
-            Q_OFF,
+            q_off,
             qk_scale,
             slope2,
             table_row,
@@ -446,7 +485,8 @@ def _relbias_fwd_kernel(
             BLOCK_M,
             BLOCK_N,
         )
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows past LQ
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows past LQ, or that see no key
+    rows = ((row * H + h) * NUM_SPLITS + split) * LQ + first + offs_m  # lse's, pn's rows
     if HAS_VALUE:
         offs_r = tl.arange(0, NB)
         sums += tl.where(offs_r[None, :] == 0, side0[:, None], 0.0)
@@ -460,19 +500,69 @@ def _relbias_fwd_kernel(
             acc += tl.dot(sums, ev, input_precision="ieee")
         else:
             acc += _dot(sums.to(q.dtype), ev.to(q.dtype), F32)  # as p @ v: tensor cores
-        tl.store(
-            pn_ptr + (pid_bh * LQ + offs_m[:, None]) * NR + offs_r[None, :],
-            sums / l_safe[:, None],
-            mask=mask_m[:, None] & (offs_r[None, :] < NR),
-        )
+        if not SPLIT_K:  # (a split forward is never differentiated)
+            tl.store(
+                pn_ptr + rows[:, None] * NR + offs_r[None, :],
+                sums / l_safe[:, None],
+                mask=mask_m[:, None] & (offs_r[None, :] < NR),
+            )
     out = acc / l_safe[:, None]
-    o_rows = o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om
+    o_rows = o_ptr + row * stride_ob + h * stride_oh + (first + offs_m[:, None]) * stride_om
+    if SPLIT_K:  # float32 partials (B, H, splits, LQ, D), merged by _relbias_combine_kernel
+        o_rows += split * stride_os
     tl.store(
         o_rows + offs_d[None, :] * stride_od,
         out.to(o_ptr.dtype.element_ty),
         mask=mask_m[:, None] & mask_d[None, :],
     )
-    tl.store(lse_ptr + pid_bh * LQ + offs_m, m_i + tl.log2(l_safe), mask=mask_m)
+    lse = m_i + tl.log2(l_safe)
+    if SEQ == 2 and not SPLIT_K:  # a row that sees no key: +inf, so the backward's p is 0
+        lse = tl.where(l_i == 0.0, float("inf"), lse)
+    tl.store(lse_ptr + rows, lse, mask=mask_m)
+
+
+@triton.jit
+def _relbias_combine_kernel(
+    part_ptr,
+    lse_ptr,
+    o_ptr,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_od,
+    H,
+    LQ,
+    D,
+    NUM_SPLITS,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """out = the split forward's partial outputs (B, H, S, LQ, D) float32 weighted by their
+    base-2 log-sum-exps (B * H * S, LQ): sum_s 2^(lse_s - lse) out_s, lse = log2 sum_s
+    2^lse_s; a row no split saw (lse -inf everywhere) is 0. One program per (query block,
+    b * h), streaming the splits."""
+    pid_m, _, pid_bh, _ = _program(LQ, BLOCK_M)
+    b, h = pid_bh // H, pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_m, mask_d = offs_m < LQ, offs_d < D
+    mask = mask_m[:, None] & mask_d[None, :]
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    for s in range(NUM_SPLITS):
+        rows = (pid_bh * NUM_SPLITS + s) * LQ + offs_m
+        lse = tl.load(lse_ptr + rows, mask=mask_m, other=float("-inf"))
+        part = tl.load(part_ptr + rows[:, None] * D + offs_d[None, :], mask=mask, other=0.0)
+        m_new = tl.maximum(m_i, lse)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha, w = tl.exp2(m_i - m_safe), tl.exp2(lse - m_safe)
+        l_i = l_i * alpha + w
+        acc = acc * alpha[:, None] + part * w[:, None]
+        m_i = m_new
+    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    o_rows = o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om
+    tl.store(o_rows + offs_d[None, :] * stride_od, out.to(o_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -496,7 +586,7 @@ def _relbias_bwd_delta_kernel(
 ):
     """delta = rowsum(do * out) (B * H, LQ) float32, the softmax backward's row term, read in
     the inputs' dtype and layout (no float32 copies of out and do)."""
-    pid_m, pid_bh, _ = _program(LQ, BLOCK_M)
+    pid_m, _, pid_bh, _ = _program(LQ, BLOCK_M)
     b, h = pid_bh // H, pid_bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -623,7 +713,7 @@ def _dkdv_part(
     return dk, dv
 
 
-@triton.jit(do_not_specialize=["Q_OFF"])  # one compile for every cache length
+@triton.jit
 def _relbias_bwd_dkdv_kernel(
     q_ptr,
     k_ptr,
@@ -638,6 +728,7 @@ def _relbias_bwd_dkdv_kernel(
     gidx_ptr,
     relk_ptr,
     g_ptr,
+    seq_ptr,
     stride_qb,
     stride_qh,
     stride_qm,
@@ -671,7 +762,7 @@ def _relbias_bwd_dkdv_kernel(
     H,
     LQ,
     LK,
-    Q_OFF,
+    LG,
     D,
     qk_scale,
     BIAS: tl.constexpr,
@@ -682,6 +773,7 @@ def _relbias_bwd_dkdv_kernel(
     F32: tl.constexpr,
     SPLIT: tl.constexpr,
     GROUP: tl.constexpr,
+    SEQ: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -692,14 +784,15 @@ def _relbias_bwd_dkdv_kernel(
     are read from kv head h // GROUP and dk, dv written per query head into float32 buffers
     (B, H, Lk, D) that the host sums over each group (as FlashAttention 2 does: an outer loop
     over the group in this kernel spills at every tile tried, 255 registers)."""
-    pid_n, pid_bh, _ = _program(LK, BLOCK_N)
+    pid_n, _, pid_bh, _ = _program(LG, BLOCK_N)
     b, h = pid_bh // H, pid_bh % H
+    row, first, lq, lk, q_off = _sequence(seq_ptr, b, LQ, LK, SEQ)
     n0 = pid_n * BLOCK_N
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    mask_n, mask_d = offs_n < LK, offs_d < D
+    mask_n, mask_d = offs_n < lk, offs_d < D
     k = _load_block(
-        k_ptr + b * stride_kb + (h // GROUP) * stride_kh,
+        k_ptr + row * stride_kb + (h // GROUP) * stride_kh + first * stride_kn,
         offs_n,
         mask_n,
         stride_kn,
@@ -709,7 +802,7 @@ def _relbias_bwd_dkdv_kernel(
         UPCAST,
     )
     v = _load_block(
-        v_ptr + b * stride_vb + (h // GROUP) * stride_vh,
+        v_ptr + row * stride_vb + (h // GROUP) * stride_vh + first * stride_vn,
         offs_n,
         mask_n,
         stride_vn,
@@ -722,19 +815,23 @@ def _relbias_bwd_dkdv_kernel(
     if BIAS == 0:
         slope2 = tl.load(slopes_ptr + h) * LOG2E
     table_row = table_ptr + h * stride_th
-    q_base = q_ptr + b * stride_qb + h * stride_qh
-    do_base = do_ptr + b * stride_db + h * stride_dh
-    relk_base = relk_ptr + b * stride_rb + h * stride_rh
-    g_base = g_ptr + b * stride_gb + h * stride_gh
-    lse_rows, delta_rows = lse_ptr + pid_bh * LQ, delta_ptr + pid_bh * LQ
+    q_base = q_ptr + row * stride_qb + h * stride_qh + first * stride_qm
+    do_base = do_ptr + row * stride_db + h * stride_dh + first * stride_dm
+    relk_base = relk_ptr + row * stride_rb + h * stride_rh + first * stride_rm
+    g_base = g_ptr + row * stride_gb + h * stride_gh + first * stride_gm
+    lse_rows = lse_ptr + (row * H + h) * LQ + first
+    delta_rows = delta_ptr + (row * H + h) * LQ + first
     dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+    end = lq
+    if SEQ >= 2:  # a key block past its sequence's keys: no queries (dk, dv stored as 0)
+        end = tl.where(n0 < lk, end, 0)
     start = 0
     if CAUSAL:  # query rows at positions below j see none of these keys
-        start = tl.maximum(n0 - Q_OFF, 0) // BLOCK_M * BLOCK_M
-    # keys seen from the queries' storage index: position j - Q_OFF
-    lo, hi = _parts(n0 - Q_OFF, start, LQ, K, not CAUSAL, True, BLOCK_N, BLOCK_M, SPLIT)
-    # after [start, lo) (queries K or more before the keys), before [hi, LQ), the band
+        start = tl.maximum(n0 - q_off, 0) // BLOCK_M * BLOCK_M
+    # the keys seen from the queries' rows: position j - q_off
+    lo, hi = _parts(n0 - q_off, start, end, K, not CAUSAL, True, BLOCK_N, BLOCK_M, SPLIT)
+    # after [start, lo) (queries K or more before the keys), before [hi, end), the band
     for i in tl.static_range(3):
         dk, dv = _dkdv_part(
             dk,
@@ -747,15 +844,15 @@ def _relbias_bwd_dkdv_kernel(
             stride_qd,
             stride_dm,
             stride_dd,
-            offs_n - Q_OFF,  # the part reads offs_n for r = j - i only
+            offs_n - q_off,  # the part reads offs_n for r = j - i only
             mask_n,
             offs_d,
             mask_d,
             start,
             lo,
             hi,
-            LQ,
-            LQ,
+            end,
+            lq,
             lse_rows,
             delta_rows,
             qk_scale,
@@ -780,8 +877,13 @@ def _relbias_bwd_dkdv_kernel(
             BLOCK_M,
             BLOCK_N,
         )
-    out = b * stride_xb + h * stride_xh + offs_n[:, None] * stride_xm + offs_d[None, :] * stride_xd
+    rows = first + offs_n[:, None]
+    out = row * stride_xb + h * stride_xh + rows * stride_xm + offs_d[None, :] * stride_xd
     mask = mask_n[:, None] & mask_d[None, :]
+    if SEQ == 2:  # the keys past kv_lens[b] get a zero gradient (the far parts do not mask
+        # keys: those rows of the block that straddles kv_lens[b] hold garbage until here)
+        dk, dv = tl.where(mask_n[:, None], dk, 0.0), tl.where(mask_n[:, None], dv, 0.0)
+        mask = (offs_n < LK)[:, None] & mask_d[None, :]
     tl.store(dk_ptr + out, (dk * (qk_scale / LOG2E)).to(dk_ptr.dtype.element_ty), mask=mask)
     tl.store(dv_ptr + out, dv.to(dv_ptr.dtype.element_ty), mask=mask)
 
@@ -907,7 +1009,7 @@ def _dq_part(
     return dq, totals, rel_sums, side0, side1
 
 
-@triton.jit(do_not_specialize=["Q_OFF"])  # one compile for every cache length
+@triton.jit
 def _relbias_bwd_dq_kernel(
     q_ptr,
     k_ptr,
@@ -923,6 +1025,7 @@ def _relbias_bwd_dq_kernel(
     g_ptr,
     drel_ptr,
     part_ptr,
+    seq_ptr,
     stride_qb,
     stride_qh,
     stride_qm,
@@ -956,7 +1059,7 @@ def _relbias_bwd_dq_kernel(
     H,
     LQ,
     LK,
-    Q_OFF,
+    LG,
     D,
     NR,
     qk_scale,
@@ -971,6 +1074,7 @@ def _relbias_bwd_dq_kernel(
     F32: tl.constexpr,
     SPLIT: tl.constexpr,
     GROUP: tl.constexpr,
+    SEQ: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -983,14 +1087,15 @@ def _relbias_bwd_dq_kernel(
         program (no per-row sums);
       - SHAW_KV: per-row sums of ds per index into drel (B * H, LQ, NR): the gradient of
         relk = scale * Q E_K^T (the host turns it into dq and dE_K)."""
-    pid_m, pid_bh, n_blocks = _program(LQ, BLOCK_M)
+    pid_m, _, pid_bh, n_blocks = _program(LG, BLOCK_M)
     b, h = pid_bh // H, pid_bh % H
+    row, first, lq, lk, q_off = _sequence(seq_ptr, b, LQ, LK, SEQ)
     m0 = pid_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    mask_m, mask_d = offs_m < LQ, offs_d < D
+    mask_m, mask_d = offs_m < lq, offs_d < D
     q = _load_block(
-        q_ptr + b * stride_qb + h * stride_qh,
+        q_ptr + row * stride_qb + h * stride_qh + first * stride_qm,
         offs_m,
         mask_m,
         stride_qm,
@@ -1000,7 +1105,7 @@ def _relbias_bwd_dq_kernel(
         UPCAST,
     )
     do = _load_block(
-        do_ptr + b * stride_db + h * stride_dh,
+        do_ptr + row * stride_db + h * stride_dh + first * stride_dm,
         offs_m,
         mask_m,
         stride_dm,
@@ -1009,26 +1114,29 @@ def _relbias_bwd_dq_kernel(
         stride_dd,
         UPCAST,
     )
-    relk_rows = relk_ptr + b * stride_rb + h * stride_rh + offs_m * stride_rm
-    g_rows = g_ptr + b * stride_gb + h * stride_gh + offs_m * stride_gm
-    lse = tl.load(lse_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=float("inf"))
-    delta = tl.load(delta_ptr + pid_bh * LQ + offs_m, mask=mask_m, other=0.0)
+    relk_rows = relk_ptr + row * stride_rb + h * stride_rh + (first + offs_m) * stride_rm
+    g_rows = g_ptr + row * stride_gb + h * stride_gh + (first + offs_m) * stride_gm
+    rows = (row * H + h) * LQ + first + offs_m  # lse's, delta's and drel's rows
+    lse = tl.load(lse_ptr + rows, mask=mask_m, other=float("inf"))
+    delta = tl.load(delta_ptr + rows, mask=mask_m, other=0.0)
     slope2 = 0.0
     if BIAS == 0:
         slope2 = tl.load(slopes_ptr + h) * LOG2E
     table_row = table_ptr + h * stride_th
-    k_base = k_ptr + b * stride_kb + (h // GROUP) * stride_kh
-    v_base = v_ptr + b * stride_vb + (h // GROUP) * stride_vh
+    k_base = k_ptr + row * stride_kb + (h // GROUP) * stride_kh + first * stride_kn
+    v_base = v_ptr + row * stride_vb + (h // GROUP) * stride_vh + first * stride_vn
     dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     cols = tl.arange(0, NB)
     totals = tl.zeros((NB,), tl.float32)  # TABLE: per bucket, this program's band tiles
     rel_sums = tl.zeros((BLOCK_M, NB), tl.float32)  # SHAW_KV: per row (else unused: removed)
     side0 = tl.zeros((BLOCK_M,), tl.float32)
     side1 = tl.zeros((BLOCK_M,), tl.float32)
-    end = LK
+    end = lk
     if CAUSAL:
-        end = tl.minimum(LK, m0 + Q_OFF + BLOCK_M)
-    lo, hi = _parts(m0 + Q_OFF, 0, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
+        end = tl.minimum(lk, m0 + q_off + BLOCK_M)
+    if SEQ == 3:  # a block past its document's end: no keys
+        end = tl.where(m0 < lq, end, 0)
+    lo, hi = _parts(m0 + q_off, 0, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
     # before [0, lo), after [hi, end), then the band [lo, hi)
     for i in tl.static_range(3):
         dq, totals, rel_sums, side0, side1 = _dq_part(
@@ -1055,9 +1163,9 @@ def _relbias_bwd_dq_kernel(
             lo,
             hi,
             end,
-            LK,
+            lk,
             m0,
-            Q_OFF,
+            q_off,
             qk_scale,
             slope2,
             table_row,
@@ -1081,14 +1189,15 @@ def _relbias_bwd_dq_kernel(
             BLOCK_M,
             BLOCK_N,
         )
-    out = b * stride_xb + h * stride_xh + offs_m[:, None] * stride_xm + offs_d[None, :] * stride_xd
+    out = row * stride_xb + h * stride_xh + (first + offs_m[:, None]) * stride_xm
+    out += offs_d[None, :] * stride_xd
     dq = dq * (qk_scale / LOG2E)
     tl.store(dq_ptr + out, dq.to(dq_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
     if BIAS == 2:
         rel_sums += tl.where(cols[None, :] == 0, side0[:, None], 0.0)
         rel_sums += tl.where(cols[None, :] == 2 * K, side1[:, None], 0.0)
         tl.store(
-            drel_ptr + (pid_bh * LQ + offs_m[:, None]) * NR + cols[None, :],
+            drel_ptr + rows[:, None] * NR + cols[None, :],
             rel_sums,
             mask=mask_m[:, None] & (cols[None, :] < NR),
         )

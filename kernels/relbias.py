@@ -35,6 +35,8 @@ from triton.runtime.errors import OutOfResources
 
 from kernels._relbias_jit import (
     ALIBI,
+    CACHE,
+    PACKED,
     SHAW_KV,
     TABLE,
     _relbias_bwd_delta_kernel,
@@ -42,6 +44,7 @@ from kernels._relbias_jit import (
     _relbias_bwd_dq_kernel,
     _relbias_fwd_kernel,
 )
+from kernels._relbias_seq import Sequences, check_num_splits, key_split, merge, sequences
 
 # The public families, mapped onto the kernels' three bias paths (T5 and Shaw's scalar bias
 # are both TABLE: an (H, 2K + 1) lookup).
@@ -294,23 +297,36 @@ def _grid(n_blocks: int, bsz: int, heads: int) -> tuple[int]:
     return (size,)
 
 
-def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec):
-    """-> out (like q), lse (B * H, Lq) float32 in base 2, pn (B * H, Lq, NR) or None."""
+def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec, seq: Sequences, splits=1):
+    """-> out (like q), lse (B * H, Lq) float32 in base 2, pn (B * H, Lq, NR) or None.
+    splits: 1, the count to split the keys into, or None (kernels._relbias_seq.num_splits);
+    a split forward returns lse and pn as None (it is never differentiated)."""
     bsz, heads, lq, d = q.shape
     lk = k.shape[2]
     out = torch.empty_like(q)
-    lse = torch.empty(bsz * heads, lq, device=q.device, dtype=torch.float32)
-    pn = torch.empty(bsz * heads, lq, spec.n_rel, device=q.device) if spec.has_value else None
     c = _pointers(spec, q, slopes, table, gidx, relk)
     ev_ = ev if ev is not None else q
+    kept = {}
 
     def launch(tiles: Tiles) -> None:
         t = spec.row_tiles(tiles) if spec.has_value else tiles
-        _relbias_fwd_kernel[_grid(triton.cdiv(lq, t.block_m), bsz, heads)](
+        if spec.user_tiles[False] is None:
+            t = _fit_rows(t, seq.rows_q)
+        n_split, chunk = key_split(seq, splits, t.block_m, t.block_n, heads, q.device)
+        if n_split > 1:  # float32 partials, merged below
+            o = torch.empty(seq.count, heads, n_split, lq, d, device=q.device)
+            o_strides = (*o.stride()[:2], *o.stride()[3:], o.stride(2))
+        else:
+            o, o_strides = out, (*out.stride(), 0)
+        lse = torch.empty(seq.count * heads * n_split, lq, device=q.device)
+        pn = None
+        if spec.has_value and n_split == 1:
+            pn = torch.empty(bsz * heads, lq, spec.n_rel, device=q.device)
+        _relbias_fwd_kernel[_grid(triton.cdiv(seq.rows_q, t.block_m) * n_split, seq.count, heads)](
             q,
             k,
             v,
-            out,
+            o,
             lse,
             c["slopes"],
             c["table"],
@@ -318,10 +334,11 @@ def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec):
             c["relk"],
             ev_,
             pn if pn is not None else q,
+            seq.lens if seq.lens is not None else q,
             *q.stride(),
             *k.stride(),
             *v.stride(),
-            *out.stride(),
+            *o_strides,
             *c["table_strides"],
             *c["rel_strides"],
             ev_.stride(0),
@@ -329,27 +346,45 @@ def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec):
             heads,
             lq,
             lk,
-            lk - lq,  # queries at positions lk - lq + i
+            seq.rows_q,
+            n_split,
+            chunk,
             d,
             spec.n_rel,
             spec.scale * _LOG2E,
             **spec.constexprs,
             NB=spec.nb,
-            MASK_N=lk % t.block_n != 0,
+            MASK_N=lk % t.block_n != 0 or seq.mode >= CACHE,
             UPCAST=_upcast(q),
             # float32: 3xTF32; with Shaw's value term IEEE (its 3xTF32 spills at every tile)
             F32=(2 if spec.has_value else 1) * (q.dtype == torch.float32),
             SPLIT=_split(q, ieee=spec.has_value),
             GROUP=heads // k.shape[1],
+            SEQ=seq.mode,
+            SPLIT_K=n_split > 1,
             BLOCK_M=t.block_m,
             BLOCK_N=t.block_n,
             BLOCK_D=_block_d(d),
             num_warps=t.num_warps,
             num_stages=t.num_stages,
         )
+        if n_split > 1:
+            merge(o, lse, out, _block_d(d), _interpreting())
+            lse = None
+        kept.update(lse=lse, pn=pn)
 
     _run(launch, *spec.tiles(q, backward=False), "fwd_tiles")
-    return out, lse, pn
+    return out, kept["lse"], kept["pn"]
+
+
+def _fit_rows(tiles: Tiles, rows: int) -> Tiles:
+    """A default forward tile for few query rows (a decode step: 1): block_m no larger than the
+    rows rounded up to a power of two (>= 16, tl.dot's least M), and 4 warps for 16 rows (8
+    would split a 16-row tile too thin)."""
+    block_m = min(tiles.block_m, max(16, triton.next_power_of_2(rows)))
+    if block_m == tiles.block_m:
+        return tiles
+    return tiles._replace(block_m=block_m, num_warps=min(tiles.num_warps, 4))
 
 
 def _block_d(d: int) -> int:
@@ -377,7 +412,7 @@ def _delta(do: Tensor, out: Tensor) -> Tensor:
     return delta
 
 
-def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _Spec):
+def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _Spec, seq):
     """-> dq, dk, dv (in q's dtype), the per-bucket table gradient (H, n_rel) or None, d relk,
     d E_V (None where unused)."""
     bsz, heads, lq, d = q.shape
@@ -407,11 +442,13 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
         F32=2 * (q.dtype == torch.float32),
         SPLIT=_split(q, ieee=True),
         GROUP=group,
+        SEQ=seq.mode,
     )
+    lens = seq.lens if seq.lens is not None else q
 
     def launch(tiles: Tiles) -> Tensor | None:
         """Both kernels; -> the dq kernel's per-program table-gradient partials (or None)."""
-        _relbias_bwd_dkdv_kernel[_grid(triton.cdiv(lk, tiles.block_n), bsz, heads)](
+        _relbias_bwd_dkdv_kernel[_grid(triton.cdiv(seq.rows_k, tiles.block_n), seq.count, heads)](
             q,
             k,
             v,
@@ -425,6 +462,7 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
             c["gidx"],
             c["relk"],
             g_,
+            lens,
             *strides,
             *dk.stride(),
             *c["table_strides"],
@@ -433,7 +471,7 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
             heads,
             lq,
             lk,
-            lk - lq,  # queries at positions lk - lq + i
+            seq.rows_k,
             d,
             spec.scale * _LOG2E,
             **shared,
@@ -445,11 +483,11 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
         )
         t = tiles._replace(block_m=tiles.block_n, block_n=tiles.block_m)
         t = spec.row_tiles(t) if spec.bias == SHAW_KV else t
-        n_mblocks = triton.cdiv(lq, t.block_m)
+        n_mblocks = triton.cdiv(seq.rows_q, t.block_m)
         part = None
         if spec.table_grad:
-            part = torch.empty(bsz * heads, n_mblocks, spec.nb, device=q.device)
-        _relbias_bwd_dq_kernel[_grid(n_mblocks, bsz, heads)](
+            part = torch.empty(seq.count * heads, n_mblocks, spec.nb, device=q.device)
+        _relbias_bwd_dq_kernel[_grid(n_mblocks, seq.count, heads)](
             q,
             k,
             v,
@@ -464,6 +502,7 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
             g_,
             drel if drel is not None else q,
             part if part is not None else q,
+            lens,
             *strides,
             *dq.stride(),
             *c["table_strides"],
@@ -472,13 +511,13 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
             heads,
             lq,
             lk,
-            lk - lq,  # queries at positions lk - lq + i
+            seq.rows_q,
             d,
             spec.n_rel,
             spec.scale * _LOG2E,
             TABLE_GRAD=spec.table_grad,
             NB=spec.nb,
-            MASK_N=lk % t.block_n != 0,
+            MASK_N=lk % t.block_n != 0 or seq.mode >= CACHE,
             **shared,
             BLOCK_M=t.block_m,
             BLOCK_N=t.block_n,
@@ -493,7 +532,7 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
         dk, dv = (t.view(bsz, -1, group, lk, d).sum(2).to(k.dtype) for t in (dk, dv))
     dtable = None
     if part is not None:
-        dtable = part.view(bsz, heads, -1, spec.nb).sum((0, 2))[:, : spec.n_rel]  # (H, n_rel)
+        dtable = part.view(seq.count, heads, -1, spec.nb).sum((0, 2))[:, : spec.n_rel]  # (H, n_rel)
     dev = None
     if spec.has_value:  # out_i gains sum_r pn_ir E_V[r]
         dev = torch.einsum("nlr,nld->rd", pn, do.float().reshape(bsz * heads, lq, d))
@@ -502,7 +541,7 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
 
 
 class RelativeBiasAttention(torch.autograd.Function):
-    """Autograd around the kernels: (q, k, v, table, gidx, relk, ev, spec) -> out.
+    """Autograd around the kernels: (q, k, v, table, gidx, relk, ev, spec, seq) -> out.
 
     table: ALiBi's slopes (H,), T5's bucket table (num_buckets, H) or Shaw's (H, 2K + 1),
     float32, read by the kernels as they are; gidx (2K + 1,) int32: the bucket of each
@@ -511,27 +550,27 @@ class RelativeBiasAttention(torch.autograd.Function):
     with torch so that autograd carries d relk on to q and E_K; ev: float32 E_V."""
 
     @staticmethod
-    def forward(ctx, q, k, v, table, gidx, relk, ev, spec):
+    def forward(ctx, q, k, v, table, gidx, relk, ev, spec, seq):
         slopes = table if spec.bias == ALIBI else None
-        out, lse, pn = _forward(q, k, v, slopes, table, gidx, relk, ev, spec)
-        ctx.save_for_backward(q, k, v, out, lse, table, gidx, relk, ev, pn)
-        ctx.spec = spec
+        out, lse, pn = _forward(q, k, v, slopes, table, gidx, relk, ev, spec, seq)
+        ctx.save_for_backward(q, k, v, out, lse, table, gidx, relk, ev, pn, seq.lens)
+        ctx.spec, ctx.seq = spec, seq._replace(lens=None)  # lens: saved above
         return out
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, out, lse, table, gidx, relk, ev, pn = ctx.saved_tensors
-        spec = ctx.spec
+        q, k, v, out, lse, table, gidx, relk, ev, pn, lens = ctx.saved_tensors
+        spec, seq = ctx.spec, ctx.seq._replace(lens=lens)
         slopes = table if spec.bias == ALIBI else None
         dq, dk, dv, dtable, drel, dev = _backward(
-            do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec
+            do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec, seq
         )
         if dtable is not None:  # (H, n_rel) -> the table's own layout
             if spec.bias == ALIBI:
                 dtable = dtable[:, 0]
             elif spec.family == FAMILY_T5:  # (num_buckets, H)
                 dtable = dtable.t()
-        return dq, dk, dv, dtable, None, drel, dev, None
+        return dq, dk, dv, dtable, None, drel, dev, None, None
 
 
 @functools.lru_cache(maxsize=64)
@@ -560,6 +599,9 @@ def relative_attention(
     shaw_v: Tensor | None = None,
     causal: bool = False,
     scale: float | None = None,
+    kv_lens: Tensor | None = None,
+    cu_seqlens: Tensor | None = None,
+    num_splits: int | None = None,
     fwd_tiles: Tiles | None = None,
     bwd_tiles: Tiles | None = None,
 ) -> Tensor:
@@ -575,6 +617,15 @@ def relative_attention(
     Query i sits at position Lk - Lq + i (Lq <= Lk: the last Lq tokens of a cache of Lk, as in
     decoding; Lq == Lk: self-attention): every bias takes its distance j - (Lk - Lq + i), and
     causal masks j > Lk - Lq + i.
+    kv_lens (B,) int32/int64: row b's cache holds keys 0 .. kv_lens[b] - 1 (the rest of Lk is
+      ignored), its queries at kv_lens[b] - Lq + i; never read on the host (values are
+      clamped to [0, Lk]; a query that sees no key, kv_lens[b] < Lq with causal, outputs 0).
+    cu_seqlens (N + 1,) int32/int64: N documents packed into one row (B = 1, Lq = Lk = T),
+      document n at rows cu_seqlens[n] .. cu_seqlens[n + 1] - 1; attention, distances and the
+      causal mask stay within a document (one host read of cu_seqlens).
+    num_splits: the forward splits the keys into this many parts, merged by their log-sum-exps
+      (flash-decoding; not differentiable, not with cu_seqlens); None: split when the queries'
+      programs would leave SMs idle and nothing needs a gradient (kernels._relbias_seq).
     Differentiable in q, k, v and every table (slopes, T5 and Shaw tables, shaw_k, shaw_v).
     fwd_tiles, bwd_tiles: `Tiles` overriding the per-GPU defaults (for tuning); bwd_tiles are
       the dk/dv kernel's, the dq kernel runs their transpose; block_m of the dq kernel (and of
@@ -610,10 +661,7 @@ def relative_attention(
         )
     if kv_heads == 0 or heads % kv_heads:
         raise ValueError(f"k and v's heads (Hk={kv_heads}) must divide q's (H={heads})")
-    if causal and lq > k.shape[2]:
-        raise ValueError(
-            f"causal needs Lq <= Lk (queries at the cache's end), got {lq} > {k.shape[2]}"
-        )
+    seq = sequences(q, k, causal, kv_lens, cu_seqlens)
     if q.device.type == "cpu" and not _interpreting():
         raise ValueError(
             "q is a CPU tensor: run on a GPU, or set TRITON_INTERPRET=1 before "
@@ -689,4 +737,10 @@ def relative_attention(
             **tiles,
         )
         table = table.float()
-    return RelativeBiasAttention.apply(q, k, v, table, gidx, relk, ev, spec)
+    tensors = (q, k, v, table, relk, ev)
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    check_num_splits(num_splits, seq, grad)
+    if not grad and seq.mode != PACKED and num_splits != 1:  # may split the keys: no autograd
+        slopes = table if spec.bias == ALIBI else None
+        return _forward(q, k, v, slopes, table, gidx, relk, ev, spec, seq, num_splits)[0]
+    return RelativeBiasAttention.apply(q, k, v, table, gidx, relk, ev, spec, seq)

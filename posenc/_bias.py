@@ -84,6 +84,42 @@ def grouped_kv(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
 
+def each_sequence(attend, q: Tensor, k: Tensor, v: Tensor, *, kv_lens=None, cu_seqlens=None):
+    """attend(q_s, k_s, v_s, at) over the sequences of a batch of caches or of a packed row,
+    the outputs put back in place: (B, H, Lq, D).
+
+    kv_lens (B,): row b's keys 0 .. kv_lens[b] - 1 (each in 1 .. Lk), its queries all Lq.
+    cu_seqlens (N + 1,): documents of one row (B = 1, Lq = Lk = T) at rows cu[n] .. cu[n + 1].
+    at: (batch rows, query rows, key rows) slices of the sequence, to cut a tensor bias alike;
+    attend places the queries at the end of the keys it is given (relative_attention does).
+    """
+    lq, lk = q.shape[-2], k.shape[-2]
+    if kv_lens is not None and cu_seqlens is not None:
+        raise ValueError("pass kv_lens (a batch of caches) or cu_seqlens (packed), not both")
+    if cu_seqlens is not None:
+        bounds = [int(x) for x in cu_seqlens]
+        if q.shape[0] != 1 or lq != lk or bounds[0] != 0 or bounds[-1] != lq:
+            raise ValueError(
+                f"cu_seqlens must run from 0 to T over one row (B = 1, Lq = Lk = T), got "
+                f"{bounds} for B={q.shape[0]}, Lq={lq}, Lk={lk}"
+            )
+        if any(b < a for a, b in zip(bounds, bounds[1:], strict=False)):
+            raise ValueError(f"cu_seqlens must be non-decreasing, got {bounds}")
+        spans = [slice(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+        outs = [attend(q[:, :, r], k[:, :, r], v[:, :, r], (slice(0, 1), r, r)) for r in spans]
+        return torch.cat(outs, dim=2)
+    if kv_lens is None:  # one sequence a batch row
+        return attend(q, k, v, (slice(None), slice(None), slice(None)))
+    lens = [int(x) for x in kv_lens]
+    if len(lens) != q.shape[0] or not all(1 <= n <= lk for n in lens):
+        raise ValueError(f"kv_lens must hold B={q.shape[0]} lengths in 1 .. Lk={lk}, got {lens}")
+    outs = []
+    for b, n in enumerate(lens):
+        rows, cols = slice(b, b + 1), slice(0, n)
+        outs.append(attend(q[rows], k[rows, :, cols], v[rows, :, cols], (rows, slice(None), cols)))
+    return torch.cat(outs, dim=0)
+
+
 def relative_attention(
     q: Tensor,
     k: Tensor,
@@ -92,6 +128,8 @@ def relative_attention(
     bias,
     causal: bool = False,
     scale: float | None = None,
+    kv_lens: Tensor | None = None,
+    cu_seqlens: Tensor | None = None,
 ) -> Tensor:
     """softmax(scale q k^T + bias [causal mask]) v, the reference every attention kernel meets.
 
@@ -102,7 +140,20 @@ def relative_attention(
       causal, offset)` returning (H, Lq, Lk): `posenc.ALiBi`, `posenc.T5RelativeBias`,
       `posenc.ShawBias`, at distances j - (Lk - Lq + i).
     causal: mask j > Lk - Lq + i (Lq <= Lk).
+    kv_lens (B,): row b's cache holds keys 0 .. kv_lens[b] - 1 (1 .. Lk; >= Lq if causal),
+      its queries at kv_lens[b] - Lq + i. cu_seqlens (N + 1,): documents packed into one row,
+      attention, distances and the causal mask within each (`each_sequence`).
     """
+    if kv_lens is not None or cu_seqlens is not None:
+
+        def attend(q_s, k_s, v_s, at):
+            b = bias
+            if isinstance(bias, Tensor):  # the sequence's block of a (B, H, Lq, Lk) bias
+                full = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+                b = full[at[0], :, at[1], at[2]]
+            return relative_attention(q_s, k_s, v_s, bias=b, causal=causal, scale=scale)
+
+        return each_sequence(attend, q, k, v, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
     lq, lk = q.shape[-2], k.shape[-2]
     if causal and lq > lk:
         raise ValueError(f"causal needs Lq <= Lk (queries at the keys' end), got {lq} > {lk}")

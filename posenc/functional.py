@@ -19,6 +19,7 @@ from torch import Tensor
 from posenc._bias import (
     alibi_bias,
     alibi_slopes,
+    each_sequence,
     grouped_kv,
     relative_attention,
     t5_relative_bucket,
@@ -315,6 +316,7 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",
+    "each_sequence",
     "grouped_kv",
     "mrope_axes",
     "mrope_cos_sin",

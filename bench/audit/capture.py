@@ -31,6 +31,7 @@ class Spec:
     positions: str = "none"  # none | per_seq | ids | table (per-token rows, M-RoPE's shape)
     xpos: bool = False
     kv_heads: int = 0  # relbias: grouped-query k and v with this many heads (0: H)
+    seq: str = ""  # relbias: "" one sequence a row; decode, decode_end, prefill, packed (SEQS)
     fwd_tiles: tuple | None = None  # a candidate (not the launcher's default)
     bwd_tiles: tuple | None = None
 
@@ -41,7 +42,8 @@ class Spec:
             xpos = " xpos" if self.xpos else ""
             return f"{self.layout} {pairs} {self.rotary} pos={self.positions}{xpos}"
         gqa = f" gqa {self.kv_heads}" if self.kv_heads else ""
-        return ("candidate" if self.fwd_tiles or self.bwd_tiles else "default") + gqa
+        seq = f" {self.seq}" if self.seq else ""
+        return ("candidate" if self.fwd_tiles or self.bwd_tiles else "default") + gqa + seq
 
 
 TARGETS = {"sm_90a": 90, "sm_80": 80}
@@ -69,6 +71,10 @@ def specs(only: str | None = None) -> list[Spec]:
     attn += [Spec("relbias", f, dtype=d) for f in families for d in ("float16", "float32")]
     attn += [Spec("relbias", f, head_dim=64) for f in families]
     attn += [Spec("relbias", f, kv_heads=4) for f in ("alibi", "t5")]  # 16 query heads, 4 kv
+    seqs = [(f, 4, s) for f in families for s in ("decode", "packed")]  # causal, as models run
+    seqs += [(f, 0, s) for f in ("alibi", "t5") for s in ("decode_end", "prefill")]
+    attn += [Spec("relbias", f, causal=True, kv_heads=g, seq=s) for f, g, s in seqs]
+    attn += [Spec("relbias", "alibi", "float32", causal=True, kv_heads=4, seq="decode")]
     out = [s for s in rope + attn if only in (None, s.kernel)]
     return out
 
@@ -160,27 +166,57 @@ def _launch_rope(spec: Spec) -> None:
         )
 
 
+# relbias sequences: (B, Lq, Lk, differentiated); decode (a step against caches of kv_lens,
+# split), decode_end (Lq = 1 at the end of Lk, split), prefill (a chunk of 512 at the end of
+# 4096, forward and backward), packed (4 documents in a row of 4096, forward and backward)
+SEQS = {
+    "": (4, 4096, 4096, True),
+    "decode": (4, 1, 4096, False),
+    "decode_end": (4, 1, 4096, False),
+    "prefill": (4, 512, 4096, True),
+    "packed": (1, 4096, 4096, True),
+}
+
+
+def _sequence_args(spec: Spec, b: int, n: int) -> dict:
+    """kv_lens (meta) or cu_seqlens: the host read of cu_seqlens replaced by its result."""
+    from kernels import _relbias_seq, relbias
+
+    if spec.seq == "decode":
+        return {"kv_lens": _meta(b, dtype=torch.int32)}
+    if spec.seq != "packed":
+        return {}
+    cu = _meta(5, dtype=torch.int32)
+    relbias.sequences = lambda *_a: _relbias_seq.Sequences(_relbias_seq.PACKED, cu, 4, 1500, 1500)
+    return {"cu_seqlens": cu}
+
+
 def _launch_relbias(spec: Spec) -> None:
     """kernels.relative_attention forward and backward (its autograd Function), at the GPU
-    sweep's shape: B=4, H=16, L=4096."""
-    from kernels import relbias
+    sweep's shape: B=4, H=16, L=4096 (SEQS: the decode, prefill and packed shapes)."""
+    from kernels import _relbias_seq, relbias
 
     dtype = getattr(torch, spec.dtype)
-    b, h, n, d = 4, 16, 4096, spec.head_dim
-    q = _meta(b, h, n, d, dtype=dtype, grad=True)
-    k, v = (_meta(b, spec.kv_heads or h, n, d, dtype=dtype, grad=True) for _ in range(2))
+    b, lq, n, grad = SEQS[spec.seq]
+    h, d = 16, spec.head_dim
+    q = _meta(b, h, lq, d, dtype=dtype, grad=grad)
+    k, v = (_meta(b, spec.kv_heads or h, n, d, dtype=dtype, grad=grad) for _ in range(2))
     kwargs = {
         "alibi": lambda: {"alibi_slopes": _meta(h)},
-        "t5": lambda: {"t5_table": _meta(32, h, grad=True)},
-        "shaw": lambda: {"shaw_bias": _meta(h, 33, grad=True)},
-        "shaw_kv": lambda: {"shaw_k": _meta(33, d, grad=True), "shaw_v": _meta(33, d, grad=True)},
+        "t5": lambda: {"t5_table": _meta(32, h, grad=grad)},
+        "shaw": lambda: {"shaw_bias": _meta(h, 33, grad=grad)},
+        "shaw_kv": lambda: {"shaw_k": _meta(33, d, grad=grad), "shaw_v": _meta(33, d, grad=grad)},
     }[spec.family]()
     tiles = {
         "fwd_tiles": spec.fwd_tiles and relbias.Tiles(*spec.fwd_tiles),
         "bwd_tiles": spec.bwd_tiles and relbias.Tiles(*spec.bwd_tiles),
     }
-    out = relbias.relative_attention(q, k, v, causal=spec.causal, **kwargs, **tiles)
-    if spec.fwd_tiles is None:  # a forward candidate: its backward is the default's
+    try:
+        seq = _sequence_args(spec, b, n)
+        out = relbias.relative_attention(q, k, v, causal=spec.causal, **kwargs, **tiles, **seq)
+    finally:
+        relbias.sequences = _relbias_seq.sequences
+    if grad and spec.fwd_tiles is None:  # a forward candidate: its backward is the default's
         torch.autograd.grad(out, [q, k, v], torch.empty_like(out))
 
 

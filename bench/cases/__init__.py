@@ -12,6 +12,7 @@ from bench.cases.bias import (
 from bench.cases.multimodal import MROPE, ROPE_2D
 from bench.cases.relative import RELATIVE_TABLES
 from bench.cases.rope import ROPE, ROPE_MODULE
+from bench.cases.sequences import DECODE, PACKED
 from bench.cases.tables import ROPE_TABLES
 from bench.registry import CASES, register_case
 
@@ -31,6 +32,8 @@ for _case in (
     T5_ATTENTION,
     SHAW_BIAS_ATTENTION,
     SHAW_KV_ATTENTION,
+    *DECODE,
+    *PACKED,
 ):
     if _case.name not in CASES:  # importing this module twice registers once
         register_case(_case)

@@ -73,9 +73,13 @@ def _module(family: str, heads: int):
     return None  # shaw_kv: the (2K + 1, D) tables are inputs
 
 
-def _build(family: str):
+def _build(family: str, q_len=None):
+    """inputs: q (B, H, Lq, D), k and v (B, Hk, L, D) (Lq: q_len(point), or L) and the
+    family's table."""
+
     def build(point: Point, device, dtype):
-        shape = (point.batch, point.num_heads, point.seq_len, point.head_dim)
+        lq = point.seq_len if q_len is None else q_len(point)
+        shape = (point.batch, point.num_heads, lq, point.head_dim)
         kv_shape = (point.batch, point.kv_heads, point.seq_len, point.head_dim)
         inputs = {
             n: torch.randn(shape if n == "q" else kv_shape, device=device).to(dtype) for n in "qkv"
@@ -183,21 +187,28 @@ def _nobias_truth(inputs):
     )
 
 
-def _score_mod(family: str, inputs: dict):
+def _score_mod(family: str, inputs: dict, offsets=None):
+    """FlexAttention's score_mod of the family: the bias of r = j - i, or with offsets (B,)
+    (queries at the end of each row's cache) of r = j - (offsets[b] + i)."""
     q = inputs["q"]
-    lq = q.shape[2]
+    lq, lk = q.shape[2], inputs["k"].shape[2]
+
+    def rel(b, i, j):
+        return j - i if offsets is None else j - i - offsets[b]
+
     if family == "alibi":
         slopes = inputs["slopes"]
-        return lambda score, b, h, i, j: score - slopes[h] * (j - i).abs()
+        return lambda score, b, h, i, j: score - slopes[h] * rel(b, i, j).abs()
     if family == "t5":
         table = inputs["params"]["relative_attention_bias.weight"]  # (num_buckets, H)
-        rel = torch.arange(-(lq - 1), inputs["k"].shape[2], device=q.device)
+        low = lq + lk  # r from -(Lq + Lk) (a query past an offset) to Lk
+        rels = torch.arange(-low, lk + 1, device=q.device)
         bucket = F.t5_relative_bucket(
-            rel, T5_ARGS["bidirectional"], T5_ARGS["num_buckets"], T5_ARGS["max_distance"]
+            rels, T5_ARGS["bidirectional"], T5_ARGS["num_buckets"], T5_ARGS["max_distance"]
         ).int()
-        return lambda score, b, h, i, j: score + table[bucket[j - i + lq - 1], h]
+        return lambda score, b, h, i, j: score + table[bucket[rel(b, i, j) + low], h]
     table = inputs["params"]["table"]  # (H, 2K + 1)
-    return lambda score, b, h, i, j: score + table[h, (j - i).clamp(-SHAW_K, SHAW_K) + SHAW_K]
+    return lambda score, b, h, i, j: score + table[h, rel(b, i, j).clamp(-SHAW_K, SHAW_K) + SHAW_K]
 
 
 def _flex(family: str):
@@ -218,23 +229,27 @@ def _flex(family: str):
     return make
 
 
+def triton_kwargs(family: str, inputs: dict) -> dict:
+    """kernels.relative_attention's bias arguments for the family, from the inputs."""
+    if family == "alibi":
+        return {"alibi_slopes": inputs["slopes"]}
+    if family == "t5":
+        return {
+            "t5_table": inputs["params"]["relative_attention_bias.weight"],
+            "t5_num_buckets": T5_ARGS["num_buckets"],
+            "t5_max_distance": T5_ARGS["max_distance"],
+            "t5_bidirectional": T5_ARGS["bidirectional"],
+        }
+    if family == "shaw":
+        return {"shaw_bias": inputs["params"]["table"]}
+    return {"shaw_k": inputs["params"]["emb_k"], "shaw_v": inputs["params"]["emb_v"]}
+
+
 def _triton(family: str):
     def make(inputs):
         q, k, v = inputs["q"], inputs["k"], inputs["v"]
-        if family == "alibi":
-            kwargs = {"alibi_slopes": inputs["slopes"]}
-        elif family == "t5":
-            kwargs = {
-                "t5_table": inputs["params"]["relative_attention_bias.weight"],
-                "t5_num_buckets": T5_ARGS["num_buckets"],
-                "t5_max_distance": T5_ARGS["max_distance"],
-                "t5_bidirectional": T5_ARGS["bidirectional"],
-            }
-        elif family == "shaw":
-            kwargs = {"shaw_bias": inputs["params"]["table"]}
-        else:
-            kwargs = {"shaw_k": inputs["params"]["emb_k"], "shaw_v": inputs["params"]["emb_v"]}
-        kwargs.update(
+        kwargs = dict(
+            triton_kwargs(family, inputs),
             causal=inputs["causal"],
             fwd_tiles=parse_tiles(inputs["fwd_tiles"]),
             bwd_tiles=parse_tiles(inputs["bwd_tiles"]),
@@ -254,18 +269,23 @@ def _unsupported(why: str):
     return lambda point: why
 
 
+def table_bytes(family: str, heads: int, head_dim: int, dtype) -> int:
+    """The bias table's bytes (ALiBi's float32 slopes; the learned tables in the row's dtype)."""
+    return {
+        "alibi": 4 * heads,
+        "t5": T5_ARGS["num_buckets"] * heads * dtype.itemsize,
+        "shaw": heads * (2 * SHAW_K + 1) * dtype.itemsize,
+        "shaw_kv": 2 * (2 * SHAW_K + 1) * head_dim * dtype.itemsize,
+    }[family]
+
+
 def _cost(family: str):
     def cost(point: Point, dtype, mode: str) -> Cost:
         b, h, n, d = point.batch, point.num_heads, point.seq_len, point.head_dim
         hk = point.kv_heads
         attn = 4 * b * h * n * n * d // (2 if point.causal else 1)
         rel = 4 * b * h * n * (2 * SHAW_K + 1) * d if family == "shaw_kv" else 0
-        table = {
-            "alibi": 4 * h,
-            "t5": T5_ARGS["num_buckets"] * h * dtype.itemsize,
-            "shaw": h * (2 * SHAW_K + 1) * dtype.itemsize,
-            "shaw_kv": 2 * (2 * SHAW_K + 1) * d * dtype.itemsize,
-        }[family]
+        table = table_bytes(family, h, d, dtype)
         act, act_kv = (b * heads * n * d * dtype.itemsize for heads in (h, hk))
         # forward reads q, k, v and writes out; backward reads q, k, v, out, dout and writes
         # dq, dk, dv (k and v with the kv heads)

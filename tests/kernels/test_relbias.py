@@ -590,7 +590,8 @@ def test_key_term_strides_are_read_as_given():
     relk = relk.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, other strides
     assert relk.stride()[-1] != 1
     spec = relbias._Spec(relbias.SHAW_KV, False, scale, 3, 7, has_value=True)
-    got = relbias.RelativeBiasAttention.apply(q2, k2, v2, None, None, relk, ev2, spec)
+    seq = relbias.sequences(q2, k2, False, None, None)
+    got = relbias.RelativeBiasAttention.apply(q2, k2, v2, None, None, relk, ev2, spec, seq)
     assert_close(got, want, atol=2e-5, rtol=2e-5)
     for a, b in zip(torch.autograd.grad(got, [q2, k2, v2, ek2, ev2], up), want_grads, strict=True):
         assert_close(a, b, atol=2e-5, rtol=2e-5)

@@ -190,3 +190,68 @@ def test_shaw_attention_with_queries_at_the_keys_end(lq, lk):
     torch.testing.assert_close(got, want)
     top_left, _ = F.shaw_attention(q, k, v, emb_k, emb_v, 3)
     assert not torch.allclose(top_left, got)  # the offset matters
+
+
+def _alibi_masked(slopes, pos_q, pos_k, allowed):
+    """An explicit (H, Lq, Lk) ALiBi bias at the given positions, -inf where not allowed."""
+    dist = (pos_k[None, :] - pos_q[:, None]).abs().double()
+    bias = -slopes[:, None, None] * dist
+    return bias.masked_fill(~allowed, -math.inf)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_batch_of_caches_equals_a_masked_bias(causal):
+    """kv_lens: row b's queries at kv_lens[b] - Lq + i see keys j < kv_lens[b] (and j <= their
+    position if causal): the same as one attention with that mask written into an explicit
+    bias, row by row; a tensor bias is cut per row alike."""
+    torch.manual_seed(0)
+    lq, lk, lens = 3, 9, [9, 4, 6]
+    q, k, v = (torch.randn(3, 2, n, 4, dtype=torch.float64) for n in (lq, lk, lk))
+    alibi = posenc.ALiBi(2).double()
+    got = F.relative_attention(q, k, v, bias=alibi, causal=causal, kv_lens=torch.tensor(lens))
+    j = torch.arange(lk)
+    biases = []
+    for n in lens:
+        pos = torch.arange(lq) + n - lq
+        allowed = (j[None, :] < n) & ((j[None, :] <= pos[:, None]) if causal else True)
+        biases.append(_alibi_masked(alibi.slopes.double(), pos, j, allowed))
+    bias = torch.stack(biases)  # (B, H, Lq, Lk)
+    assert_close(got, F.relative_attention(q, k, v, bias=bias), atol=1e-12, rtol=1e-10)
+    if not causal:  # the same bias handed over as a tensor, cut to each row's keys
+        again = F.relative_attention(q, k, v, bias=bias, kv_lens=torch.tensor(lens))
+        assert_close(again, got, atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_packed_documents_equal_a_block_diagonal_bias(causal):
+    """cu_seqlens: a token attends within its document only, at distances counted from the
+    document's start: one attention over the whole row with a block-diagonal bias."""
+    torch.manual_seed(1)
+    sizes = [4, 1, 7, 3]
+    t = sum(sizes)
+    cu = torch.tensor([0, 4, 5, 12, 15])
+    q, k, v = (torch.randn(1, 2, t, 4, dtype=torch.float64) for _ in range(3))
+    alibi = posenc.ALiBi(2).double()
+    got = F.relative_attention(q, k, v, bias=alibi, causal=causal, cu_seqlens=cu)
+    doc = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    pos = torch.arange(t) - cu[doc]  # positions within the document
+    allowed = doc[:, None] == doc[None, :]
+    if causal:
+        allowed &= pos[None, :] <= pos[:, None]
+    bias = _alibi_masked(alibi.slopes.double(), pos, pos, allowed)[None]
+    assert_close(got, F.relative_attention(q, k, v, bias=bias), atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "text"),
+    [
+        ({"kv_lens": torch.tensor([3, 0])}, "kv_lens must hold B=2 lengths in 1 .. Lk=5"),
+        ({"kv_lens": torch.tensor([3])}, "kv_lens must hold B=2"),
+        ({"cu_seqlens": torch.tensor([0, 5])}, "over one row"),
+        ({"kv_lens": torch.tensor([1, 1]), "cu_seqlens": torch.tensor([0, 5])}, "not both"),
+    ],
+)
+def test_bad_sequences_are_named(kwargs, text):
+    q = torch.zeros(2, 2, 5, 4, dtype=torch.float64)
+    with pytest.raises(ValueError, match=text):
+        F.relative_attention(q, q, q, bias=posenc.ALiBi(2).double(), **kwargs)

@@ -1,0 +1,338 @@
+"""Relative-bias attention on the sequences models run (bench/cases/bias.py's families):
+
+  {family}_decode  a decode step: q_len queries (1 by default) at the end of a KV cache of
+                   seq_len keys, causal; knob kv_cache: "full" (every row's cache seq_len
+                   long) or "ragged" (row b's length drawn in [seq_len / 2, seq_len], row 0
+                   full; the kernel takes them as kv_lens). Forward only, as decoding runs it.
+  {family}_packed  documents packed into one row of seq_len tokens (batch 1): knob documents
+                   (their count; lengths by a seeded draw), attention, distances and the causal
+                   mask within each; forward and backward, as packed training runs it.
+
+Implementations, each called as its library documents it:
+  reference    posenc.functional.relative_attention with kv_lens / cu_seqlens (one call per
+               sequence: what the reference does without a kernel);
+  sdpa         F.scaled_dot_product_attention, the bias and the mask materialized as one
+               attn_mask (outside the call unless a table trains), enable_gqa;
+  sdpa_nobias  SDPA with only the mask (boolean): the ceiling a biased kernel is measured against;
+  flex         torch.compile(flex_attention): the bias as a score_mod, the mask as a block mask
+               built once (kv lengths per row; document ids), enable_gqa;
+  triton       kernels.relative_attention(kv_lens=..., or cu_seqlens=...): decode steps split
+               the keys across programs when the grid would leave SMs idle.
+Shaw's value term adds to the output: neither SDPA nor a score_mod can express it.
+
+Cost model: FLOPs 4 H D per (query, visible key) pair (plus Shaw's relative terms, 4 H
+(2K + 1) D per query); bytes: q, the cache's valid keys and values (Hk heads; a decode step is
+bound by them), the table and the output (backward, as bias.py counts it: twice the inputs,
+dq, dk, dv).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as nnf
+
+import kernels
+from bench.cases import bias as B
+from bench.cases._common import (
+    NUM_KV_HEADS,
+    TRITON_DEVICES,
+    TRITON_ELSEWHERE,
+    TRITON_NOTE,
+    compile_impl,
+    per_mode,
+)
+from bench.checks import choices, positive_ints
+from bench.registry import Case, Cost, Impl, Knob, Level, Point
+from posenc import functional as F
+
+Q_LEN = Knob("q_len", 1, "decode: queries at the end of the cache (1: one step)", positive_ints)
+KV_CACHE = Knob(
+    "kv_cache",
+    "full",
+    "decode: full (every cache seq_len long) or ragged (lengths drawn in [seq_len/2, seq_len])",
+    lambda value, key: choices(value, key, ("full", "ragged")),
+)
+DOCUMENTS = Knob(
+    "documents", 4, "packed: documents in the row (lengths by a seeded draw)", positive_ints
+)
+
+
+def kv_lengths(point: Point) -> list[int]:
+    """Each row's cache length: seq_len, or (ragged) drawn in [max(seq_len / 2, q_len),
+    seq_len] from a generator seeded by the point's shape, row 0 full."""
+    n = point.seq_len
+    if point.kv_cache == "full":
+        return [n] * point.batch
+    g = torch.Generator().manual_seed(n * 7919 + point.batch)
+    low = max(n // 2, point.q_len)
+    lens = torch.randint(low, n + 1, (point.batch,), generator=g).tolist()
+    return [n, *lens[1:]]
+
+
+def document_bounds(point: Point) -> list[int]:
+    """cu_seqlens of the packed row: documents - 1 distinct cut points drawn in 1 .. T - 1 from
+    a generator seeded by (T, documents); every document at least one token."""
+    t, docs = point.seq_len, point.documents
+    g = torch.Generator().manual_seed(t * 104729 + docs)
+    cuts = (torch.randperm(t - 1, generator=g)[: docs - 1] + 1).sort().values.tolist()
+    return [0, *cuts, t]
+
+
+def _cost(family: str, packed: bool):
+    def cost(point: Point, dtype, mode: str) -> Cost:
+        h, hk, d, size = point.num_heads, point.kv_heads, point.head_dim, dtype.itemsize
+        if packed:
+            b = document_bounds(point)
+            sizes = [y - x for x, y in zip(b, b[1:], strict=False)]
+            pairs = sum(n * (n + 1) // 2 if point.causal else n * n for n in sizes)
+            queries = keys = point.seq_len
+        else:
+            lq, lens = point.q_len, kv_lengths(point)
+            pairs = sum(lq * n - lq * (lq - 1) // 2 for n in lens)  # causal at the cache's end
+            queries, keys = point.batch * lq, sum(lens)
+        rel = 4 * h * queries * (2 * B.SHAW_K + 1) * d if family == "shaw_kv" else 0
+        attn = 4 * h * pairs * d
+        table = B.table_bytes(family, h, d, dtype)
+        act, act_kv = h * queries * d * size, hk * keys * d * size
+        forward = Cost(2 * act + 2 * act_kv + table, attn + rel)
+        backward = Cost(4 * act + 4 * act_kv + 2 * table, int(2.5 * attn) + 2 * rel)
+        return per_mode(forward, backward, mode)
+
+    return cost
+
+
+# -- inputs: the tensors, and the sequences as each library takes them ----------------------
+
+
+def _build(family: str, packed: bool):
+    tensors = B._build(family, q_len=None if packed else (lambda p: p.q_len))
+
+    def build(point: Point, device, dtype):
+        inputs = dict(tensors(point, device, dtype), causal=point.causal if packed else True)
+        if packed:
+            inputs["cu_seqlens"] = torch.tensor(document_bounds(point), device=device)
+        else:
+            inputs["kv_lens"] = torch.tensor(kv_lengths(point), device=device)
+            inputs["ragged"] = point.kv_cache == "ragged"
+        return inputs
+
+    return build
+
+
+def _offsets(inputs) -> torch.Tensor:
+    """Each row's query offset: kv_lens[b] - Lq (query i at kv_lens[b] - Lq + i)."""
+    return inputs["kv_lens"] - inputs["q"].shape[2]
+
+
+def _allowed(inputs) -> torch.Tensor:
+    """The boolean mask (B | 1, 1, Lq, Lk) of the keys each query sees."""
+    q, k = inputs["q"], inputs["k"]
+    i = torch.arange(q.shape[2], device=q.device)
+    j = torch.arange(k.shape[2], device=q.device)
+    if "cu_seqlens" in inputs:
+        doc = _document_ids(inputs)
+        ok = doc[:, None] == doc[None, :]
+        if inputs["causal"]:
+            ok &= j[None, :] <= i[:, None]
+        return ok[None, None]
+    lens = inputs["kv_lens"][:, None, None]
+    pos = _offsets(inputs)[:, None, None] + i[None, :, None]
+    return ((j[None, None, :] <= pos) & (j[None, None, :] < lens))[:, None]
+
+
+def _document_ids(inputs) -> torch.Tensor:
+    cu = inputs["cu_seqlens"]
+    t = inputs["q"].shape[2]
+    return torch.searchsorted(cu[1:], torch.arange(t, device=cu.device), right=True)
+
+
+def _seq_kwargs(inputs) -> dict:
+    """kv_lens (ragged caches only: a full cache is queries at the keys' end) or cu_seqlens."""
+    if "cu_seqlens" in inputs:
+        return {"cu_seqlens": inputs["cu_seqlens"]}
+    return {"kv_lens": inputs["kv_lens"]} if inputs["ragged"] else {}
+
+
+# -- implementations -------------------------------------------------------------------------
+
+
+def _eager(family: str, inputs: dict):
+    q, causal, seq = inputs["q"], inputs["causal"], _seq_kwargs(inputs)
+    if family != "shaw_kv":
+        module = B._bias_module(family, inputs)
+        return lambda q, k, v: F.relative_attention(q, k, v, bias=module, causal=causal, **seq)
+    p = inputs["params"]
+
+    def attend(q_s, k_s, v_s, _at):
+        lq, lk = q_s.shape[2], k_s.shape[2]
+        mask = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril(lk - lq)
+        mask = mask if causal else None
+        out = F.shaw_attention(
+            q_s, k_s, v_s, p["emb_k"], p["emb_v"], B.SHAW_K, mask=mask, offset=lk - lq
+        )
+        return out[0]
+
+    return lambda q, k, v: F.each_sequence(attend, q, k, v, **seq)
+
+
+def _reference(family: str):
+    def make(inputs):
+        fn = _eager(family, inputs)
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        return lambda: fn(q, k, v)
+
+    return make
+
+
+def _truth(family: str):
+    def truth(inputs):
+        return _eager(family, inputs)(inputs["q"], inputs["k"], inputs["v"])
+
+    return truth
+
+
+def _bias(family: str, inputs: dict) -> torch.Tensor:
+    """The (B | 1, H, Lq, Lk) bias with -inf where a key is not seen, in q's dtype."""
+    module, q, k = B._bias_module(family, inputs), inputs["q"], inputs["k"]
+    lq, lk = q.shape[2], k.shape[2]
+    if "cu_seqlens" in inputs:  # j - i within a document is j - i over the row
+        bias = module.bias(lq, lk)[None]
+    else:
+        offsets = _offsets(inputs).tolist()
+        bias = torch.stack([module.bias(lq, lk, offset=o) for o in offsets])
+    return bias.to(q.dtype).masked_fill(~_allowed(inputs), float("-inf"))
+
+
+def _sdpa(family: str):
+    def make(inputs):
+        q, k, v, gqa = inputs["q"], inputs["k"], inputs["v"], B._gqa(inputs)
+        if any(p.requires_grad for p in inputs.get("params", {}).values()):
+            return lambda: nnf.scaled_dot_product_attention(
+                q, k, v, attn_mask=_bias(family, inputs), enable_gqa=gqa
+            )
+        with torch.no_grad():
+            mask = _bias(family, inputs)
+        return lambda: nnf.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
+    return make
+
+
+def _sdpa_nobias(inputs):
+    q, k, v, gqa, mask = inputs["q"], inputs["k"], inputs["v"], B._gqa(inputs), _allowed(inputs)
+    return lambda: nnf.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
+
+def _nobias_truth(inputs):
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    mask = _allowed(inputs)
+    return nnf.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=B._gqa(inputs))
+
+
+def _flex(family: str):
+    def make(inputs):
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        if "cu_seqlens" in inputs:
+            doc, causal = _document_ids(inputs), inputs["causal"]
+
+            def mask_mod(b, h, i, j):
+                return (doc[i] == doc[j]) & ((j <= i) | (not causal))
+
+            offsets, rows = None, None
+        else:
+            offsets, lens = _offsets(inputs), inputs["kv_lens"]
+
+            def mask_mod(b, h, i, j):
+                return (j <= offsets[b] + i) & (j < lens[b])
+
+            rows = q.shape[0]
+        block_mask = create_block_mask(
+            mask_mod, rows, None, q.shape[2], k.shape[2], device=q.device
+        )
+        fn = compile_impl(flex_attention)
+        score_mod = B._score_mod(family, inputs, offsets)
+        gqa = B._gqa(inputs)
+        return lambda: fn(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa)
+
+    return make
+
+
+def _triton(family: str):
+    def make(inputs):
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        kwargs = dict(B.triton_kwargs(family, inputs), causal=inputs["causal"])
+        kwargs.update(_seq_kwargs(inputs))
+        return lambda: kernels.relative_attention(q, k, v, **kwargs)
+
+    return make
+
+
+def _packed_constraint(point: Point) -> str | None:
+    if point.batch != 1:
+        return f"packed documents fill one row: batch must be 1, got {point.batch}"
+    if point.documents > point.seq_len:
+        return f"documents={point.documents} > seq_len={point.seq_len} tokens"
+    return None
+
+
+def _decode_constraint(point: Point) -> str | None:
+    if point.q_len > point.seq_len // 2 and point.kv_cache == "ragged":
+        return f"q_len={point.q_len} above half the cache (seq_len={point.seq_len}): not ragged"
+    if point.q_len > point.seq_len:
+        return f"q_len={point.q_len} > seq_len={point.seq_len} (the cache)"
+    return None
+
+
+def _case(name: str, family: str, packed: bool) -> Case:
+    no_bias = "Shaw's value term adds to the output: not expressible"
+    kv = family == "shaw_kv"
+    grad = packed  # decoding runs forward only
+    impls = {
+        "reference": Impl(_reference(family), holds=4, grad=grad),
+        "sdpa": Impl(
+            _sdpa(family),
+            note="bias and mask materialized as attn_mask",
+            holds=3,
+            grad=grad,
+            supports=B._unsupported(no_bias) if kv else (lambda p: None),
+        ),
+        "sdpa_nobias": Impl(
+            _sdpa_nobias, reference=_nobias_truth, note="mask only: the ceiling", grad=grad
+        ),
+        "flex": Impl(
+            _flex(family),
+            compiled=True,
+            grad=grad,
+            note="torch.compile(flex_attention), block mask",
+            supports=B._unsupported(no_bias) if kv else (lambda p: None),
+        ),
+        "triton": Impl(
+            _triton(family),
+            devices=TRITON_DEVICES,
+            elsewhere=TRITON_ELSEWHERE,
+            grad=grad,
+            note="; ".join(filter(None, ["kernels.relative_attention", TRITON_NOTE])),
+        ),
+    }
+    tables = ("q", "k", "v") if family == "alibi" else ("q", "k", "v", "params")
+    knobs = (B.CAUSAL, NUM_KV_HEADS, DOCUMENTS) if packed else (NUM_KV_HEADS, Q_LEN, KV_CACHE)
+    return Case(
+        name=name,
+        level=Level.ATTENTION,
+        build=_build(family, packed),
+        reference=_truth(family),
+        impls=impls,
+        baseline="reference",
+        cost=_cost(family, packed),
+        grad_inputs=tables if packed else (),
+        batched=() if packed else ("q", "k", "v", "kv_lens"),
+        knobs=knobs,
+        constraint=_packed_constraint if packed else _decode_constraint,
+        truth_holds=4,
+    )
+
+
+_FAMILIES = {"alibi": "alibi", "t5": "t5", "shaw_bias": "shaw", "shaw_kv": "shaw_kv"}
+DECODE = [_case(f"{name}_decode", family, False) for name, family in _FAMILIES.items()]
+PACKED = [_case(f"{name}_packed", family, True) for name, family in _FAMILIES.items()]

@@ -1,0 +1,152 @@
+"""Where the queries and keys of kernels.relative_attention's programs lie: one sequence per
+batch row (queries at the keys' end when Lq < Lk), per-row cache lengths (kv_lens), or packed
+documents (cu_seqlens); and the forward's key split for decoding (flash-decoding).
+
+The kernels read a sequence's rows and offset through `_sequence` (kernels/_relbias_jit.py);
+this module checks the arguments, picks the mode and the split, and merges split outputs.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import torch
+import triton
+from torch import Tensor
+
+from kernels._relbias_jit import AT_END, CACHE, PACKED, SELF, _relbias_combine_kernel
+
+# An H100 / H200 SXM's SMs: the split heuristic's GPU where there is none (the interpreter,
+# the compile audit's meta tensors)
+_DEFAULT_SMS = 132
+# A split holds at least this many key blocks: its partial output (BLOCK_M x D float32 and a
+# log-sum-exp, written and read back by the merge) stays small beside the keys and values it
+# reads (MIN_SPLIT_BLOCKS x BLOCK_N x D x 2 elements)
+MIN_SPLIT_BLOCKS = 4
+MAX_SPLITS = 64
+
+
+class Sequences(NamedTuple):
+    """mode: SELF, AT_END, CACHE or PACKED; lens: kv_lens (B,) or cu_seqlens (N + 1,) as the
+    kernels read them (None otherwise); count: the sequences (B, or N documents), the grid's
+    batch; rows_q, rows_k: the longest sequence's query and key rows (the grid's blocks)."""
+
+    mode: int
+    lens: Tensor | None
+    count: int
+    rows_q: int
+    rows_k: int
+
+
+def _integer_vector(name: str, t, length: int | None, device) -> Tensor:
+    if not isinstance(t, Tensor) or t.dim() != 1 or t.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{name} must be a 1-D int32 or int64 tensor, got {_describe(t)}")
+    if length is not None and t.shape[0] != length:
+        raise ValueError(f"{name} must have {length} entries (B), got {t.shape[0]}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but q is on {device}")
+    return t.contiguous()
+
+
+def _describe(t) -> str:
+    if isinstance(t, Tensor):
+        return f"a {t.dim()}-D {t.dtype} tensor"
+    return type(t).__name__
+
+
+def sequences(q: Tensor, k: Tensor, causal: bool, kv_lens, cu_seqlens) -> Sequences:
+    """The checked sequence layout of one call (shapes already checked: q (B, H, Lq, D), k and
+    v (B, Hk, Lk, D)). cu_seqlens costs one host read of its N + 1 entries (their checks and
+    the longest document, the grid's size); kv_lens is never read on the host (values outside
+    [0, Lk] are clamped by the kernels: no synchronization in a decode step)."""
+    bsz, _, lq, _ = q.shape
+    lk = k.shape[2]
+    if kv_lens is not None and cu_seqlens is not None:
+        raise ValueError("pass kv_lens (a batch of caches) or cu_seqlens (packed), not both")
+    if cu_seqlens is not None:
+        cu = _integer_vector("cu_seqlens", cu_seqlens, None, q.device)
+        if bsz != 1 or lq != lk:
+            raise ValueError(
+                f"cu_seqlens packs documents into one row: q, k, v must be (1, H, T, D) with "
+                f"Lq == Lk, got B={bsz}, Lq={lq}, Lk={lk}"
+            )
+        bounds = cu.tolist()
+        if len(bounds) < 2 or bounds[0] != 0 or bounds[-1] != lq:
+            raise ValueError(f"cu_seqlens must run from 0 to T={lq}, got {bounds}")
+        sizes = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+        if min(sizes) < 0:
+            raise ValueError(f"cu_seqlens must be non-decreasing, got {bounds}")
+        return Sequences(PACKED, cu, len(sizes), max(sizes), max(sizes))
+    if kv_lens is not None:
+        lens = _integer_vector("kv_lens", kv_lens, bsz, q.device)
+        return Sequences(CACHE, lens, bsz, lq, lk)
+    if causal and lq > lk:
+        raise ValueError(f"causal needs Lq <= Lk (queries at the keys' end), got {lq} > {lk}")
+    return Sequences(SELF if lq == lk else AT_END, None, bsz, lq, lk)
+
+
+@functools.lru_cache(maxsize=8)
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return _DEFAULT_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def num_splits(programs: int, key_blocks: int, sms: int) -> int:
+    """How many key splits a forward takes (flash-decoding). One when the programs (query
+    blocks x sequences x heads) already fill every SM or the keys are too few to share
+    (MIN_SPLIT_BLOCKS each). Otherwise the fewest splits whose last wave is at least 90%
+    full (programs x splits / (waves x SMs)), or failing that the fullest: a decode step (one
+    query block) of B x H programs on a 132-SM GPU gets about 132 / (B x H) splits rounded to
+    fill waves, so the keys of each head stream through many SMs at once."""
+    if programs >= sms or key_blocks < 2 * MIN_SPLIT_BLOCKS:
+        return 1
+    most = min(MAX_SPLITS, key_blocks // MIN_SPLIT_BLOCKS)
+    best, best_fill = 1, 0.0
+    for s in range(1, most + 1):
+        n = programs * s
+        fill = n / (triton.cdiv(n, sms) * sms)
+        if fill >= 0.9:
+            return s
+        if fill > best_fill + 1e-9:
+            best, best_fill = s, fill
+    return best
+
+
+def key_split(
+    seq: Sequences, asked: int | None, block_m: int, block_n: int, heads: int, device
+) -> tuple[int, int]:
+    """(splits, keys per split) of a forward: the caller's count or num_splits'; each split a
+    whole number of key blocks, none of them empty."""
+    key_blocks = max(1, triton.cdiv(seq.rows_k, block_n))
+    if asked is None:
+        programs = triton.cdiv(seq.rows_q, block_m) * seq.count * heads
+        asked = num_splits(programs, key_blocks, _sm_count(device))
+    per = triton.cdiv(key_blocks, min(asked, key_blocks))
+    return triton.cdiv(key_blocks, per), per * block_n
+
+
+def check_num_splits(num_splits, seq: Sequences, differentiable: bool) -> None:
+    if num_splits is None:
+        return
+    if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 1:
+        raise ValueError(f"num_splits must be an int >= 1 or None, got {num_splits!r}")
+    if num_splits > 1 and differentiable:
+        raise ValueError(
+            f"num_splits={num_splits}: a split forward is not differentiable (it keeps no "
+            "row statistics); call it under torch.no_grad() or with num_splits=None or 1"
+        )
+    if num_splits > 1 and seq.mode == PACKED:
+        raise ValueError(f"num_splits={num_splits}: packed documents (cu_seqlens) are not split")
+
+
+def merge(part: Tensor, lse: Tensor, out: Tensor, block_d: int, interpreting: bool) -> None:
+    """out (B, H, Lq, D) = the weighted sum of the float32 partials part (B, H, S, Lq, D) by
+    their base-2 log-sum-exps lse (B * H * S, Lq)."""
+    bsz, heads, splits, lq, d = part.shape
+    block_m = 16 if interpreting else max(16, min(64, 4096 // block_d))
+    grid = (triton.cdiv(lq, block_m) * bsz * heads,)
+    _relbias_combine_kernel[grid](
+        part, lse, out, *out.stride(), heads, lq, d, splits, BLOCK_M=block_m, BLOCK_D=block_d
+    )

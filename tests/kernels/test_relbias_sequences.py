@@ -1,0 +1,253 @@
+"""kernels.relative_attention on the sequences models run: a decode step against a long cache
+(split across programs or not), a batch of caches of their own lengths (kv_lens), documents
+packed into one row (cu_seqlens); every bias family, outputs and gradients against float64
+autograd of the posenc reference (which cuts the batch into its sequences: each_sequence)."""
+
+import copy
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from kernels import _relbias_seq, relbias
+from posenc import functional as F
+from tests.kernels.test_relbias import DEVICE, TOL, _assert_grad_close, _family, _leaf
+
+FAMILIES = ("alibi", "t5", "shaw", "shaw_kv")
+
+
+def _pair(family, q, k, v, causal, grad=True, extra=None, **seq):
+    """(reference out, its leaves, kernel out, its leaves): float64 reference, the kernel in
+    q's dtype; the trained tables are leaves of both (ALiBi's slopes, T5's and Shaw's tables,
+    Shaw's E_K and E_V). seq: kv_lens or cu_seqlens, to both; extra: the kernel's alone."""
+    h, d = q.shape[1], q.shape[-1]
+    on_device = {n: t.to(DEVICE) for n, t in seq.items()}
+    if family == "shaw_kv":
+        emb = torch.randn(2, 7, d)
+        want_leaves = [_leaf(t, torch.float64) for t in (q, k, v, emb[0], emb[1])]
+
+        def attend(q_s, k_s, v_s, _at):
+            lq, lk = q_s.shape[2], k_s.shape[2]
+            mask = torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq) if causal else None
+            ek, ev = want_leaves[3:]
+            return F.shaw_attention(q_s, k_s, v_s, ek, ev, 3, mask=mask, offset=lk - lq)[0]
+
+        want = F.each_sequence(attend, *want_leaves[:3], **seq)
+        leaves = [_leaf(t.to(DEVICE)) for t in (q, k, v, emb[0], emb[1])]
+        kernel_args = dict(shaw_k=leaves[3], shaw_v=leaves[4])
+    else:
+        module, kwargs = _family(family, h)
+        name = next(n for n in kwargs if n in ("alibi_slopes", "t5_table", "shaw_bias"))
+        table = kwargs[name].detach().float() + 0.1 * torch.randn(kwargs[name].shape)
+        ref = copy.deepcopy(module).double()
+        ref_table = torch.nn.Parameter(table.double())
+        if family == "t5":
+            ref.relative_attention_bias.weight = ref_table
+        else:
+            setattr(ref, "slopes" if family == "alibi" else "table", ref_table)
+        want_leaves = [*(_leaf(t, torch.float64) for t in (q, k, v)), ref_table]
+        want = F.relative_attention(*want_leaves[:3], bias=ref, causal=causal, **seq)
+        leaves = [_leaf(t.to(DEVICE)) for t in (q, k, v, table)]
+        kernel_args = {**kwargs, name: leaves[3]}
+    with torch.set_grad_enabled(grad):
+        got = relbias.relative_attention(
+            *leaves[:3], causal=causal, **kernel_args, **on_device, **(extra or {})
+        )
+    return want, want_leaves, got, leaves
+
+
+def _check(want, want_leaves, got, leaves, dtype, backward=True):
+    tol = TOL[dtype] * max(1.0, want.abs().max().item())
+    assert got.shape == want.shape and got.dtype == dtype
+    assert_close(got.detach().cpu().double(), want.detach(), atol=tol, rtol=TOL[dtype])
+    if backward:
+        up = torch.randn(want.shape, dtype=torch.float64)
+        expected = torch.autograd.grad(want, want_leaves, up)
+        grads = torch.autograd.grad(got, leaves, up.to(DEVICE, dtype))
+        labels = ("dq", "dk", "dv", "dtable", "dshaw_v")
+        for label, g, w in zip(labels, grads, expected, strict=False):
+            _assert_grad_close(g, w, dtype, label)
+
+
+DECODE = [  # (family, causal, splits, Lk): the heuristic's split at 2000, others at 300
+    *((f, c, None, 2000) for f in FAMILIES for c in (True, False)),
+    *((f, c, s, 300) for f in FAMILIES for c, s in ((True, 1), (False, 3), (True, 8))),
+]
+
+
+@pytest.mark.parametrize(
+    "case", DECODE, ids=lambda c: f"{c[0]}-{'causal' if c[1] else 'full'}-splits{c[2]}-{c[3]}"
+)
+def test_decode_step_against_a_long_cache(case, monkeypatch):
+    """Lq = 1 against a long cache (2000: far past every clip), grouped-query heads, forward
+    only (as decoding runs it): the keys split into that many programs merged by their
+    log-sum-exps, not split, or as the heuristic chooses (here: 8 programs on the 132 SMs
+    assumed off a GPU), all equal to the reference."""
+    family, causal, splits, lk = case
+    torch.manual_seed(5)
+    q = torch.randn(2, 4, 1, 32)
+    k, v = (torch.randn(2, 2, lk, 32) for _ in range(2))
+    seen = []
+    merge = relbias.merge
+    spy = lambda part, *a: seen.append(part.shape[2]) or merge(part, *a)  # noqa: E731
+    monkeypatch.setattr(relbias, "merge", spy)
+    want, _, got, _ = _pair(family, q, k, v, causal, grad=False, extra={"num_splits": splits})
+    _check(want, None, got, None, torch.float32, backward=False)
+    seq = _relbias_seq.sequences(q, k, causal, None, None)
+    expected = _relbias_seq.key_split(seq, splits, 16, 16, 4, q.device)[0]  # interpreter tiles
+    # 2000 keys: 15 asked (15 x 8 programs fill 91% of 132 SMs), 14 of 9 blocks each; 300
+    # keys (19 blocks of 16): 3 asked, 3 of 7 blocks; 8 asked, 7 of 3
+    assert expected == {None: 14, 1: 1, 3: 3, 8: 7}[splits]
+    assert (seen or [1]) == [expected]  # the merge saw that many partial outputs
+
+
+CACHES = [  # (family, Lq, causal, dtype): ragged caches of one batch, forward and backward
+    ("alibi", 1, True, torch.float32),
+    ("t5", 4, True, torch.bfloat16),
+    ("shaw", 3, False, torch.float32),
+    ("shaw_kv", 4, True, torch.float32),
+    ("t5", 2, False, torch.float32),
+    ("shaw_kv", 1, False, torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize(
+    "case", CACHES, ids=lambda c: f"{c[0]}-{c[1]}q-{'causal' if c[2] else 'full'}-{c[3]}"
+)
+def test_batch_of_caches_of_their_own_lengths(case):
+    """kv_lens: each row's keys 0 .. kv_lens[b] - 1 of Lk = 70 (one full, one ending inside a
+    key block, one shorter than a block), its queries at kv_lens[b] - Lq + i; grouped-query
+    heads; outputs and every gradient (keys past kv_lens[b] get zero dk, dv)."""
+    family, lq, causal, dtype = case
+    torch.manual_seed(7)
+    q = torch.randn(3, 4, lq, 32).to(dtype)
+    k, v = (torch.randn(3, 2, 70, 32).to(dtype) for _ in range(2))
+    kv_lens = torch.tensor([70, 37, 5])
+    want, want_leaves, got, leaves = _pair(family, q, k, v, causal, kv_lens=kv_lens)
+    _check(want, want_leaves, got, leaves, dtype)
+
+
+PACKED = [  # (family, document lengths, causal, dtype): 3-5 documents of unequal length
+    ("alibi", (7, 30, 1, 19), True, torch.float32),
+    ("t5", (40, 3, 22), True, torch.bfloat16),
+    ("shaw", (9, 9, 16, 2, 25), False, torch.float32),
+    ("shaw_kv", (12, 31, 5), True, torch.float32),
+    ("alibi", (18, 5, 27), False, torch.bfloat16),
+    ("shaw_kv", (3, 20, 8, 14), False, torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize(
+    "case", PACKED, ids=lambda c: f"{c[0]}-{len(c[1])}docs-{'causal' if c[2] else 'full'}-{c[3]}"
+)
+def test_packed_documents_attend_within_themselves(case):
+    """cu_seqlens: documents packed into one row of T tokens; attention, distances and the
+    causal mask within each document; grouped-query heads; outputs and every gradient, the
+    tables' summed over documents."""
+    family, sizes, causal, dtype = case
+    torch.manual_seed(11)
+    t = sum(sizes)
+    cu = torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()], dtype=torch.int32)
+    q = torch.randn(1, 4, t, 32).to(dtype)
+    k, v = (torch.randn(1, 2, t, 32).to(dtype) for _ in range(2))
+    want, want_leaves, got, leaves = _pair(family, q, k, v, causal, cu_seqlens=cu)
+    _check(want, want_leaves, got, leaves, dtype)
+
+
+def test_queries_that_see_no_key_output_zero():
+    """kv_lens[b] < Lq with causal (and kv_lens[b] = 0): those queries see no key; they output
+    0 and their gradients are 0, not NaN (the forward saves +inf as their log-sum-exp)."""
+    torch.manual_seed(2)
+    q = torch.randn(2, 2, 4, 32, device=DEVICE, requires_grad=True)
+    k, v = (torch.randn(2, 2, 16, 32, device=DEVICE, requires_grad=True) for _ in range(2))
+    slopes = torch.ones(2, device=DEVICE)
+    kv_lens = torch.tensor([2, 0], device=DEVICE)  # row 0: queries 0, 1 at -2, -1; row 1: none
+    out = relbias.relative_attention(q, k, v, alibi_slopes=slopes, causal=True, kv_lens=kv_lens)
+    assert out[0, :, :2].abs().max() == 0 and out[1].abs().max() == 0
+    assert out[0, :, 2:].abs().max() > 0
+    grads = torch.autograd.grad(out, [q, k, v], torch.ones_like(out))
+    assert all(torch.isfinite(g).all() for g in grads)
+    assert grads[0][1].abs().max() == 0 and grads[1][:, :, 2:].abs().max() == 0
+
+
+def test_num_splits_fills_the_gpu_and_leaves_full_grids_alone():
+    """The split heuristic: none when the programs fill the SMs or the keys are few; a decode
+    step of 8 programs on 132 SMs fills at least 90% of a wave; never more than the keys
+    allow (MIN_SPLIT_BLOCKS each) or MAX_SPLITS."""
+    n = _relbias_seq.num_splits
+    assert n(132, 1000, 132) == 1 and n(500, 1000, 132) == 1
+    assert n(8, 7, 132) == 1  # under 2 x MIN_SPLIT_BLOCKS key blocks
+    s = n(8, 1000, 132)
+    assert 8 * s / 132 >= 0.9 and 8 * (s - 1) / 132 < 0.9
+    assert n(1, 10_000, 132) == _relbias_seq.MAX_SPLITS
+    assert n(1, 40, 132) == 40 // _relbias_seq.MIN_SPLIT_BLOCKS
+    assert n(100, 1000, 132) == 1 or 100 * n(100, 1000, 132) % 132 < 132
+
+
+def _call(**kwargs):
+    q = torch.zeros(1, 2, 8, 32, device=DEVICE)
+    args = dict(alibi_slopes=torch.ones(2, device=DEVICE))
+    return lambda: relbias.relative_attention(q, q, q, **{**args, **kwargs})
+
+
+BAD = [
+    (
+        "kv_lens 2-D",
+        _call(kv_lens=torch.ones(1, 1, dtype=torch.int32)),
+        TypeError,
+        "kv_lens must be a 1-D",
+    ),
+    ("kv_lens float", _call(kv_lens=torch.ones(1)), TypeError, "kv_lens must be a 1-D int32"),
+    (
+        "kv_lens length",
+        _call(kv_lens=torch.ones(2, dtype=torch.int32)),
+        ValueError,
+        "kv_lens must have 1",
+    ),
+    (
+        "cu_seqlens short",
+        _call(cu_seqlens=torch.tensor([0, 5])),
+        ValueError,
+        "cu_seqlens must run from 0 to T=8",
+    ),
+    ("cu_seqlens down", _call(cu_seqlens=torch.tensor([0, 6, 3, 8])), ValueError, "non-decreasing"),
+    (
+        "both",
+        _call(kv_lens=torch.ones(1, dtype=torch.int32), cu_seqlens=torch.tensor([0, 8])),
+        ValueError,
+        "not both",
+    ),
+    (
+        "splits packed",
+        _call(cu_seqlens=torch.tensor([0, 8]), num_splits=2),
+        ValueError,
+        "num_splits=2: packed",
+    ),
+    ("splits zero", _call(num_splits=0), ValueError, "num_splits must be an int >= 1"),
+]
+
+
+@pytest.mark.parametrize(("call", "exc", "text"), [c[1:] for c in BAD], ids=[c[0] for c in BAD])
+def test_bad_sequences_name_the_argument(call, exc, text):
+    with pytest.raises(exc, match=text):
+        call()
+
+
+def test_split_forward_refuses_a_gradient_and_packing_needs_one_row():
+    q = torch.zeros(2, 2, 8, 32, device=DEVICE, requires_grad=True)
+    slopes = torch.ones(2, device=DEVICE)
+    with pytest.raises(ValueError, match="num_splits=2: a split forward is not differentiable"):
+        relbias.relative_attention(q, q, q, alibi_slopes=slopes, num_splits=2)
+    with pytest.raises(ValueError, match="cu_seqlens packs documents into one row"):
+        relbias.relative_attention(q, q, q, alibi_slopes=slopes, cu_seqlens=torch.tensor([0, 8]))
+
+
+def test_the_documented_example_runs_as_written():
+    """docs/kernels.md's runnable example (kv_lens and cu_seqlens), executed as it stands."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "kernels.md").read_text()
+    block = text.split("Runnable as written", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    scope = {}
+    exec(compile(block, "docs/kernels.md", "exec"), scope)  # noqa: S102
+    assert scope["out"].shape == (1, 8, 100, 64)
