@@ -405,7 +405,10 @@ def _relbias_fwd_kernel(
     backward, and with Shaw's value term the normalized per-index probability sums pn
     (B * H, LQ, NR), also for the backward, added to out as sums @ E_V. qk_scale: scale *
     log2(e); MASK_N: LK is not a multiple of BLOCK_N (the last key block has bounds)."""
-    pid_m, split, pid_bh, _ = _program(LG, BLOCK_M, NUM_SPLITS)
+    grid_rows = LQ  # packed: the longest document's (the compiler keeps LQ's facts)
+    if SEQ == 3:
+        grid_rows = LG
+    pid_m, split, pid_bh, _ = _program(grid_rows, BLOCK_M, NUM_SPLITS)
     b, h = pid_bh // H, pid_bh % H
     row, first, lq, lk, q_off = _sequence(seq_ptr, b, LQ, LK, SEQ)
     m0 = pid_m * BLOCK_M
@@ -784,7 +787,10 @@ def _relbias_bwd_dkdv_kernel(
     are read from kv head h // GROUP and dk, dv written per query head into float32 buffers
     (B, H, Lk, D) that the host sums over each group (as FlashAttention 2 does: an outer loop
     over the group in this kernel spills at every tile tried, 255 registers)."""
-    pid_n, _, pid_bh, _ = _program(LG, BLOCK_N)
+    grid_rows = LK  # packed: the longest document's (the compiler keeps LK's facts)
+    if SEQ == 3:
+        grid_rows = LG
+    pid_n, _, pid_bh, _ = _program(grid_rows, BLOCK_N)
     b, h = pid_bh // H, pid_bh % H
     row, first, lq, lk, q_off = _sequence(seq_ptr, b, LQ, LK, SEQ)
     n0 = pid_n * BLOCK_N
@@ -1087,7 +1093,10 @@ def _relbias_bwd_dq_kernel(
         program (no per-row sums);
       - SHAW_KV: per-row sums of ds per index into drel (B * H, LQ, NR): the gradient of
         relk = scale * Q E_K^T (the host turns it into dq and dE_K)."""
-    pid_m, _, pid_bh, n_blocks = _program(LG, BLOCK_M)
+    grid_rows = LQ  # packed: the longest document's (the compiler keeps LQ's facts)
+    if SEQ == 3:
+        grid_rows = LG
+    pid_m, _, pid_bh, n_blocks = _program(grid_rows, BLOCK_M)
     b, h = pid_bh // H, pid_bh % H
     row, first, lq, lk, q_off = _sequence(seq_ptr, b, LQ, LK, SEQ)
     m0 = pid_m * BLOCK_M

@@ -55,11 +55,14 @@ def _describe(t) -> str:
     return type(t).__name__
 
 
-def sequences(q: Tensor, k: Tensor, causal: bool, kv_lens, cu_seqlens) -> Sequences:
+def sequences(
+    q: Tensor, k: Tensor, causal: bool, kv_lens, cu_seqlens, max_seqlen=None
+) -> Sequences:
     """The checked sequence layout of one call (shapes already checked: q (B, H, Lq, D), k and
     v (B, Hk, Lk, D)). cu_seqlens costs one host read of its N + 1 entries (their checks and
-    the longest document, the grid's size); kv_lens is never read on the host (values outside
-    [0, Lk] are clamped by the kernels: no synchronization in a decode step)."""
+    the longest document, the grid's size) unless max_seqlen gives the longest; kv_lens is
+    never read on the host (values outside [0, Lk] are clamped by the kernels: no
+    synchronization in a decode step)."""
     bsz, _, lq, _ = q.shape
     lk = k.shape[2]
     if kv_lens is not None and cu_seqlens is not None:
@@ -71,13 +74,21 @@ def sequences(q: Tensor, k: Tensor, causal: bool, kv_lens, cu_seqlens) -> Sequen
                 f"cu_seqlens packs documents into one row: q, k, v must be (1, H, T, D) with "
                 f"Lq == Lk, got B={bsz}, Lq={lq}, Lk={lk}"
             )
+        if cu.shape[0] < 2:
+            raise ValueError(f"cu_seqlens needs N + 1 >= 2 entries, got {cu.shape[0]}")
+        if max_seqlen is not None:  # the caller's longest document: no host read
+            if not isinstance(max_seqlen, int) or not 1 <= max_seqlen <= lq:
+                raise ValueError(f"max_seqlen must be an int in 1 .. T={lq}, got {max_seqlen!r}")
+            return Sequences(PACKED, cu, cu.shape[0] - 1, max_seqlen, max_seqlen)
         bounds = cu.tolist()
-        if len(bounds) < 2 or bounds[0] != 0 or bounds[-1] != lq:
+        if bounds[0] != 0 or bounds[-1] != lq:
             raise ValueError(f"cu_seqlens must run from 0 to T={lq}, got {bounds}")
         sizes = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
         if min(sizes) < 0:
             raise ValueError(f"cu_seqlens must be non-decreasing, got {bounds}")
         return Sequences(PACKED, cu, len(sizes), max(sizes), max(sizes))
+    if max_seqlen is not None:
+        raise ValueError("max_seqlen goes with cu_seqlens (the longest packed document)")
     if kv_lens is not None:
         lens = _integer_vector("kv_lens", kv_lens, bsz, q.device)
         return Sequences(CACHE, lens, bsz, lq, lk)

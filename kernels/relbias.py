@@ -123,7 +123,9 @@ _BWD_TILES = {
         (4, 64, "value"): Tiles(32, 32, 4, 1),
     },
     "sm80": {
-        (2, 128, "plain"): Tiles(32, 64, 8, 2),
+        # 32 x 64 (dq 64 x 32) sat at 255 registers with no spill until the sequence layouts
+        # came; then T5's and Shaw's causal dq spilled 3-5 local stores under Triton 3.6
+        (2, 128, "plain"): Tiles(32, 32, 8, 2),
         (2, 128, "value"): Tiles(16, 32, 4, 2),
         (2, 64, "plain"): Tiles(32, 64, 8, 2),
         (2, 64, "value"): Tiles(32, 32, 8, 2),
@@ -601,6 +603,7 @@ def relative_attention(
     scale: float | None = None,
     kv_lens: Tensor | None = None,
     cu_seqlens: Tensor | None = None,
+    max_seqlen: int | None = None,
     num_splits: int | None = None,
     fwd_tiles: Tiles | None = None,
     bwd_tiles: Tiles | None = None,
@@ -622,7 +625,8 @@ def relative_attention(
       clamped to [0, Lk]; a query that sees no key, kv_lens[b] < Lq with causal, outputs 0).
     cu_seqlens (N + 1,) int32/int64: N documents packed into one row (B = 1, Lq = Lk = T),
       document n at rows cu_seqlens[n] .. cu_seqlens[n + 1] - 1; attention, distances and the
-      causal mask stay within a document (one host read of cu_seqlens).
+      causal mask stay within a document (one host read of cu_seqlens, to check it and find the
+      longest document; max_seqlen, at least the longest, skips both, as for CUDA graphs).
     num_splits: the forward splits the keys into this many parts, merged by their log-sum-exps
       (flash-decoding; not differentiable, not with cu_seqlens); None: split when the queries'
       programs would leave SMs idle and nothing needs a gradient (kernels._relbias_seq).
@@ -661,7 +665,7 @@ def relative_attention(
         )
     if kv_heads == 0 or heads % kv_heads:
         raise ValueError(f"k and v's heads (Hk={kv_heads}) must divide q's (H={heads})")
-    seq = sequences(q, k, causal, kv_lens, cu_seqlens)
+    seq = sequences(q, k, causal, kv_lens, cu_seqlens, max_seqlen)
     if q.device.type == "cpu" and not _interpreting():
         raise ValueError(
             "q is a CPU tensor: run on a GPU, or set TRITON_INTERPRET=1 before "

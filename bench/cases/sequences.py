@@ -4,9 +4,8 @@
                    seq_len keys, causal; knob kv_cache: "full" (every row's cache seq_len
                    long) or "ragged" (row b's length drawn in [seq_len / 2, seq_len], row 0
                    full; the kernel takes them as kv_lens). Forward only, as decoding runs it.
-  {family}_packed  documents packed into one row of seq_len tokens (batch 1): knob documents
-                   (their count; lengths by a seeded draw), attention, distances and the causal
-                   mask within each; forward and backward, as packed training runs it.
+  {family}_packed  `documents` (seeded lengths) packed into one row of seq_len tokens (batch 1),
+                   attention, distances and the causal mask within each; forward and backward.
 
 Implementations, each called as its library documents it:
   reference    posenc.functional.relative_attention with kv_lens / cu_seqlens (one call per
@@ -20,10 +19,9 @@ Implementations, each called as its library documents it:
                the keys across programs when the grid would leave SMs idle.
 Shaw's value term adds to the output: neither SDPA nor a score_mod can express it.
 
-Cost model: FLOPs 4 H D per (query, visible key) pair (plus Shaw's relative terms, 4 H
-(2K + 1) D per query); bytes: q, the cache's valid keys and values (Hk heads; a decode step is
-bound by them), the table and the output (backward, as bias.py counts it: twice the inputs,
-dq, dk, dv).
+Cost: FLOPs 4 H D per (query, visible key) pair (Shaw's terms: 4 H (2K + 1) D per query);
+bytes: q, the cache's valid keys and values (Hk heads: what bounds a decode step), the table,
+the output (backward as bias.py counts it).
 """
 
 from __future__ import annotations
@@ -41,20 +39,13 @@ from bench.cases._common import (
     compile_impl,
     per_mode,
 )
-from bench.checks import choices, positive_ints
+from bench.checks import one_of, positive_ints
 from bench.registry import Case, Cost, Impl, Knob, Level, Point
 from posenc import functional as F
 
 Q_LEN = Knob("q_len", 1, "decode: queries at the end of the cache (1: one step)", positive_ints)
-KV_CACHE = Knob(
-    "kv_cache",
-    "full",
-    "decode: full (every cache seq_len long) or ragged (lengths drawn in [seq_len/2, seq_len])",
-    lambda value, key: choices(value, key, ("full", "ragged")),
-)
-DOCUMENTS = Knob(
-    "documents", 4, "packed: documents in the row (lengths by a seeded draw)", positive_ints
-)
+KV_CACHE = Knob("kv_cache", "full", "decode: full or ragged caches", one_of("full", "ragged"))
+DOCUMENTS = Knob("documents", 4, "packed: documents in the row (seeded lengths)", positive_ints)
 
 
 def kv_lengths(point: Point) -> list[int]:
@@ -78,12 +69,15 @@ def document_bounds(point: Point) -> list[int]:
     return [0, *cuts, t]
 
 
+def _sizes(bounds: list[int]) -> list[int]:
+    return [y - x for x, y in zip(bounds, bounds[1:], strict=False)]
+
+
 def _cost(family: str, packed: bool):
     def cost(point: Point, dtype, mode: str) -> Cost:
         h, hk, d, size = point.num_heads, point.kv_heads, point.head_dim, dtype.itemsize
         if packed:
-            b = document_bounds(point)
-            sizes = [y - x for x, y in zip(b, b[1:], strict=False)]
+            sizes = _sizes(document_bounds(point))
             pairs = sum(n * (n + 1) // 2 if point.causal else n * n for n in sizes)
             queries = keys = point.seq_len
         else:
@@ -110,7 +104,9 @@ def _build(family: str, packed: bool):
     def build(point: Point, device, dtype):
         inputs = dict(tensors(point, device, dtype), causal=point.causal if packed else True)
         if packed:
-            inputs["cu_seqlens"] = torch.tensor(document_bounds(point), device=device)
+            bounds = document_bounds(point)
+            inputs["cu_seqlens"] = torch.tensor(bounds, device=device)
+            inputs["max_seqlen"] = max(_sizes(bounds))
         else:
             inputs["kv_lens"] = torch.tensor(kv_lengths(point), device=device)
             inputs["ragged"] = point.kv_cache == "ragged"
@@ -153,6 +149,13 @@ def _seq_kwargs(inputs) -> dict:
     return {"kv_lens": inputs["kv_lens"]} if inputs["ragged"] else {}
 
 
+def _kernel_seq_kwargs(inputs) -> dict:
+    """The kernel's: packed with max_seqlen, as a training loop that knows its longest
+    document passes it (no host read of cu_seqlens in the timed call)."""
+    extra = {"max_seqlen": inputs["max_seqlen"]} if "cu_seqlens" in inputs else {}
+    return dict(_seq_kwargs(inputs), **extra)
+
+
 # -- implementations -------------------------------------------------------------------------
 
 
@@ -166,11 +169,8 @@ def _eager(family: str, inputs: dict):
     def attend(q_s, k_s, v_s, _at):
         lq, lk = q_s.shape[2], k_s.shape[2]
         mask = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril(lk - lq)
-        mask = mask if causal else None
-        out = F.shaw_attention(
-            q_s, k_s, v_s, p["emb_k"], p["emb_v"], B.SHAW_K, mask=mask, offset=lk - lq
-        )
-        return out[0]
+        ek, ev, mask = p["emb_k"], p["emb_v"], mask if causal else None
+        return F.shaw_attention(q_s, k_s, v_s, ek, ev, B.SHAW_K, mask=mask, offset=lk - lq)[0]
 
     return lambda q, k, v: F.each_sequence(attend, q, k, v, **seq)
 
@@ -185,10 +185,7 @@ def _reference(family: str):
 
 
 def _truth(family: str):
-    def truth(inputs):
-        return _eager(family, inputs)(inputs["q"], inputs["k"], inputs["v"])
-
-    return truth
+    return lambda inputs: _reference(family)(inputs)()
 
 
 def _bias(family: str, inputs: dict) -> torch.Tensor:
@@ -223,9 +220,7 @@ def _sdpa_nobias(inputs):
 
 
 def _nobias_truth(inputs):
-    q, k, v = inputs["q"], inputs["k"], inputs["v"]
-    mask = _allowed(inputs)
-    return nnf.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=B._gqa(inputs))
+    return _sdpa_nobias(inputs)()
 
 
 def _flex(family: str):
@@ -260,9 +255,8 @@ def _flex(family: str):
 
 def _triton(family: str):
     def make(inputs):
-        q, k, v = inputs["q"], inputs["k"], inputs["v"]
-        kwargs = dict(B.triton_kwargs(family, inputs), causal=inputs["causal"])
-        kwargs.update(_seq_kwargs(inputs))
+        q, k, v, causal = inputs["q"], inputs["k"], inputs["v"], inputs["causal"]
+        kwargs = dict(B.triton_kwargs(family, inputs), causal=causal, **_kernel_seq_kwargs(inputs))
         return lambda: kernels.relative_attention(q, k, v, **kwargs)
 
     return make
@@ -277,17 +271,14 @@ def _packed_constraint(point: Point) -> str | None:
 
 
 def _decode_constraint(point: Point) -> str | None:
-    if point.q_len > point.seq_len // 2 and point.kv_cache == "ragged":
-        return f"q_len={point.q_len} above half the cache (seq_len={point.seq_len}): not ragged"
     if point.q_len > point.seq_len:
         return f"q_len={point.q_len} > seq_len={point.seq_len} (the cache)"
     return None
 
 
 def _case(name: str, family: str, packed: bool) -> Case:
-    no_bias = "Shaw's value term adds to the output: not expressible"
-    kv = family == "shaw_kv"
-    grad = packed  # decoding runs forward only
+    kv, grad = family == "shaw_kv", packed  # decoding runs forward only
+    no_bias = B._unsupported("Shaw's value term adds to the output: not expressible")
     impls = {
         "reference": Impl(_reference(family), holds=4, grad=grad),
         "sdpa": Impl(
@@ -295,7 +286,7 @@ def _case(name: str, family: str, packed: bool) -> Case:
             note="bias and mask materialized as attn_mask",
             holds=3,
             grad=grad,
-            supports=B._unsupported(no_bias) if kv else (lambda p: None),
+            supports=no_bias if kv else (lambda p: None),
         ),
         "sdpa_nobias": Impl(
             _sdpa_nobias, reference=_nobias_truth, note="mask only: the ceiling", grad=grad
@@ -305,7 +296,7 @@ def _case(name: str, family: str, packed: bool) -> Case:
             compiled=True,
             grad=grad,
             note="torch.compile(flex_attention), block mask",
-            supports=B._unsupported(no_bias) if kv else (lambda p: None),
+            supports=no_bias if kv else (lambda p: None),
         ),
         "triton": Impl(
             _triton(family),

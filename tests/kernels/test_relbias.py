@@ -36,6 +36,22 @@ def _family(name, heads):
     return module, {"shaw_bias": module.table.detach()}
 
 
+def trained(family, heads):
+    """The family's kernel arguments with a perturbed float32 table, and a float64 reference
+    module whose table is its own leaf: (kwargs, the table's argument name, table, module,
+    its leaf). ALiBi's slopes buffer becomes a parameter; T5's and Shaw's tables are ones."""
+    module, kwargs = _family(family, heads)
+    name = next(n for n in kwargs if n in ("alibi_slopes", "t5_table", "shaw_bias"))
+    table = kwargs[name].detach().float() + 0.1 * torch.randn(kwargs[name].shape)
+    ref = copy.deepcopy(module).double()
+    ref_table = torch.nn.Parameter(table.double())
+    if family == "t5":
+        ref.relative_attention_bias.weight = ref_table
+    else:
+        setattr(ref, "slopes" if family == "alibi" else "table", ref_table)
+    return kwargs, name, table, ref, ref_table
+
+
 CASES = [  # (family, B, H, Lq, Lk, D, causal): odd lengths, Lq != Lk, D = 80
     ("alibi", 1, 2, 21, 21, 32, False),
     ("alibi", 2, 1, 19, 19, 32, True),
@@ -225,15 +241,7 @@ def _leaf(t, dtype=None):
 def test_backward_matches_reference(case, dtype):
     family, b, h, lq, lk, d, causal = case
     q, k, v = (torch.randn(b, h, n, d).to(dtype) for n in (lq, lk, lk))
-    module, kwargs = _family(family, h)
-    name = next(n for n in kwargs if n in ("alibi_slopes", "t5_table", "shaw_bias"))
-    table = kwargs[name].detach().float() + 0.1 * torch.randn(kwargs[name].shape)
-    ref = copy.deepcopy(module).double()
-    ref_table = torch.nn.Parameter(table.double())  # the float64 reference's own leaf
-    if family == "t5":
-        ref.relative_attention_bias.weight = ref_table
-    else:  # ALiBi's slopes buffer becomes a parameter; Shaw's table is one
-        setattr(ref, "slopes" if family == "alibi" else "table", ref_table)
+    kwargs, name, table, ref, ref_table = trained(family, h)
     want_leaves = [*(_leaf(t, torch.float64) for t in (q, k, v)), ref_table]
     out = F.relative_attention(*want_leaves[:3], bias=ref, causal=causal)
     grad_out = torch.randn(out.shape, dtype=torch.float64)
@@ -658,15 +666,7 @@ def test_grouped_query_heads_forward_and_backward(case, dtype):
         )
         labels = ("dq", "dk", "dv", "dshaw_k", "dshaw_v")
     else:
-        module, kwargs = _family(family, h)
-        name = next(n for n in kwargs if n in ("alibi_slopes", "t5_table", "shaw_bias"))
-        table = kwargs[name].detach().float() + 0.1 * torch.randn(kwargs[name].shape)
-        ref = copy.deepcopy(module).double()
-        ref_table = torch.nn.Parameter(table.double())
-        if family == "t5":
-            ref.relative_attention_bias.weight = ref_table
-        else:
-            setattr(ref, "slopes" if family == "alibi" else "table", ref_table)
+        kwargs, name, table, ref, ref_table = trained(family, h)
         want_leaves = [*(_leaf(t, torch.float64) for t in (q, k, v)), ref_table]
         out = F.relative_attention(*want_leaves[:3], bias=ref, causal=causal)
         leaves = [_leaf(t.to(DEVICE)) for t in (q, k, v, table)]
