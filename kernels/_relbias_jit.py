@@ -95,7 +95,7 @@ def _sequence(seq_ptr, b, LQ, LK, SEQ: tl.constexpr):
     if SEQ == 1:
         off = LK - LQ
     elif SEQ == 2:
-        lk = tl.minimum(tl.maximum(tl.load(seq_ptr + b), 0), LK)
+        lk = tl.minimum(tl.maximum(tl.load(seq_ptr + b).to(tl.int32), 0), LK)  # int64 given
         off = lk - LQ
     elif SEQ == 3:
         first = tl.load(seq_ptr + b).to(tl.int64)

@@ -72,6 +72,10 @@ def test_smoke_visit_runs_every_part_in_order_into_one_archive(tmp_path):
     assert not set(core["impl"]) & {"compiled", "flex"}  # those come after the audit
     flex = pd.read_csv(res / "sweep-flex" / "results.csv")
     assert set(flex["impl"]) == {"triton", "flex"} and set(flex["status"]) == {"ok"}
+    seq = pd.read_csv(res / "sweep-sequences" / "results.csv")
+    seq_triton = seq[seq["impl"] == "triton"]
+    assert set(seq_triton["case"]) == {"alibi_decode", "t5_packed"}
+    assert set(seq_triton["status"]) == {"ok"}
     compiled = pd.read_csv(res / "sweep-compiled" / "results.csv")
     assert set(compiled["impl"]) == {"triton", "compiled"} and set(compiled["status"]) == {"ok"}
     probe = pd.read_csv(res / "probe-tiny" / "probe.csv", keep_default_na=False)
