@@ -54,7 +54,7 @@ def _bench(*args: str) -> tuple[str, ...]:
 PARTS = (
     Part(
         "tests",
-        120,
+        105,
         30,
         (
             "-m",
