@@ -193,9 +193,7 @@ def _rotate_differentiable(x: Tensor, cos: Tensor, sin: Tensor, interleaved: boo
     return torch.cat((rotated, xf[..., 2 * half :]), dim=-1).to(x.dtype)
 
 
-# ---------------------------------------------------------------------------------------------
-# Relative positions: Shaw, Uszkoreit & Vaswani 2018, eqs. 3-4; the tutorial's 3.3 and 3.6.
-# ---------------------------------------------------------------------------------------------
+# -- Relative positions: Shaw, Uszkoreit & Vaswani 2018, eqs. 3-4; the tutorial's 3.3 and 3.6.
 
 
 def relative_positions(
@@ -301,11 +299,8 @@ def _add_relative_logits_(logits: Tensor, rel: Tensor, k: int, offset: int = 0) 
 
 def _apply_mask(logits: Tensor, mask: Tensor) -> Tensor:
     """Boolean (or integer) masks keep True/non-zero; float masks are added to the logits.
-
-    Masked logits get the dtype's lowest finite value, so a fully masked row gives uniform
-    weights rather than NaN (the tutorial's -1e9 does the same in float32, and overflows in
-    float16).
-    """
+    Masked logits get the dtype's lowest finite value: a fully masked row gives uniform weights,
+    not NaN (the tutorial's -1e9 does the same in float32, and overflows in float16)."""
     if mask.dtype == torch.bool or not mask.is_floating_point():
         return logits.masked_fill(mask == 0, torch.finfo(logits.dtype).min)
     return logits + mask

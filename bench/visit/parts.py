@@ -154,6 +154,7 @@ PARTS = (
             "d_model=128",
             "num_heads=2",
             "num_kv_heads=1",
+            "documents=2",  # 8 in 16 tokens: bfloat16 table gradients at 1-4 token documents
             *SMOKE,
             "hydra.run.dir={res}/sweep-sequences",
         ),
