@@ -7,6 +7,7 @@ re-exported here are the corrected ones with the same names and compatible const
 from posenc import functional, seed
 from posenc.absolute import LearnablePositionalEncoding, SinusoidalPositionalEncoding
 from posenc.attention import MultiHeadAttention
+from posenc.layer import DecoderLayer, KVCache
 from posenc.relative import (
     ALiBi,
     RelativeMultiHeadAttention,
@@ -18,6 +19,8 @@ from posenc.rotary import RoPEMultiHeadAttention, RoPEPositionalEncoding
 
 __all__ = [
     "ALiBi",
+    "DecoderLayer",
+    "KVCache",
     "ShawBias",
     "T5RelativeBias",
     "LearnablePositionalEncoding",

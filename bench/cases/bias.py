@@ -124,14 +124,25 @@ def _eager(family: str, inputs: dict, causal: bool):
     return lambda q, k, v: F.relative_attention(q, k, v, bias=bias, causal=causal)
 
 
-def _reference(family: str, compiled: bool = False):
+def on_qkv(attention):
+    """An implementation's factory from an attention factory (inputs -> (q, k, v) -> out, its
+    setup done once from the inputs' shapes and tables): called on the point's q, k, v. The
+    layer cases (bench/cases/layer.py) call the same attention factories on their projections."""
+
     def make(inputs):
-        fn = _eager(family, inputs, inputs["causal"])
-        fn = compile_impl(fn) if compiled else fn
+        fn = attention(inputs)
         q, k, v = inputs["q"], inputs["k"], inputs["v"]
         return lambda: fn(q, k, v)
 
     return make
+
+
+def _reference(family: str, compiled: bool = False):
+    def attention(inputs):
+        fn = _eager(family, inputs, inputs["causal"])
+        return compile_impl(fn) if compiled else fn
+
+    return attention
 
 
 def _truth(family: str):
@@ -155,20 +166,21 @@ def _mask(family: str, inputs: dict):
 
 
 def _sdpa(family: str):
-    def make(inputs):
-        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    def attention(inputs):
         build = _mask(family, inputs)
         trains = any(p.requires_grad for p in inputs.get("params", {}).values())
         gqa = _gqa(inputs)
         if trains:  # the table's gradient flows through the mask: built in the call
-            return lambda: nnf.scaled_dot_product_attention(
+            return lambda q, k, v: nnf.scaled_dot_product_attention(
                 q, k, v, attn_mask=build(), enable_gqa=gqa
             )
         with torch.no_grad():
             mask = build()
-        return lambda: nnf.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        return lambda q, k, v: nnf.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, enable_gqa=gqa
+        )
 
-    return make
+    return attention
 
 
 def _gqa(inputs) -> bool:
@@ -177,14 +189,14 @@ def _gqa(inputs) -> bool:
 
 
 def _sdpa_nobias(inputs):
-    q, k, v, causal, gqa = inputs["q"], inputs["k"], inputs["v"], inputs["causal"], _gqa(inputs)
-    return lambda: nnf.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+    causal, gqa = inputs["causal"], _gqa(inputs)
+    return lambda q, k, v: nnf.scaled_dot_product_attention(
+        q, k, v, is_causal=causal, enable_gqa=gqa
+    )
 
 
 def _nobias_truth(inputs):
-    return nnf.scaled_dot_product_attention(
-        inputs["q"], inputs["k"], inputs["v"], is_causal=inputs["causal"], enable_gqa=_gqa(inputs)
-    )
+    return on_qkv(_sdpa_nobias)(inputs)()
 
 
 def _score_mod(family: str, inputs: dict, offsets=None):
@@ -212,10 +224,10 @@ def _score_mod(family: str, inputs: dict, offsets=None):
 
 
 def _flex(family: str):
-    def make(inputs):
+    def attention(inputs):
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        q, k = inputs["q"], inputs["k"]
         block_mask = None
         if inputs["causal"]:
             block_mask = create_block_mask(
@@ -224,9 +236,11 @@ def _flex(family: str):
         fn = compile_impl(flex_attention)
         score_mod = _score_mod(family, inputs)
         gqa = _gqa(inputs)
-        return lambda: fn(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa)
+        return lambda q, k, v: fn(
+            q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa
+        )
 
-    return make
+    return attention
 
 
 def triton_kwargs(family: str, inputs: dict) -> dict:
@@ -246,17 +260,27 @@ def triton_kwargs(family: str, inputs: dict) -> dict:
 
 
 def _triton(family: str):
-    def make(inputs):
-        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    def attention(inputs):
         kwargs = dict(
             triton_kwargs(family, inputs),
             causal=inputs["causal"],
-            fwd_tiles=parse_tiles(inputs["fwd_tiles"]),
-            bwd_tiles=parse_tiles(inputs["bwd_tiles"]),
+            fwd_tiles=parse_tiles(inputs.get("fwd_tiles", "default")),
+            bwd_tiles=parse_tiles(inputs.get("bwd_tiles", "default")),
         )
-        return lambda: kernels.relative_attention(q, k, v, **kwargs)
+        return lambda q, k, v: kernels.relative_attention(q, k, v, **kwargs)
 
-    return make
+    return attention
+
+
+def attentions(family: str) -> dict:
+    """The family's attention factories by implementation name (see on_qkv)."""
+    return {
+        "reference": _reference(family),
+        "compiled": _reference(family, compiled=True),
+        "sdpa": _sdpa(family),
+        "flex": _flex(family),
+        "triton": _triton(family),
+    }
 
 
 def _default_tiles(point: Point) -> str | None:
@@ -314,30 +338,33 @@ def _case(name: str, family: str) -> Case:
     kv = family == "shaw_kv"
     no_bias = "Shaw's value term adds to the output: not expressible"
     impls = {
-        "reference": Impl(_reference(family), supports=_default_tiles, holds=4),
+        "reference": Impl(on_qkv(_reference(family)), supports=_default_tiles, holds=4),
         "compiled": Impl(
-            _reference(family, compiled=True), compiled=True, holds=2, supports=_default_tiles
+            on_qkv(_reference(family, compiled=True)),
+            compiled=True,
+            holds=2,
+            supports=_default_tiles,
         ),
         "sdpa": Impl(
-            _sdpa(family),
+            on_qkv(_sdpa(family)),
             note="bias materialized as attn_mask",
             holds=3,
             supports=_unsupported(no_bias) if kv else _default_tiles,
         ),
         "sdpa_nobias": Impl(
-            _sdpa_nobias,
+            on_qkv(_sdpa_nobias),
             reference=_nobias_truth,
             supports=_default_tiles,
             note="no bias: the ceiling",
         ),
         "flex": Impl(
-            _flex(family),
+            on_qkv(_flex(family)),
             compiled=True,
             note="torch.compile(flex_attention)",
             supports=_unsupported(no_bias) if kv else _default_tiles,
         ),
         "triton": Impl(
-            _triton(family),
+            on_qkv(_triton(family)),
             devices=TRITON_DEVICES,
             elsewhere=TRITON_ELSEWHERE,
             note="; ".join(filter(None, ["kernels.relative_attention", TRITON_NOTE])),

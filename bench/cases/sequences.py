@@ -169,17 +169,8 @@ def _eager(family: str, inputs: dict):
     return lambda q, k, v: F.each_sequence(attend, q, k, v, **seq)
 
 
-def _reference(family: str):
-    def make(inputs):
-        fn = _eager(family, inputs)
-        q, k, v = inputs["q"], inputs["k"], inputs["v"]
-        return lambda: fn(q, k, v)
-
-    return make
-
-
 def _truth(family: str):
-    return lambda inputs: _reference(family)(inputs)()
+    return lambda inputs: B.on_qkv(lambda i: _eager(family, i))(inputs)()
 
 
 def _bias(family: str, inputs: dict) -> torch.Tensor:
@@ -195,33 +186,37 @@ def _bias(family: str, inputs: dict) -> torch.Tensor:
 
 
 def _sdpa(family: str):
-    def make(inputs):
-        q, k, v, gqa = inputs["q"], inputs["k"], inputs["v"], B._gqa(inputs)
+    def attention(inputs):
+        gqa = B._gqa(inputs)
         if any(p.requires_grad for p in inputs.get("params", {}).values()):
-            return lambda: nnf.scaled_dot_product_attention(
+            return lambda q, k, v: nnf.scaled_dot_product_attention(
                 q, k, v, attn_mask=_bias(family, inputs), enable_gqa=gqa
             )
         with torch.no_grad():
             mask = _bias(family, inputs)
-        return lambda: nnf.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        return lambda q, k, v: nnf.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, enable_gqa=gqa
+        )
 
-    return make
+    return attention
 
 
 def _sdpa_nobias(inputs):
-    q, k, v, gqa, mask = inputs["q"], inputs["k"], inputs["v"], B._gqa(inputs), _allowed(inputs)
-    return lambda: nnf.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+    gqa, mask = B._gqa(inputs), _allowed(inputs)
+    return lambda q, k, v: nnf.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, enable_gqa=gqa
+    )
 
 
 def _nobias_truth(inputs):
-    return _sdpa_nobias(inputs)()
+    return B.on_qkv(_sdpa_nobias)(inputs)()
 
 
 def _flex(family: str):
-    def make(inputs):
+    def attention(inputs):
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        q, k = inputs["q"], inputs["k"]
         if "cu_seqlens" in inputs:
             doc, causal = _document_ids(inputs), inputs["causal"]
 
@@ -242,18 +237,31 @@ def _flex(family: str):
         fn = compile_impl(flex_attention)
         score_mod = B._score_mod(family, inputs, offsets)
         gqa = B._gqa(inputs)
-        return lambda: fn(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa)
+        return lambda q, k, v: fn(
+            q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa
+        )
 
-    return make
+    return attention
 
 
 def _triton(family: str):
-    def make(inputs):
-        q, k, v, causal = inputs["q"], inputs["k"], inputs["v"], inputs["causal"]
+    def attention(inputs):
+        causal = inputs["causal"]
         kwargs = dict(B.triton_kwargs(family, inputs), causal=causal, **_kernel_seq_kwargs(inputs))
-        return lambda: kernels.relative_attention(q, k, v, **kwargs)
+        return lambda q, k, v: kernels.relative_attention(q, k, v, **kwargs)
 
-    return make
+    return attention
+
+
+def attentions(family: str) -> dict:
+    """The family's attention factories on these sequences, by implementation (B.on_qkv)."""
+    return {
+        "reference": lambda inputs: _eager(family, inputs),
+        "sdpa": _sdpa(family),
+        "sdpa_nobias": _sdpa_nobias,
+        "flex": _flex(family),
+        "triton": _triton(family),
+    }
 
 
 def _packed_constraint(point: Point) -> str | None:
@@ -275,33 +283,28 @@ def _case(name: str, family: str, packed: bool) -> Case:
     # the memory guard's (B, H, L, L) scores: packed SDPA's mask; a decode step's are (B, H,
     # q_len, L), unguarded (a row past memory records oom)
     guard = int(packed)
+    attend = attentions(family)
     no_bias = B._unsupported("Shaw's value term adds to the output: not expressible")
-    impls = {
-        "reference": Impl(_reference(family), holds=4 * guard, grad=grad),
-        "sdpa": Impl(
-            _sdpa(family),
-            note="bias and mask materialized as attn_mask",
-            holds=3 * guard,
-            grad=grad,
-            supports=no_bias if kv else (lambda p: None),
-        ),
-        "sdpa_nobias": Impl(
-            _sdpa_nobias, reference=_nobias_truth, note="mask only: the ceiling", grad=grad
-        ),
-        "flex": Impl(
-            _flex(family),
-            compiled=True,
-            grad=grad,
-            note="torch.compile(flex_attention), block mask",
-            supports=no_bias if kv else (lambda p: None),
-        ),
-        "triton": Impl(
-            _triton(family),
+    expressible = no_bias if kv else (lambda p: None)
+    opts = {  # per implementation, besides grad
+        "reference": dict(holds=4 * guard),
+        "sdpa": dict(note="bias and mask materialized as attn_mask", holds=3 * guard),
+        "sdpa_nobias": dict(reference=_nobias_truth, note="mask only: the ceiling"),
+        "flex": dict(compiled=True, note="torch.compile(flex_attention), block mask"),
+        "triton": dict(
             devices=TRITON_DEVICES,
             elsewhere=TRITON_ELSEWHERE,
-            grad=grad,
             note="; ".join(filter(None, ["kernels.relative_attention", TRITON_NOTE])),
         ),
+    }
+    impls = {
+        name: Impl(
+            B.on_qkv(attend[name]),
+            grad=grad,
+            supports=expressible if name in ("sdpa", "flex") else (lambda p: None),
+            **opts[name],
+        )
+        for name in opts
     }
     tables = ("q", "k", "v") if family == "alibi" else ("q", "k", "v", "params")
     knobs = (B.CAUSAL, NUM_KV_HEADS, DOCUMENTS) if packed else (NUM_KV_HEADS, Q_LEN, KV_CACHE)
