@@ -203,9 +203,7 @@ def _sdpa(family: str):
 
 def _sdpa_nobias(inputs):
     gqa, mask = B._gqa(inputs), _allowed(inputs)
-    return lambda q, k, v: nnf.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, enable_gqa=gqa
-    )
+    return lambda q, k, v: nnf.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
 
 
 def _nobias_truth(inputs):
