@@ -46,6 +46,7 @@ class Status(str, Enum):
 class Level(str, Enum):
     ENCODER = "encoder"
     ATTENTION = "attention"
+    LAYER = "layer"  # a whole decoder layer around the encoding (bench/cases/layer.py)
 
     __str__ = str.__str__
 
@@ -204,6 +205,9 @@ class Case:
       compares the first and last sequences only (float64 truths cost as much as the timing).
     truth_holds: (B, H, L, L) float64 tensors the truth holds at once (attention), for the
       memory guard: a truth that would not fit is not computed, and its rows say so.
+    share_base: the implementation that is the same computation without the positional
+      encoding (a layer's `nope`): timed in each group, it gives every row its `pe_share`
+      (bench/run/share.py).
     """
 
     name: str
@@ -218,6 +222,7 @@ class Case:
     knobs: tuple[Knob, ...] = ()
     constraint: Callable[[Point], str | None] = field(default=lambda p: None)
     truth_holds: int = 0
+    share_base: str | None = None
 
     def __post_init__(self):
         for knob in self.knobs:
@@ -248,6 +253,10 @@ def register_case(case: Case) -> Case:
         raise ValueError(
             f"register_case: {case.name}: baseline {case.baseline!r} is not one of "
             f"its impls ({', '.join(case.impls)})"
+        )
+    if case.share_base is not None and case.share_base not in case.impls:
+        raise ValueError(
+            f"register_case: {case.name}: share_base {case.share_base!r} is not one of its impls"
         )
     CASES[case.name] = case
     return case

@@ -61,6 +61,10 @@ COLUMNS = (
     "first_call_ms",
     "others_cpu",
     "contended",
+    "pe_share",
+    "pe_share_lo",
+    "pe_share_hi",
+    "pe_share_profiler",
 )
 KEY = (
     "case",

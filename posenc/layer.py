@@ -19,8 +19,8 @@ With none of them the layer has no positional information at all (NoPE).
 A decode step passes `cache`: x holds the Lq new tokens of each sequence, their k and v are
 written into the cache at positions lens[b] - Lq .. lens[b] - 1 (the cache's lengths count
 them) and the queries attend to the cache; rotate and attend must know those positions (they
-are closures the caller builds per step). The calls run inside `torch.profiler` regions
-named in REGIONS, so a profile attributes time to the encoding without the harness.
+are closures the caller builds per step). The hooks run inside `torch.profiler` regions named
+in REGIONS (a caller's attend in its own), so a profile attributes time to the encoding.
 """
 
 from __future__ import annotations
@@ -37,29 +37,48 @@ from posenc._checks import check_heads, check_positive
 
 Rotate = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 Attend = Callable[[Tensor, Tensor, Tensor], Tensor]
-REGIONS = {"position": "posenc::position", "attention": "posenc::attention"}
+# posenc::attention is the default attention (no positions); a caller's attend, where the
+# encoding lives, runs in posenc::encoded_attention
+REGIONS = {
+    "position": "posenc::position",
+    "attention": "posenc::attention",
+    "encoded_attention": "posenc::encoded_attention",
+}
 
 
 @dataclass
 class KVCache:
-    """k, v (B, Hk, L_max, D), filled up to lens (B,) once the step's tokens are written."""
+    """k, v (B, Hk, L_max, D), filled up to lens (B,) once the step's tokens are written;
+    mask: `causal_mask(lens, Lq, L_max)`, made once per step and shared by a model's layers
+    (None: the default attention makes it in each call)."""
 
     k: Tensor
     v: Tensor
     lens: Tensor
+    mask: Tensor | None = None
 
 
-def causal_attention(q: Tensor, k: Tensor, v: Tensor, kv_lens: Tensor | None = None) -> Tensor:
+def causal_mask(kv_lens: Tensor, q_len: int, k_len: int) -> Tensor:
+    """(B, 1, Lq, Lk) bool: row b's queries, its last Lq tokens at kv_lens[b] - Lq + i, see
+    keys 0 .. their position."""
+    i = torch.arange(q_len, device=kv_lens.device)
+    j = torch.arange(k_len, device=kv_lens.device)
+    pos = (kv_lens[:, None] - q_len + i[None, :])[:, None, :, None]  # (B, 1, Lq, 1)
+    return j <= pos
+
+
+def causal_attention(
+    q: Tensor, k: Tensor, v: Tensor, kv_lens: Tensor | None = None, mask: Tensor | None = None
+) -> Tensor:
     """Causal softmax attention without positions (SDPA). q (B, H, Lq, D), k, v (B, Hk, Lk, D).
-    Lq == Lk without kv_lens: self-attention; with kv_lens (B,): row b's queries are its last
-    Lq tokens, at kv_lens[b] - Lq + i, and see keys 0 .. their position."""
+    Lq == Lk without kv_lens: self-attention; with kv_lens (B,) (or its causal_mask): queries
+    at the end of each row's keys."""
     gqa = k.shape[1] != q.shape[1]
-    if kv_lens is None:
+    if kv_lens is None and mask is None:
         return nnf.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-    i = torch.arange(q.shape[2], device=q.device)
-    j = torch.arange(k.shape[2], device=q.device)
-    pos = (kv_lens[:, None] - q.shape[2] + i[None, :])[:, None, :, None]  # (B, 1, Lq, 1)
-    return nnf.scaled_dot_product_attention(q, k, v, attn_mask=j <= pos, enable_gqa=gqa)
+    if mask is None:
+        mask = causal_mask(kv_lens, q.shape[2], k.shape[2])
+    return nnf.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
 
 
 class DecoderLayer(nn.Module):
@@ -119,10 +138,11 @@ class DecoderLayer(nn.Module):
                 q, k = rotate(q, k)
         if cache is not None:
             k, v = _write(cache, k, v)
+        region = REGIONS["attention" if attend is None else "encoded_attention"]
         if attend is None:
-            lens = None if cache is None else cache.lens
-            attend = lambda q, k, v: causal_attention(q, k, v, lens)  # noqa: E731
-        with record_function(REGIONS["attention"]):
+            lens, mask = (None, None) if cache is None else (cache.lens, cache.mask)
+            attend = lambda q, k, v: causal_attention(q, k, v, lens, mask)  # noqa: E731
+        with record_function(region):
             o = attend(q, k, v)  # (B, H, Lq, D)
         x = x + self.w_o(o.transpose(1, 2).reshape(x.shape))
         h = self.mlp_norm(x)

@@ -9,6 +9,8 @@ from bench.cases.bias import (
     SHAW_KV_ATTENTION,
     T5_ATTENTION,
 )
+from bench.cases.layer import DECODE as LAYER_DECODE
+from bench.cases.layer import PREFILL as LAYER
 from bench.cases.multimodal import MROPE, ROPE_2D
 from bench.cases.relative import RELATIVE_TABLES
 from bench.cases.rope import ROPE, ROPE_MODULE
@@ -34,6 +36,8 @@ for _case in (
     SHAW_KV_ATTENTION,
     *DECODE,
     *PACKED,
+    *LAYER,
+    *LAYER_DECODE,
 ):
     if _case.name not in CASES:  # importing this module twice registers once
         register_case(_case)

@@ -8,7 +8,7 @@ import pandas as pd
 
 from bench.cases import CASES
 from bench.registry import MODES
-from bench.report import flags
+from bench.report import flags, share
 from bench.report.rows import SHAPE, knobs
 from bench.run import machine
 from bench.tables import markdown_table
@@ -105,6 +105,7 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
             continue
         table = group.pivot_table(index=SHAPE, columns="column", values="cell", aggfunc="first")
         lines += [f"## {case} / {mode} / {dtype}", "", _to_markdown(table), ""]
+    lines += share.section(df)
     lines += suspect_table(df) + not_ok_table(df)
     return "\n".join(lines) + "\n"
 

@@ -7,9 +7,10 @@
 - speedup_<mode>_<dtype>.png: each case's implementations against its baseline, named on each
   bar (left out: it is the 1.0 line) at the panel's largest L, values on the bars.
 - pct_copy_bw_<mode>_<dtype>.png: the encoders' time as % of a same-size copy timed beside
-  them (memory-bound work); pct_matmul_<mode>_<dtype>.png: the attention cases' FLOP/s as % of
-  the run's measured matmul rate (compute-bound work).
+  them (memory-bound work); pct_matmul_<mode>_<dtype>.png: the attention and layer cases'
+  FLOP/s as % of the run's measured matmul rate (compute-bound work).
 - cpu_vs_cuda_<mode>_<dtype>.png: CPU time / CUDA time per impl, when both devices ran.
+- share_of_layer_<mode>_<dtype>.png: the encoding's share of its layer (bench/report/share.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.cases import CASES  # noqa: E402
+from bench.report import share  # noqa: E402
 from bench.report.rows import knobs  # noqa: E402
 
 OTHER = ["batch", "d_model", "num_heads", "params"]
@@ -211,7 +213,7 @@ def write_all(df: pd.DataFrame, out: Path) -> list[Path]:
             ),
             (
                 "pct_matmul",
-                top[level[top.index] == "attention"],
+                top[level[top.index] != "encoder"],
                 "pct_peak_flops",
                 "% of the run's measured matmul FLOP/s (compute-bound work)",
                 None,
@@ -249,4 +251,5 @@ def write_all(df: pd.DataFrame, out: Path) -> list[Path]:
                 1.0,
             ):
                 written.append(path)
+    written += share.plot(ok, out)
     return written

@@ -21,7 +21,7 @@ import torch
 
 from bench.registry import Status
 from bench.results import row_key
-from bench.run import check, machine
+from bench.run import check, machine, share
 from bench.run.calibrate import calibrate, copy_call
 from bench.run.memory import peak_bytes, peak_reserved_bytes
 from bench.run.metrics import row_metrics
@@ -176,20 +176,44 @@ class Measurer(Verify):
         if device.type == "cuda":
             torch.cuda.empty_cache()  # nor stay in the reserved pool that the probe reads
         last = self.pass_index == passes - 1
-        for task, row, call, _leaves in batch:
-            timed, t = calls[task.impl], timings.get(task.impl)
+        pooled = {}  # impl -> (its samples over the passes, the copy's) or the exception
+        for task, row, _call, _leaves in batch:
             try:
-                for failed in (timed, t):
+                for failed in (calls[task.impl], timings.get(task.impl)):
                     if isinstance(failed, Exception):
                         raise failed
-                t, copy_row = self.pool.add(row_key(row), t, copy_t)
+                pooled[task.impl] = self.pool.add(row_key(row), timings[task.impl], copy_t)
+            except Exception as exc:
+                pooled[task.impl] = exc
+        shares = self._shares(task0, pooled, calls) if last else {}
+        for task, row, call, _leaves in batch:
+            try:
+                if isinstance(pooled[task.impl], Exception):
+                    raise pooled[task.impl]
+                t, copy_row = pooled[task.impl]
                 if not last:  # an ok row is written in the last pass, with all its samples
                     self.advance(row_key(row), 1 / passes)
                     continue
-                row.update(self._finish(task, call, timed, t, copy_row, row.get("message", "")))
+                timed, note = calls[task.impl], row.get("message", "")
+                row.update(self._finish(task, call, timed, t, copy_row, note))
+                row.update(shares.get(task.impl, {}))
             except Exception as exc:
                 row.update(status=_status(exc), message=_message(exc, "timing"))
             self.emit(task, row)
+
+    def _shares(self, task: Task, pooled: dict, calls: dict) -> dict:
+        """The positional encoding's share of each row (bench/run/share.py) when the case has a
+        share_base and it was timed in this group; its profile is taken after the timing."""
+        base = task.case.share_base
+        if base is None:
+            return {}
+        timings = {n: p[0] for n, p in pooled.items() if not isinstance(p, Exception)}
+        fns = {n: calls[n] for n in timings}
+        t0 = time.perf_counter()
+        try:
+            return share.group_shares(base, timings, fns, task.mode, task.device)
+        finally:
+            self.clock.work_s += time.perf_counter() - t0
 
     def _finish(
         self, task: Task, call, timed, t: Timing, copy_t: Timing | None, note: str = ""

@@ -80,7 +80,7 @@ class Verify:
     def _too_big(self, task: Task) -> str | None:
         """An eager call whose (B, H, L, L) tensors would not fit in this device's memory."""
         holds = task.spec.holds * (2 if task.grad else 1)
-        if not holds or task.case.level != "attention":
+        if not holds or task.case.level not in ("attention", "layer"):
             return None
         need = holds * memory.scores_bytes(task.point, task.dtype.itemsize)
         return memory.too_big(need, task.device, f"its (B, H, L, L) scores ({holds} at once)")

@@ -132,6 +132,14 @@ def test_the_profile_names_the_position_and_the_attention():
         layer(x, rotate=_rotate(tables))
     names = {e.key for e in prof.key_averages()}
     assert {REGIONS["position"], REGIONS["attention"]} <= names
+    assert REGIONS["encoded_attention"] not in names
+    with torch.profiler.profile() as prof:
+        layer(
+            x,
+            attend=lambda q, k, v: F.relative_attention(q, k, v, bias=torch.zeros(()), causal=True),
+        )
+    names = {e.key for e in prof.key_averages()}
+    assert REGIONS["encoded_attention"] in names and REGIONS["attention"] not in names
 
 
 def test_bad_input_is_named():

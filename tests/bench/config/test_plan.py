@@ -12,7 +12,7 @@ from tests.helpers import cfg
     ("overrides", "key"),
     [
         ({"cases": ["nope"]}, "cases"),
-        ({"impls": ["nope"]}, "impls"),
+        ({"impls": ["nonesuch"]}, "impls"),
         ({"batch": [1, -2]}, "batch"),
         ({"seq_len": 0}, "seq_len"),
         ({"d_model": 10, "num_heads": 3}, "divisible"),

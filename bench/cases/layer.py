@@ -1,0 +1,327 @@
+"""The positional encoding inside a whole decoder layer (posenc.DecoderLayer: RMSNorm, q/k/v
+projections, the encoding, attention, output projection, RMSNorm, SwiGLU MLP), per encoding and
+per implementation of its positional part; the rest of the layer is the same eager PyTorch in
+every row, so the rows of a point differ only where the encoding lives.
+
+  layer_{encoding}         x (B, L, d_model), causal self-attention; every mode.
+  layer_{encoding}_decode  a decode step: one new token per sequence (x (B, 1, d_model)) against
+                           a KV cache of seq_len (knob kv_cache: full, or ragged lengths as the
+                           decode cases draw them); its k and v are written into the cache in the
+                           call, as a static cache does; forward only.
+
+Every case has `nope`: the same layer with its positional part removed (no addition, no
+rotation, causal SDPA). It is timed side by side with the others, and the runner gives each row
+of the group its `pe_share` = 1 - t(nope) / t(row) and the profiler's attribution beside it
+(bench/run/share.py). The absolute encodings are added once per model, at the embedding: their
+share of one layer is N times their share of an N-layer model.
+
+Implementations of the positional part, each as bench/cases/rope.py and bias.py call them:
+  sinusoidal, learnable  reference (posenc's module), compiled;
+  rope, mrope            reference (posenc.functional.apply_rope), compiled, triton
+                         (kernels.apply_rope on the projections' (B, L, H, D) memory);
+  alibi, t5, shaw_bias, shaw_kv  the attention factories of bench/cases/bias.py (decode:
+                         sequences.py): reference, compiled (prefill), sdpa, flex, triton.
+Knobs: num_kv_heads, d_ff (null: 3.5 d_model, Llama 3's ratio), rope_scaling (layer_rope:
+RoPE with a long-context schedule), mrope_style, kv_cache.
+
+Cost: FLOPs of the projections and the MLP (2 per multiply-add per token), attention 4 H D per
+(query, visible key) pair, Shaw's relative terms (bias.py); backward twice the matmuls' and 2.5x
+the attention's. Bytes, a lower bound: the weights, x and the output (decode: and the cache's
+valid keys and values, what bounds a step); backward adds the weights' gradients, dy and dx.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import kernels
+import posenc
+from bench.cases import bias as Bias
+from bench.cases import sequences as Seq
+from bench.cases._common import (
+    NUM_KV_HEADS,
+    TRITON_DEVICES,
+    TRITON_ELSEWHERE,
+    TRITON_NOTE,
+    bind,
+    compile_impl,
+    parameters,
+    per_mode,
+)
+from bench.cases.multimodal import MROPE_STYLE, _mrope_constraint, mrope_section, mrope_segments
+from bench.cases.rope import ROPE_SCALING, scaling_of
+from bench.checks import positive_ints
+from bench.registry import Case, Cost, Impl, Knob, Level, Point
+from posenc import functional as F
+from posenc.layer import DecoderLayer, KVCache, causal_mask
+
+D_FF = Knob(
+    "d_ff",
+    None,
+    "layer cases: the SwiGLU MLP's hidden size (null: 3.5 x d_model)",
+    lambda value, key: positive_ints(value, key, allow_none=True),
+)
+FAMILY = {"alibi": "alibi", "t5": "t5", "shaw_bias": "shaw", "shaw_kv": "shaw_kv"}
+KIND = {  # where each encoding acts in the layer
+    **dict.fromkeys(("sinusoidal", "learnable"), "embed"),
+    **dict.fromkeys(("rope", "mrope"), "rotate"),
+    **dict.fromkeys(FAMILY, "bias"),
+}
+PREFIX = "position."  # the encoding's own parameters among the layer's
+
+
+def d_ff(point: Point) -> int:
+    return point.d_ff or int(3.5 * point.d_model)
+
+
+def _position_module(encoding: str, point: Point):
+    """The encoding's module with parameters (learned tables), or None."""
+    if encoding == "learnable":
+        return posenc.LearnablePositionalEncoding(point.d_model, point.seq_len)
+    if encoding == "shaw_kv":
+        return torch.nn.ParameterDict(
+            {
+                n: torch.nn.Parameter(0.5 * torch.randn(2 * Bias.SHAW_K + 1, point.head_dim))
+                for n in ("emb_k", "emb_v")
+            }
+        )
+    if encoding in ("t5", "shaw_bias"):
+        return Bias._module(FAMILY[encoding], point.num_heads)
+    return None
+
+
+def _rope_tables(encoding: str, point: Point, device, dtype):
+    """cos, sin: (L, D/2) with the point's schedule, or M-RoPE's per-token (B, L, D/2)."""
+    if encoding == "rope":
+        n, scaling = point.seq_len, scaling_of(point.rope_scaling, point.head_dim)
+        return F.rope_cos_sin(
+            n, point.head_dim, dtype=dtype, device=device, scaling=scaling, seq_len=n
+        )
+    section, interleaved = mrope_section(point.mrope_style, point.head_dim)
+    ids = F.mrope_position_ids(mrope_segments(point.seq_len), device=device)
+    ids = ids[:, None] + torch.arange(point.batch, device=device)[:, None]  # (3, B, L)
+    return F.mrope_cos_sin(ids, point.head_dim, section, interleaved=interleaved, dtype=dtype)
+
+
+def _builder(encoding: str, decode: bool):
+    def build(point: Point, device, dtype):
+        with torch.device(device):  # seeded by the runner
+            layer = DecoderLayer(point.d_model, point.num_heads, point.kv_heads, d_ff(point))
+            extra = _position_module(encoding, point)
+        params = parameters(layer, device, dtype)
+        if extra is not None:
+            params.update({PREFIX + n: p for n, p in parameters(extra, device, dtype).items()})
+        n, b = point.seq_len, point.batch
+        inputs = {
+            "x": torch.randn(b, 1 if decode else n, point.d_model, device=device).to(dtype),
+            "params": params,
+            "shape": (point.d_model, point.num_heads, point.kv_heads, d_ff(point)),
+        }
+        if KIND[encoding] == "rotate":
+            inputs["cos"], inputs["sin"] = _rope_tables(encoding, point, device, torch.float32)
+            inputs["cos64"], inputs["sin64"] = _rope_tables(encoding, point, device, torch.float64)
+        if encoding == "alibi":
+            inputs["slopes"] = F.alibi_slopes(point.num_heads).float().to(device)
+        if decode:
+            cache = (b, point.kv_heads, n, point.head_dim)
+            inputs["cache_k"], inputs["cache_v"] = (
+                torch.randn(cache, device=device).to(dtype) for _ in "kv"
+            )
+            inputs["kv_lens"] = torch.tensor(Seq.kv_lengths(point), device=device)
+            inputs["ragged"] = point.kv_cache == "ragged"
+        return inputs
+
+    return build
+
+
+def _layer(inputs) -> DecoderLayer:
+    """The layer (built on the meta device: no weights of its own) computing with the point's
+    parameters."""
+    with torch.device("meta"):
+        layer = DecoderLayer(*inputs["shape"])
+    own = {n: p for n, p in inputs["params"].items() if not n.startswith(PREFIX)}
+    return bind(layer, own)
+
+
+def _position_params(inputs) -> dict:
+    return {n[len(PREFIX) :]: p for n, p in inputs["params"].items() if n.startswith(PREFIX)}
+
+
+def _attention_inputs(inputs) -> dict:
+    """What the attention factories of bias.py / sequences.py read: q, k, v's shapes (stand-ins
+    of no memory), the tables, the cache's lengths."""
+    x, (d_model, heads, kv_heads, _) = inputs["x"], inputs["shape"]
+    keys = inputs["cache_k"].shape[2] if "cache_k" in inputs else x.shape[1]
+
+    def like(h, n):
+        return torch.empty((), device=x.device, dtype=x.dtype).expand(
+            x.shape[0], h, n, d_model // heads
+        )
+
+    att = {"q": like(heads, x.shape[1]), "k": like(kv_heads, keys), "v": like(kv_heads, keys)}
+    att.update(causal=True, params=_position_params(inputs), slopes=inputs.get("slopes"))
+    if "cache_k" in inputs:
+        att.update(kv_lens=inputs["kv_lens"], ragged=inputs["ragged"])
+    return att
+
+
+def _rotate_eager(q, k, cos, sin):
+    return F.apply_rope(q, cos, sin), F.apply_rope(k, cos, sin)
+
+
+def _rotation(impl: str, inputs, truth: bool = False):
+    """rotate(q, k) of the implementation: tables as (L, D/2) (prefill), gathered at each row's
+    new position (decode, in the call: positions change every step), or per token (M-RoPE)."""
+    cos, sin = (inputs[n + ("64" if truth else "")] for n in ("cos", "sin"))
+    pos = inputs["kv_lens"] - 1 if "kv_lens" in inputs else None
+    if impl == "triton":
+        extra = {} if pos is None else {"positions": pos}
+
+        def fused(q, k):  # q, k: (B, H, L, D) views of (B, L, H, D) memory
+            qo, ko = kernels.apply_rope(
+                q.transpose(1, 2), k.transpose(1, 2), cos, sin, layout="bshd", **extra
+            )
+            return qo.transpose(1, 2), ko.transpose(1, 2)
+
+        return fused
+    fn = compile_impl(_rotate_eager) if impl == "compiled" else _rotate_eager
+    if pos is not None:
+        return lambda q, k: fn(q, k, cos[pos][:, None, None], sin[pos][:, None, None])
+    if cos.dim() == 3:  # per token (B, L, D/2): broadcast over heads
+        cos, sin = cos[:, None], sin[:, None]
+    return lambda q, k: fn(q, k, cos, sin)
+
+
+def _embedding(encoding: str, impl: str, inputs):
+    x = inputs["x"]
+    if encoding == "sinusoidal":
+        module = posenc.SinusoidalPositionalEncoding(x.shape[-1], x.shape[1]).to(x.device, x.dtype)
+    else:
+        with torch.device("meta"):
+            module = posenc.LearnablePositionalEncoding(x.shape[-1], x.shape[1])
+        module = bind(module, _position_params(inputs))
+    return compile_impl(module) if impl == "compiled" else module
+
+
+def _hooks(encoding: str, impl: str, inputs, truth: bool = False) -> dict:
+    """The layer's keyword arguments for the implementation of the encoding's part."""
+    kind = KIND[encoding]
+    if impl == "nope":
+        return {}
+    if kind == "embed":
+        return {"embed": _embedding(encoding, impl, inputs)}
+    if kind == "rotate":
+        return {"rotate": _rotation(impl, inputs, truth)}
+    family = FAMILY[encoding]
+    factories = Seq.attentions(family) if "cache_k" in inputs else Bias.attentions(family)
+    return {"attend": factories[impl](_attention_inputs(inputs))}
+
+
+def _call(encoding: str, impl: str, truth: bool = False):
+    def make(inputs):
+        layer, x, hooks = _layer(inputs), inputs["x"], _hooks(encoding, impl, inputs, truth)
+        if "cache_k" not in inputs:
+            return lambda: layer(x, **hooks)
+        k, lens = inputs["cache_k"], inputs["kv_lens"]
+        mask = causal_mask(lens, x.shape[1], k.shape[2])  # once per step, as a model makes it
+        cache = KVCache(k, inputs["cache_v"], lens, mask)
+        return lambda: layer(x, cache=cache, **hooks)
+
+    return make
+
+
+def _truth(encoding: str, impl: str = "reference"):
+    return lambda inputs: _call(encoding, impl, truth=True)(inputs)()
+
+
+def _cost(encoding: str, decode: bool):
+    def cost(point: Point, dtype, mode: str) -> Cost:
+        b, n, d = point.batch, point.seq_len, point.d_model
+        h, hk, hd = point.num_heads, point.kv_heads, point.head_dim
+        mats = 2 * d * d + 2 * d * hk * hd + 3 * d * d_ff(point)  # q, o; k, v; the MLP
+        weights = mats + 2 * d  # and the two norms'
+        tokens = b if decode else b * n
+        pairs = sum(Seq.kv_lengths(point)) if decode else b * n * (n + 1) // 2
+        attn = 4 * h * hd * pairs
+        rel = 4 * h * tokens * (2 * Bias.SHAW_K + 1) * hd if encoding == "shaw_kv" else 0
+        matmul = 2 * tokens * mats
+        size = dtype.itemsize
+        cache = 2 * hk * hd * sum(Seq.kv_lengths(point)) * size if decode else 0
+        forward = Cost((weights + 2 * tokens * d) * size + cache, matmul + attn + rel)
+        backward = Cost(
+            (2 * weights + 3 * tokens * d) * size, 2 * matmul + int(2.5 * attn) + 2 * rel
+        )
+        return per_mode(forward, backward, mode)
+
+    return cost
+
+
+def _impls(encoding: str, decode: bool) -> dict[str, Impl]:
+    kind, grad = KIND[encoding], not decode
+    names = {"embed": ("reference", "compiled"), "rotate": ("reference", "compiled", "triton")}
+    names = names.get(
+        kind,
+        ("reference", "sdpa", "flex", "triton")
+        if decode
+        else ("reference", "compiled", "sdpa", "flex", "triton"),
+    )
+    no_value_term = encoding == "shaw_kv"
+    impls = {
+        "nope": Impl(
+            _call(encoding, "nope"),
+            reference=_truth(encoding, "nope"),
+            grad=grad,
+            note="no positions: the layer without its encoding",
+        ),
+    }
+    for name in names:
+        opts = {}
+        if name == "triton":
+            opts = dict(devices=TRITON_DEVICES, elsewhere=TRITON_ELSEWHERE, note=TRITON_NOTE)
+        if name in ("compiled", "flex"):
+            opts["compiled"] = True
+        if name in ("sdpa", "flex") and no_value_term:
+            opts["supports"] = Bias._unsupported(
+                "Shaw's value term adds to the output: not expressible"
+            )
+        if kind == "bias" and not decode:
+            opts["holds"] = {"reference": 4, "compiled": 2, "sdpa": 3}.get(name, 0)
+        impls[name] = Impl(_call(encoding, name), grad=grad, **opts)
+    return impls
+
+
+def _constraint(encoding: str):
+    def check(point: Point) -> str | None:
+        if encoding == "mrope":
+            return _mrope_constraint(point)
+        return None if point.head_dim % 2 == 0 else f"head_dim={point.head_dim} is odd"
+
+    return check
+
+
+def _case(encoding: str, decode: bool) -> Case:
+    knobs = [NUM_KV_HEADS, D_FF]
+    knobs += {"rope": [ROPE_SCALING], "mrope": [MROPE_STYLE]}.get(encoding, [])
+    knobs += [Seq.KV_CACHE] if decode else []
+    batched = ("x", "cache_k", "cache_v", "kv_lens") if decode else ("x",)
+    if encoding == "mrope":
+        batched += ("cos", "sin", "cos64", "sin64")
+    return Case(
+        name=f"layer_{encoding}" + ("_decode" if decode else ""),
+        level=Level.LAYER,
+        build=_builder(encoding, decode),
+        reference=_truth(encoding),
+        impls=_impls(encoding, decode),
+        baseline="reference",
+        cost=_cost(encoding, decode),
+        grad_inputs=() if decode else ("x", "params"),
+        batched=batched,
+        knobs=tuple(knobs),
+        constraint=_constraint(encoding),
+        truth_holds=0 if decode else 4,
+        share_base="nope",
+    )
+
+
+PREFILL = [_case(e, False) for e in KIND]
+DECODE = [_case(e, True) for e in ("rope", "alibi", "t5", "shaw_bias", "shaw_kv")]

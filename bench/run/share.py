@@ -1,0 +1,89 @@
+"""How much of a layer its positional encoding takes, measured two ways for every row of a case
+with a `share_base` (the layer without its encoding, timed in the same side-by-side group):
+
+removal   pe_share = 1 - t(base) / t(row), medians of the same group; its interval
+          [pe_share_lo, pe_share_hi] from the two medians' 95% intervals, combined at their
+          extremes (1 - hi(base) / lo(row), 1 - lo(base) / hi(row)): conservative, and wider
+          than either.
+profiler  pe_share_profiler: torch.profiler over PROFILE_CALLS calls of the row and of the base,
+          the time inside posenc.layer's regions: the position region (an addition, a
+          rotation) plus what the row's attention region (a bias inside it) takes beyond the
+          base's plain attention, over the whole call's region. Host time on the CPU, the
+          kernels' device time on CUDA. Forward rows only: autograd runs the backward outside
+          the regions, so a forward+backward row's backward cannot be attributed to them.
+
+The two differ in what they see: removal counts everything the encoding changes (a fused
+attention that a bias rules out, a different memory pattern); the profiler counts the
+operators inside the regions, plus its own per-operator overhead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from bench.run.samples import Timing
+from posenc.layer import REGIONS
+
+PROFILE_CALLS = 5
+CALL = "posenc::call"  # the region around each profiled call
+
+
+def removal(t: Timing, base: Timing) -> dict:
+    """The removal share of a row against the base's timing (same group)."""
+    (lo, hi), (base_lo, base_hi) = t.median_ci(), base.median_ci()
+    return {
+        "pe_share": 1 - base.p50 / t.p50,
+        "pe_share_lo": 1 - base_hi / lo,
+        "pe_share_hi": 1 - base_lo / hi,
+    }
+
+
+def regions_ms(fn: Callable[[], object], device: torch.device, calls: int = PROFILE_CALLS):
+    """ms per call inside each of posenc.layer's regions and the whole call (CALL)."""
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(calls):
+            with record_function(CALL):
+                fn()
+        if cuda:
+            torch.cuda.synchronize(device)
+    names = {CALL, *REGIONS.values()}
+    out = dict.fromkeys(names, 0.0)
+    for event in prof.key_averages():
+        if event.key in names:
+            total = event.device_time_total if cuda else event.cpu_time_total
+            out[event.key] = total / 1e3 / calls
+    return out
+
+
+def profiled(row: dict[str, float], base: dict[str, float]) -> float | None:
+    """The profiler's share from regions_ms of a row and of its base."""
+    if not row[CALL]:
+        return None
+    encoded = row[REGIONS["encoded_attention"]]
+    excess = encoded - base[REGIONS["attention"]] if encoded else 0.0
+    return (row[REGIONS["position"]] + excess) / row[CALL]
+
+
+def group_shares(
+    base: str, timings: dict[str, Timing], calls: dict[str, Callable], mode: str, device
+) -> dict[str, dict]:
+    """Each timed implementation's share columns, by name; {} without the base's timing. The
+    base's own row gets none (its share is zero by definition)."""
+    if not isinstance(timings.get(base), Timing):
+        return {}
+    profiles = {}
+    if mode == "forward":
+        profiles = {name: regions_ms(fn, device) for name, fn in calls.items()}
+    shares = {}
+    for name, t in timings.items():
+        if name == base or not isinstance(t, Timing):
+            continue
+        shares[name] = removal(t, timings[base])
+        if name in profiles and base in profiles:
+            shares[name]["pe_share_profiler"] = profiled(profiles[name], profiles[base])
+    return shares
