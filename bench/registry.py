@@ -146,10 +146,12 @@ def _point(batch, seq_len, d_model, num_heads, knobs):
 @dataclass(frozen=True)
 class Cost:
     """What one call of a mode must move and compute at least: the model behind GB/s, TFLOP/s
-    and the same-size copy timed beside it."""
+    and the same-size copy timed beside it; `tokens`, the tokens one call processes (a layer
+    case's: its tokens_per_s column)."""
 
     bytes: int
     flops: int
+    tokens: int = 0
 
 
 @dataclass

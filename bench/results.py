@@ -65,6 +65,7 @@ COLUMNS = (
     "pe_share_lo",
     "pe_share_hi",
     "pe_share_profiler",
+    "tokens_per_s",
 )
 KEY = (
     "case",

@@ -62,12 +62,12 @@ def bind(module: nn.Module, params: dict[str, nn.Parameter]) -> nn.Module:
 
 
 def per_mode(forward: Cost, backward: Cost, mode: str) -> Cost:
-    """forward+backward costs their sum."""
+    """forward+backward costs their sum (of the same tokens)."""
     if mode == "forward":
         return forward
     if mode == "backward":
         return backward
-    return Cost(forward.bytes + backward.bytes, forward.flops + backward.flops)
+    return Cost(forward.bytes + backward.bytes, forward.flops + backward.flops, forward.tokens)
 
 
 def itemsize(dtype: torch.dtype) -> int:

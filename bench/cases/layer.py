@@ -247,9 +247,9 @@ def _cost(encoding: str, decode: bool):
         matmul = 2 * tokens * mats
         size = dtype.itemsize
         cache = 2 * hk * hd * sum(Seq.kv_lengths(point)) * size if decode else 0
-        forward = Cost((weights + 2 * tokens * d) * size + cache, matmul + attn + rel)
+        forward = Cost((weights + 2 * tokens * d) * size + cache, matmul + attn + rel, tokens)
         backward = Cost(
-            (2 * weights + 3 * tokens * d) * size, 2 * matmul + int(2.5 * attn) + 2 * rel
+            (2 * weights + 3 * tokens * d) * size, 2 * matmul + int(2.5 * attn) + 2 * rel, tokens
         )
         return per_mode(forward, backward, mode)
 

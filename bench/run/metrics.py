@@ -44,6 +44,8 @@ def row_metrics(
         pct_peak_bw=100 * gbps / calib["calib_copy_gbps"] if calib and gbps else None,
         pct_peak_flops=100 * tflops / calib["calib_matmul_tflops"] if calib and tflops else None,
     )
+    if cost.tokens and seconds > 0:
+        row["tokens_per_s"] = cost.tokens / seconds
     if copy_t is not None and t.p50 > 0:
         row.update(copy_ms=copy_t.p50, pct_copy_bw=100 * copy_t.p50 / t.p50)
     return row

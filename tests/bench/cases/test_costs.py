@@ -144,4 +144,5 @@ def test_forward_backward_costs_the_sum_of_its_two_modes():
         fwd, bwd, both = (
             case.cost(point, torch.float32, m) for m in ("forward", "backward", "forward+backward")
         )
-        assert both == Cost(fwd.bytes + bwd.bytes, fwd.flops + bwd.flops), case.name
+        want = Cost(fwd.bytes + bwd.bytes, fwd.flops + bwd.flops, fwd.tokens)  # the same tokens
+        assert both == want, case.name

@@ -46,10 +46,16 @@ def _shares_are_against_the_nope_row(ran):
         share = float(r["pe_share"])
         assert share == pytest.approx(1 - float(nope["p50_ms"]) / float(r["p50_ms"]), rel=1e-6)
         assert float(r["pe_share_lo"]) <= share <= float(r["pe_share_hi"])
+        assert float(r["tokens_per_s"]) == pytest.approx(_tokens(r) / float(r["p50_ms"]) * 1e3)
         profiled = r["pe_share_profiler"]
         assert (profiled != "") == (mode == "forward"), (case, impl, mode, profiled)
         checked += 1
     return checked
+
+
+def _tokens(row) -> int:
+    decode = row["case"].endswith("_decode")
+    return int(row["batch"]) * (1 if decode else int(row["seq_len"]))
 
 
 def test_every_layer_encoding_and_implementation_is_gated_with_its_share(tmp_path, monkeypatch):
@@ -94,10 +100,13 @@ def test_layer_costs_counted_by_hand():
     fwd = CASES["layer_rope"].cost(p, _f32(), "forward")
     assert fwd.flops == 2 * tokens * mats + 4 * 4 * 16 * pairs
     assert fwd.bytes == 4 * (weights + 2 * tokens * 64)
+    assert fwd.tokens == tokens
     both = CASES["layer_rope"].cost(p, _f32(), "forward+backward")
     assert both.flops == fwd.flops + 2 * 2 * tokens * mats + int(2.5 * 4 * 4 * 16 * pairs)
     step = Point(2, 8, 64, 4, num_kv_heads=2, d_ff=96)  # full caches of 8
+    assert both.tokens == tokens  # a training step: the same tokens, forward and backward
     dec = CASES["layer_alibi_decode"].cost(step, _f32(), "forward")
+    assert dec.tokens == 2  # one new token a sequence
     assert dec.flops == 2 * 2 * mats + 4 * 4 * 16 * (2 * 8)
     assert dec.bytes == 4 * (weights + 2 * 2 * 64) + 4 * 2 * 2 * 16 * (2 * 8)
 
