@@ -77,8 +77,11 @@ def group_shares(
     if not isinstance(timings.get(base), Timing):
         return {}
     profiles = {}
-    if mode == "forward":
-        profiles = {name: regions_ms(fn, device) for name, fn in calls.items()}
+    for name, fn in calls.items() if mode == "forward" else ():
+        try:
+            profiles[name] = regions_ms(fn, device)
+        except Exception:  # a call the profiler cannot follow keeps its removal share
+            continue
     shares = {}
     for name, t in timings.items():
         if name == base or not isinstance(t, Timing):

@@ -64,3 +64,18 @@ def test_group_shares_profile_forward_groups_only():
     both = share.group_shares("nope", timings, fns, "forward+backward", torch.device("cpu"))
     assert "pe_share_profiler" not in both["rope"]
     assert share.group_shares("nope", {"rope": t}, fns, "forward", torch.device("cpu")) == {}
+
+
+def test_a_call_the_profiler_cannot_follow_keeps_its_removal_share(monkeypatch):
+    real = share.regions_ms
+
+    def fails_for_rope(fn, device, calls=share.PROFILE_CALLS):
+        if fn is fns["rope"]:
+            raise RuntimeError("no profile")
+        return real(fn, device, calls)
+
+    fns = {"nope": _layer_like(0.0, 0.001), "rope": _layer_like(0.001, 0.001)}
+    monkeypatch.setattr(share, "regions_ms", fails_for_rope)
+    timings = {"nope": Timing((1.0,) * 3), "rope": Timing((2.0,) * 3)}
+    got = share.group_shares("nope", timings, fns, "forward", torch.device("cpu"))
+    assert got["rope"]["pe_share"] == pytest.approx(0.5) and "pe_share_profiler" not in got["rope"]
