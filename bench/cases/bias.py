@@ -70,7 +70,20 @@ def _module(family: str, heads: int):
         return posenc.T5RelativeBias(heads, **T5_ARGS)
     if family == "shaw":
         return posenc.ShawBias(heads, SHAW_K)
-    return None  # shaw_kv: the (2K + 1, D) tables are inputs
+    return None  # shaw_kv: the (2K + 1, D) tables are inputs (learned_tables)
+
+
+def learned_tables(family: str, heads: int, head_dim: int) -> torch.nn.Module:
+    """The module holding the family's learned tables, seeded by the caller: T5's, Shaw's scalar
+    table, or Shaw's key and value tables (emb_k, emb_v: (2K + 1, D), a ParameterDict)."""
+    if family != "shaw_kv":
+        return _module(family, heads)
+    return torch.nn.ParameterDict(
+        {
+            n: torch.nn.Parameter(0.5 * torch.randn(2 * SHAW_K + 1, head_dim))
+            for n in ("emb_k", "emb_v")
+        }
+    )
 
 
 def _build(family: str, q_len=None):
@@ -86,16 +99,9 @@ def _build(family: str, q_len=None):
         }
         if family == "alibi":
             inputs["slopes"] = F.alibi_slopes(point.num_heads).float().to(device)
-        elif family == "shaw_kv":
-            emb = torch.nn.ParameterDict(
-                {
-                    n: torch.nn.Parameter(0.5 * torch.randn(2 * SHAW_K + 1, point.head_dim))
-                    for n in ("emb_k", "emb_v")
-                }
-            )
-            inputs["params"] = parameters(emb, device, dtype)
         else:
-            inputs["params"] = parameters(_module(family, point.num_heads), device, dtype)
+            tables = learned_tables(family, point.num_heads, point.head_dim)
+            inputs["params"] = parameters(tables, device, dtype)
         return inputs
 
     return build

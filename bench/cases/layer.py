@@ -78,15 +78,8 @@ def _position_module(encoding: str, point: Point):
     """The encoding's module with parameters (learned tables), or None."""
     if encoding == "learnable":
         return posenc.LearnablePositionalEncoding(point.d_model, point.seq_len)
-    if encoding == "shaw_kv":
-        return torch.nn.ParameterDict(
-            {
-                n: torch.nn.Parameter(0.5 * torch.randn(2 * Bias.SHAW_K + 1, point.head_dim))
-                for n in ("emb_k", "emb_v")
-            }
-        )
-    if encoding in ("t5", "shaw_bias"):
-        return Bias._module(FAMILY[encoding], point.num_heads)
+    if encoding in ("t5", "shaw_bias", "shaw_kv"):
+        return Bias.learned_tables(FAMILY[encoding], point.num_heads, point.head_dim)
     return None
 
 
