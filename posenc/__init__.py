@@ -7,9 +7,12 @@ re-exported here are the corrected ones with the same names and compatible const
 from posenc import functional, seed
 from posenc.absolute import LearnablePositionalEncoding, SinusoidalPositionalEncoding
 from posenc.attention import MultiHeadAttention
+from posenc.contextual import CoPEMultiHeadAttention
 from posenc.layer import DecoderLayer, KVCache
 from posenc.relative import (
+    FIRE,
     ALiBi,
+    KerpleLog,
     RelativeMultiHeadAttention,
     RelativePositionEncoding,
     ShawBias,
@@ -19,6 +22,9 @@ from posenc.rotary import RoPEMultiHeadAttention, RoPEPositionalEncoding
 
 __all__ = [
     "ALiBi",
+    "CoPEMultiHeadAttention",
+    "FIRE",
+    "KerpleLog",
     "DecoderLayer",
     "KVCache",
     "ShawBias",

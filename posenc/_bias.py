@@ -84,6 +84,15 @@ def grouped_kv(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
 
+def apply_mask(logits: Tensor, mask: Tensor) -> Tensor:
+    """Boolean (or integer) masks keep True/non-zero; float masks are added to the logits.
+    Masked logits get the dtype's lowest finite value: a fully masked row gives uniform weights,
+    not NaN (the tutorial's -1e9 does the same in float32, and overflows in float16)."""
+    if mask.dtype == torch.bool or not mask.is_floating_point():
+        return logits.masked_fill(mask == 0, torch.finfo(logits.dtype).min)
+    return logits + mask
+
+
 def each_sequence(attend, q: Tensor, k: Tensor, v: Tensor, *, kv_lens=None, cu_seqlens=None):
     """attend(q_s, k_s, v_s, at) over the sequences of a batch of caches or of a packed row,
     the outputs put back in place: (B, H, Lq, D).
@@ -169,3 +178,51 @@ def relative_attention(
         future = torch.ones(lq, lk, dtype=torch.bool, device=q.device).triu(1 + offset)
         logits = logits.masked_fill(future, -math.inf)
     return torch.matmul(torch.softmax(logits, dim=-1), v)
+
+
+def fire_distances(
+    q_len: int,
+    k_len: int,
+    c: Tensor,
+    threshold: Tensor,
+    *,
+    offset: int = 0,
+    eps: float = 1e-6,
+) -> Tensor:
+    """FIRE's input (Li et al. 2023, "Functional Interpolation for Relative Positions Improves
+    Long Context Transformers", eq. 6): psi(i - j) / psi(max(L, i)) with psi(x) = log(|c x| + 1),
+    query row i at position offset + i, key j at j; (Lq, Lk) in c's dtype.
+
+    The denominator grows with the query's position once it passes the threshold L, so a model
+    trained on short sequences sees longer ones as the same range of inputs, in [0, 1] for keys
+    j <= i ("progressive interpolation"). Future keys (j > i) get psi(|i - j|) as in the
+    authors' reference code; causal attention masks them. c and threshold are scalars
+    (learned in posenc.FIRE); eps keeps the division finite for c = 0.
+    """
+    check_positive("q_len", q_len)
+    check_positive("k_len", k_len)
+    check_positive("offset", offset, allow_zero=True)
+    i = torch.arange(q_len, device=c.device, dtype=c.dtype).unsqueeze(1) + offset  # (Lq, 1)
+    j = torch.arange(k_len, device=c.device, dtype=c.dtype).unsqueeze(0)  # (1, Lk)
+    distance = torch.log1p((c * (i - j)).abs())  # psi(i - j), (Lq, Lk)
+    normalizer = torch.log1p((c * torch.maximum(i, threshold.abs())).abs()) + eps  # (Lq, 1)
+    return distance / normalizer
+
+
+def kerple_log_bias(p: Tensor, a: Tensor, q_len: int, k_len: int, *, offset: int = 0) -> Tensor:
+    """KERPLE's logarithmic kernel (Chi et al. 2022, "KERPLE: Kernelized Relative Positional
+    Embedding for Length Extrapolation", eq. 10): -p_h log(1 + a_h |i - j|) with p_h, a_h > 0
+    per head, query row i at position offset + i; (H, Lq, Lk) in p's dtype.
+
+    ALiBi's -m_h |i - j| grows linearly with distance; the log kernel flattens, so distant
+    tokens are penalised less than ALiBi would (a_h sets where it bends, p_h how strongly).
+    """
+    check_positive("q_len", q_len)
+    check_positive("k_len", k_len)
+    check_positive("offset", offset, allow_zero=True)
+    if p.shape != a.shape or p.dim() != 1:
+        raise ValueError(f"p and a must be (H,) alike, got {tuple(p.shape)} and {tuple(a.shape)}")
+    i = torch.arange(q_len, device=p.device).unsqueeze(1) + offset
+    j = torch.arange(k_len, device=p.device).unsqueeze(0)
+    dist = (i - j).abs().to(p.dtype)  # (Lq, Lk)
+    return -p[:, None, None] * torch.log1p(a[:, None, None] * dist)  # (H, Lq, Lk)

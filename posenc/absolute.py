@@ -71,8 +71,22 @@ class LearnablePositionalEncoding(nn.Module):
         self.d_model, self.max_len = d_model, max_len
         self.pos_embedding = nn.Embedding(max_len, d_model)
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        seq_len = _check_span(x, offset, self.max_len, self.d_model)
+    def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        """positions: None (offset .. offset + L - 1) or a (B, L) integer tensor of rows of the
+        table, one per token (randomized positions, packed sequences)."""
         table = self.pos_embedding.weight
-        check_same_device("x", x, table, "pos_embedding")
-        return x + table[offset : offset + seq_len]  # (B, L, d_model)
+        if positions is None:
+            seq_len = _check_span(x, offset, self.max_len, self.d_model)
+            check_same_device("x", x, table, "pos_embedding")
+            return x + table[offset : offset + seq_len]  # (B, L, d_model)
+        _check_span(x, 0, self.max_len, self.d_model)
+        check_same_device("positions", positions, table, "pos_embedding")
+        if positions.is_floating_point() or positions.shape != x.shape[:2]:
+            raise ValueError(
+                f"positions must be an integer (B, L) = {tuple(x.shape[:2])} tensor, got "
+                f"{positions.dtype} {tuple(positions.shape)}"
+            )
+        lo, hi = int(positions.min()), int(positions.max())  # one sync: the reference checks
+        if lo < 0 or hi >= self.max_len:
+            raise ValueError(f"positions must lie in 0 .. {self.max_len - 1}, got {lo} .. {hi}")
+        return x + table[positions]  # (B, L, d_model)

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from posenc._bias import apply_mask
 from posenc._checks import check_heads, check_rank, check_same_device
-from posenc.functional import _apply_mask
 
 
 def check_qkv(query: Tensor, key: Tensor, value: Tensor, d_model: int) -> None:
@@ -49,7 +49,7 @@ def attend(
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), None
     logits = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
     if mask is not None:
-        logits = _apply_mask(logits, mask)
+        logits = apply_mask(logits, mask)
     weights = torch.softmax(logits, dim=-1)
     return torch.matmul(weights, v), weights
 

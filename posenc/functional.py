@@ -4,14 +4,14 @@ Notation used across the repository:
     B batch, L sequence length (Lq queries, Lk keys), H heads, D head dim,
     R rotary dim (R <= D), K max relative position (Shaw clip distance), d_model = H * D.
 
-Relative biases (ALiBi, T5 buckets) and `relative_attention` live in posenc/_bias.py and are
-re-exported here. Tables are computed in float64 and cast once at the end: a float32 angle
+Relative biases (ALiBi, T5 buckets, KERPLE, FIRE) and `relative_attention` live in
+posenc/_bias.py, Shaw's attention in posenc/_shaw.py, CoPE in posenc/_contextual.py, randomized
+positions in posenc/_positions.py, multi-axis RoPE in posenc/_multiaxis.py; all re-exported
+here. Tables are computed in float64 and cast once at the end: a float32 angle
 ``pos * inv_freq`` is off by ~1e-2 rad at pos = 2**20, the float64 one by ~1e-10.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import Tensor
@@ -20,11 +20,14 @@ from posenc._bias import (
     alibi_bias,
     alibi_slopes,
     each_sequence,
+    fire_distances,
     grouped_kv,
+    kerple_log_bias,
     relative_attention,
     t5_relative_bucket,
 )
 from posenc._checks import check_float, check_positive
+from posenc._contextual import cope_attention, cope_logits, cope_positions
 from posenc._multiaxis import (
     SPLITS,
     mrope_axes,
@@ -34,8 +37,10 @@ from posenc._multiaxis import (
     rotating_frequencies,
     xpos_scale,
 )
+from posenc._positions import randomized_positions
 from posenc._rotate import rotate_into
 from posenc._scaling import rope_frequencies
+from posenc._shaw import relative_positions, shaw_attention
 
 # ---------------------------------------------------------------------------------------------
 # Absolute (sinusoidal) table: Vaswani et al. 2017, section 3.5; the tutorial's 2.2.
@@ -193,130 +198,23 @@ def _rotate_differentiable(x: Tensor, cos: Tensor, sin: Tensor, interleaved: boo
     return torch.cat((rotated, xf[..., 2 * half :]), dim=-1).to(x.dtype)
 
 
-# -- Relative positions: Shaw, Uszkoreit & Vaswani 2018, eqs. 3-4; the tutorial's 3.3 and 3.6.
-
-
-def relative_positions(
-    q_len: int, k_len: int, max_relative_position: int, *, offset: int = 0, device=None
-) -> Tensor:
-    """Clipped relative-index matrix idx[i, j] = clip(j - i, -K, K) + K, shape (Lq, Lk), int64.
-
-    Query i and key j are at positions offset + i and j: offset 0 counts both from 0, as the
-    tutorial does; Lk - Lq puts the queries at the keys' end (decoding; relative_attention's).
-    Values lie in 0 .. 2K; bucket K is "same position".
-    """
-    check_positive("q_len", q_len)
-    check_positive("k_len", k_len)
-    check_positive("max_relative_position", max_relative_position, allow_zero=True)
-    i = torch.arange(q_len, device=device).unsqueeze(1) + offset
-    j = torch.arange(k_len, device=device).unsqueeze(0)
-    k = max_relative_position
-    return (j - i).clamp_(-k, k) + k
-
-
-def shaw_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    emb_k: Tensor,
-    emb_v: Tensor | None,
-    max_relative_position: int,
-    *,
-    mask: Tensor | None = None,
-    scale: float | None = None,
-    offset: int = 0,
-) -> tuple[Tensor, Tensor]:
-    """Shaw et al. relative attention, without ever building a (B, H, Lq, Lk, D) tensor.
-
-    q: (B, H, Lq, D); k, v: (B, Hk, Lk, D), Hk dividing H (grouped-query attention);
-    emb_k, emb_v: (2K + 1, D) tables a^K, a^V.
-    mask: broadcastable to (B, H, Lq, Lk); boolean (True = attend) or additive float.
-    offset: query i sits at position offset + i (0: the tutorial's; Lk - Lq: at the keys' end,
-    as kernels.relative_attention and relative_attention place them).
-    Returns (out (B, H, Lq, D), weights (B, H, Lq, Lk)) with
-        e_ij  = scale * (q_i . k_j + q_i . a^K[idx_ij])          (eq. 4, scale = 1/sqrt(D))
-        out_i = sum_j alpha_ij (v_j + a^V[idx_ij])               (eq. 3)
-    The key term is Q @ a^K^T, (B, H, Lq, 2K+1), added to the logits diagonal by diagonal; the
-    value term sums the weights per relative bucket, (B, H, Lq, 2K+1), and multiplies by a^V:
-    O(B H Lq (Lk + K)) memory.
-    """
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(f"q, k, v must be (B, H, L, D); got ranks {q.dim()}, {k.dim()}, {v.dim()}")
-    k, v = grouped_kv(q, k, v)
-    n_rel = 2 * max_relative_position + 1
-    if emb_k.shape != (n_rel, q.shape[-1]):
-        raise ValueError(
-            f"emb_k must be (2K+1, D) = ({n_rel}, {q.shape[-1]}), got {tuple(emb_k.shape)}"
-        )
-    if emb_v is not None and emb_v.shape != emb_k.shape:
-        raise ValueError(f"emb_v must be {tuple(emb_k.shape)}, got {tuple(emb_v.shape)}")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    q = q * scale  # scales both terms; cheaper than a pass over the (Lq, Lk) logits
-    logits = torch.matmul(q, k.transpose(-2, -1))  # (B, H, Lq, Lk)
-    rel = torch.matmul(q, emb_k.transpose(0, 1))  # (B, H, Lq, 2K+1)
-    _add_relative_logits_(logits, rel, max_relative_position, offset)
-    if mask is not None:
-        logits = _apply_mask(logits, mask)
-    weights = torch.softmax(logits, dim=-1)
-    out = torch.matmul(weights, v)  # (B, H, Lq, D)
-    if emb_v is not None:
-        lq, lk, clip = q.shape[-2], k.shape[-2], max_relative_position
-        idx = relative_positions(lq, lk, clip, offset=offset, device=q.device)
-        per_bucket = weights.new_zeros(*weights.shape[:-1], n_rel)  # (B, H, Lq, 2K+1)
-        per_bucket.scatter_add_(-1, idx.expand_as(weights), weights)
-        out = out + torch.matmul(per_bucket, emb_v)
-    return out, weights
-
-
-# Up to this many (Lq, Lk) cells one gather beats 2K + 1 diagonal adds (their per-op overhead
-# dominates small tiles: 2.3x slower for a training step at L=32, K=32); beyond, the gather's
-# single thread loses (about 40% of the module's time at L=4096).
-GATHER_MAX_CELLS = 256 * 256
-
-
-def _add_relative_logits_(logits: Tensor, rel: Tensor, k: int, offset: int = 0) -> None:
-    """logits[..., i, j] += rel[..., i, clip(j - i - offset, -K, K) + K], in place.
-
-    Small tiles: one gather of rel by the (Lq, Lk) index matrix. Large tiles: no index tensor,
-    one strided add per diagonal |j - i| <= K (2K + 1 small ops) and one multithreaded addcmul
-    per clipped region (j - i < -K uses bucket 0, j - i > K bucket 2K).
-    """
-    lq, lk = logits.shape[-2:]
-    if lq * lk <= GATHER_MAX_CELLS:
-        idx = relative_positions(lq, lk, k, offset=offset, device=logits.device)  # (Lq, Lk)
-        logits.add_(rel.gather(-1, idx.expand(*rel.shape[:-1], lk)))
-        return
-    for d in range(max(offset - k, 1 - lq), min(offset + k, lk - 1) + 1):  # diagonals that exist
-        rows = slice(max(0, -d), min(lq, lk - d))
-        logits.diagonal(d, -2, -1).add_(rel[..., rows, d - offset + k])
-    i = torch.arange(lq, device=logits.device).unsqueeze(1) + offset
-    j = torch.arange(lk, device=logits.device)
-    if lk - 1 - offset > k:  # some j - i - offset > K: bucket 2K
-        logits.addcmul_(rel[..., 2 * k :], (j - i > k).to(logits.dtype))
-    if 1 - lq - offset < -k:  # some below -K: bucket 0
-        logits.addcmul_(rel[..., :1], (j - i < -k).to(logits.dtype))
-
-
-def _apply_mask(logits: Tensor, mask: Tensor) -> Tensor:
-    """Boolean (or integer) masks keep True/non-zero; float masks are added to the logits.
-    Masked logits get the dtype's lowest finite value: a fully masked row gives uniform weights,
-    not NaN (the tutorial's -1e9 does the same in float32, and overflows in float16)."""
-    if mask.dtype == torch.bool or not mask.is_floating_point():
-        return logits.masked_fill(mask == 0, torch.finfo(logits.dtype).min)
-    return logits + mask
-
-
 __all__ = [
     "SPLITS",
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",
+    "cope_attention",
+    "cope_logits",
+    "cope_positions",
     "each_sequence",
+    "fire_distances",
     "grouped_kv",
+    "kerple_log_bias",
     "mrope_axes",
     "mrope_cos_sin",
     "mrope_position_ids",
     "rope_2d_cos_sin",
+    "randomized_positions",
     "rotating_frequencies",
     "xpos_scale",
     "relative_attention",

@@ -1,5 +1,6 @@
 """Relative position encodings: Shaw et al. 2018 (the tutorial's 3.3 and 3.6, corrected), and the
-scalar biases ALiBi (Press et al. 2021), T5 (Raffel et al. 2020) and Shaw's scalar variant.
+scalar biases ALiBi (Press et al. 2021), T5 (Raffel et al. 2020), Shaw's scalar variant, and two
+proposed for length extrapolation: KERPLE's log kernel (Chi et al. 2022) and FIRE (Li et al. 2023).
 
 Relative position of key j seen from query i: r = j - i, clipped to [-K, K], stored as the
 index r + K into learned tables a^K, a^V of shape (2K + 1, D).
@@ -10,7 +11,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from posenc._bias import alibi_bias, alibi_slopes, t5_relative_bucket
+from posenc._bias import (
+    alibi_bias,
+    alibi_slopes,
+    fire_distances,
+    kerple_log_bias,
+    t5_relative_bucket,
+)
 from posenc._checks import check_positive, check_rank
 from posenc.attention import MultiHeadProjections
 from posenc.functional import relative_positions, shaw_attention
@@ -143,3 +150,66 @@ class ShawBias(nn.Module):
         k, device = self.max_relative_position, self.table.device
         idx = relative_positions(q_len, k_len, k, offset=offset, device=device)
         return self.table[:, idx]  # (H, Lq, Lk)
+
+
+class KerpleLog(nn.Module):
+    """KERPLE's logarithmic bias -p_h log(1 + a_h |i - j|) (posenc.functional.kerple_log_bias).
+
+    p (H,) and a (H,) are learned, drawn from U(0, 2) and U(0, 1) as in the authors' code, and
+    used clamped to >= eps (their code clamps the parameters in place; clamping on use gives
+    the same bias without mutating them). bias(q_len, k_len, causal=False, offset=0) ->
+    (H, Lq, Lk) in the parameters' dtype.
+    """
+
+    def __init__(self, num_heads: int, eps: float = 1e-2):
+        super().__init__()
+        check_positive("num_heads", num_heads)
+        self.num_heads, self.eps = num_heads, eps
+        self.p = nn.Parameter(torch.rand(num_heads) * 2)
+        self.a = nn.Parameter(torch.rand(num_heads))
+
+    def bias(self, q_len: int, k_len: int, causal: bool = False, offset: int = 0) -> Tensor:
+        p, a = self.p.clamp(min=self.eps), self.a.clamp(min=self.eps)
+        return kerple_log_bias(p, a, q_len, k_len, offset=offset)
+
+
+class FIRE(nn.Module):
+    """FIRE (Li et al. 2023): bias_h(i, j) = f(psi(i - j) / psi(max(L, i)))_h, f a small MLP
+    (1 -> mlp_width -> H, ReLU) shared by the heads, psi(x) = log(|c x| + 1)
+    (posenc.functional.fire_distances).
+
+    Learned: f, c (starts at init_c) and the threshold L = |threshold_scale| * init_threshold
+    (the scale starts at 1; the authors learn a multiplier of a fixed initial L, 512 in their
+    reference code). Built for causal attention; future keys get the mirrored distance.
+    bias(q_len, k_len, causal=False, offset=0) -> (H, Lq, Lk) in the parameters' dtype.
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        mlp_width: int = 32,
+        init_c: float = 0.1,
+        init_threshold: float = 512.0,
+        eps: float = 1e-6,
+    ):
+        super().__init__()
+        check_positive("num_heads", num_heads)
+        check_positive("mlp_width", mlp_width)
+        if not init_threshold > 0:
+            raise ValueError(f"init_threshold must be > 0, got {init_threshold}")
+        self.num_heads, self.eps = num_heads, eps
+        self.mlp = nn.Sequential(
+            nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, num_heads)
+        )
+        self.c = nn.Parameter(torch.tensor(float(init_c)))
+        self.register_buffer("init_threshold", torch.tensor(float(init_threshold)))
+        self.threshold_scale = nn.Parameter(torch.tensor(1.0))
+
+    def distances(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
+        """The MLP's inputs, (Lq, Lk)."""
+        threshold = self.threshold_scale * self.init_threshold
+        return fire_distances(q_len, k_len, self.c, threshold, offset=offset, eps=self.eps)
+
+    def bias(self, q_len: int, k_len: int, causal: bool = False, offset: int = 0) -> Tensor:
+        x = self.distances(q_len, k_len, offset).unsqueeze(-1)  # (Lq, Lk, 1)
+        return self.mlp(x).permute(2, 0, 1)  # (H, Lq, Lk)

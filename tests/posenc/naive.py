@@ -93,3 +93,44 @@ def rope_2d_angle(row: int, col: int, i: int, head_dim: int, split: str, base: f
         return (row if first else col) * base ** (-2 * (2 * j + (0 if first else 1)) / head_dim)
     a, b = (col, row) if split == "axial_xy" else (row, col)
     return (a if first else b) * base ** (-4 * j / head_dim)
+
+
+def fire(i: int, j: int, c: float, threshold: float, mlp, eps: float = 1e-6):
+    """FIRE (Li et al. 2023, eq. 6) for one (query position i, key position j): the MLP at
+    log(|c (i - j)| + 1) / (log(|c max(L, i)| + 1) + eps); returns (H,) float64."""
+    psi_d = math.log(abs(c * (i - j)) + 1)
+    psi_n = math.log(abs(c * max(threshold, i)) + 1) + eps
+    x = torch.tensor([[psi_d / psi_n]], dtype=torch.float64)
+    return mlp.double()(x)[0]
+
+
+def kerple_log(i: int, j: int, p: float, a: float) -> float:
+    """KERPLE's logarithmic kernel (Chi et al. 2022, eq. 10) for one pair and one head."""
+    return -p * math.log(1 + a * abs(i - j))
+
+
+def cope_attention(q, k, v, pos_emb, scale=None):
+    """CoPE (Golovneva et al. 2024, eqs. 3-5), causal, one (b, h, i, j) at a time in float64:
+    gates sigmoid(q_i . k_j scale) for j <= i, positions p_ij = sum_{t=j}^{i} gate_it, e(p)
+    interpolated between its floor and ceiling rows (clamped at the last), logits
+    q_i . k_j scale + q_i . e(p_ij). Differentiable (torch ops on the inputs)."""
+    q, k, v, e = q.double(), k.double(), v.double(), pos_emb.double()
+    b_, h_, lq, d = q.shape
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    last = e.shape[1] - 1
+    out = torch.zeros_like(q)
+    for b in range(b_):
+        for h in range(h_):
+            for i in range(lq):
+                raw = [q[b, h, i] @ k[b, h, j] * scale for j in range(i + 1)]
+                gates = [torch.sigmoid(x) for x in raw]
+                row = []
+                for j in range(i + 1):
+                    p = sum(gates[j : i + 1]).clamp(max=last)
+                    lo, hi = int(math.floor(float(p))), int(math.ceil(float(p)))
+                    w = p - lo
+                    emb = (1 - w) * e[:, lo] + w * e[:, hi]
+                    row.append(raw[j] + q[b, h, i] @ emb)
+                weights = torch.softmax(torch.stack(row), dim=0)
+                out[b, h, i] = sum(weights[j] * v[b, h, j] for j in range(i + 1))
+    return out

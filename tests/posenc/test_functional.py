@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc import _rotate
+from posenc import _rotate, _shaw
 from posenc import functional as F
 from tests.posenc import naive
 
@@ -138,7 +138,7 @@ MASKS = [None, "bool", "additive", "int"]
 @pytest.mark.parametrize("path", ["gather", "diagonals"])
 def test_shaw_attention_matches_naive(lq, lk, clip, mask_kind, path, monkeypatch):
     if path == "diagonals":  # the large-tile path, forced at a small size
-        monkeypatch.setattr(F, "GATHER_MAX_CELLS", 0)
+        monkeypatch.setattr(_shaw, "GATHER_MAX_CELLS", 0)
     b, h, d = 2, 3, 4
     q, k, v = (torch.randn(b, h, n, d, dtype=torch.float64) for n in (lq, lk, lk))
     emb_k, emb_v = torch.randn(2, 2 * clip + 1, d, dtype=torch.float64)
@@ -159,7 +159,7 @@ def test_shaw_attention_matches_naive(lq, lk, clip, mask_kind, path, monkeypatch
 
 @pytest.mark.parametrize("cells", [0, 256 * 256])  # both paths of the relative logits
 def test_shaw_attention_gradcheck(cells, monkeypatch):
-    monkeypatch.setattr(F, "GATHER_MAX_CELLS", cells)
+    monkeypatch.setattr(_shaw, "GATHER_MAX_CELLS", cells)
     q, k, v = (torch.randn(1, 2, 4, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
     emb_k, emb_v = (torch.randn(5, 3, dtype=torch.float64, requires_grad=True) for _ in range(2))
     fn = lambda *t: F.shaw_attention(*t, 2)[0]  # noqa: E731
