@@ -11,7 +11,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from bench.checks import as_list, choices, positive_ints  # the harness's: errors alike
-from bench.probe.model import ENCODINGS
+from bench.probe.encodings import DEFAULT_ENCODINGS, ENCODINGS, SPECS
 from bench.probe.tasks import TASKS
 from bench.probe.train import TrainConfig
 
@@ -25,7 +25,7 @@ EVAL_SCALINGS = ("linear", "dynamic", "yarn", "llama3")
 @dataclass
 class ProbeConfig:
     size_name: str = "cpu"
-    encodings: Any = field(default_factory=lambda: list(ENCODINGS))
+    encodings: Any = field(default_factory=lambda: list(DEFAULT_ENCODINGS))
     tasks: Any = field(default_factory=lambda: ["lookback", "recall", "copy"])
     rope_eval_scalings: Any = field(default_factory=lambda: ["linear", "dynamic", "yarn"])
     train_len: int = 32
@@ -64,6 +64,12 @@ def validate(cfg) -> dict:
         "eval_factors": positive_ints(cfg.eval_factors, "eval_factors"),
         "seeds": _seeds(cfg.seeds),
     }
+    causal_only = [e for e in plan["encodings"] if SPECS[e].needs_causal]
+    if causal_only and not cfg.causal:
+        raise ValueError(
+            f"encodings: {', '.join(causal_only)} count the keys before the query and need "
+            "causal=true"
+        )
     for key, minimum in (("train_len", 8), ("eval_examples", 1), ("threads", 1), ("workers", 0)):
         value = cfg[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:

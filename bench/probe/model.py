@@ -1,15 +1,6 @@
-"""The probe's tiny Transformer: pre-norm blocks whose position encoding is swapped, all taken
-from posenc (no copies). Shapes: tokens (B, n) -> logits (B, n, vocab); d = d_model, H heads.
-
-Encodings and where they act:
-  nope        nothing (causal attention can still infer position, Kazemnejad et al. 2023)
-  sinusoidal  x + PE[0:n] at the input (posenc.SinusoidalPositionalEncoding)
-  learnable   x + E[0:n] at the input, E learned for positions < max_len only
-  shaw        relative key and value terms in every layer (posenc.RelativeMultiHeadAttention)
-  rope        queries and keys rotated in every layer (posenc.RoPEMultiHeadAttention); an
-              evaluation may rebuild the tables under a long-context schedule (rope_scaling)
-  alibi       -m_h (i - j) added to the logits (posenc.ALiBi)
-  t5          a learned bucketed bias, one table shared by the layers as in T5
+"""The probe's tiny Transformer: pre-norm blocks whose position encoding is swapped, every part
+taken from posenc (no copies); which parts, per encoding, is declared in
+bench/probe/encodings.py. Shapes: tokens (B, n) -> logits (B, n, vocab); d = d_model, H heads.
 """
 
 from __future__ import annotations
@@ -18,25 +9,33 @@ import torch
 from torch import Tensor, nn
 
 import posenc
+from bench.probe.encodings import ENCODINGS, SPECS, Encoding
 
-ENCODINGS = ("nope", "sinusoidal", "learnable", "shaw", "rope", "alibi", "t5")
+# randomized positions are drawn from a range this many times the longest sequence evaluated
+# (Ruoss et al. 2023 draw from 2048 positions for test lengths up to 500)
+RANDOMIZED_RANGE = 4
+
+
+def _attend(attn: nn.Module, h: Tensor, mask: Tensor | None, positions: Tensor | None) -> Tensor:
+    """One call for posenc's attention modules, whose signatures differ in what they take."""
+    if isinstance(attn, posenc.RelativeMultiHeadAttention):
+        return attn(h, h, h, mask=mask)[0]  # Shaw's terms need its own attention
+    if isinstance(attn, posenc.RoPEMultiHeadAttention):
+        return attn(h, h, h, mask=mask, positions=positions, need_weights=False)[0]
+    return attn(h, h, h, mask=mask, need_weights=False)[0]
 
 
 class Block(nn.Module):
-    def __init__(self, attn: nn.Module, d_model: int):
+    def __init__(self, attn: nn.Module, d_model: int, bias: nn.Module | None):
         super().__init__()
-        self.attn, self.norm1, self.norm2 = attn, nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.attn, self.bias = attn, bias
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(
             nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
         )
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        h = self.norm1(x)
-        if isinstance(self.attn, posenc.RelativeMultiHeadAttention):
-            out, _ = self.attn(h, h, h, mask=mask)  # Shaw's terms need its own attention
-        else:
-            out, _ = self.attn(h, h, h, mask=mask, need_weights=False)
-        x = x + out
+    def forward(self, x: Tensor, mask: Tensor | None, positions: Tensor | None) -> Tensor:
+        x = x + _attend(self.attn, self.norm1(x), mask, positions)
         return x + self.mlp(self.norm2(x))
 
 
@@ -49,6 +48,8 @@ class ProbeModel(nn.Module):
     bos: put a beginning-of-sequence token before every input (its output is dropped), as
     language models do; it gives causal attention a fixed anchor to count positions from
     (NoPE's route to position, Kazemnejad et al. 2023). The tables then hold one more row.
+    Randomized encodings draw each sequence's positions in forward, from torch's global
+    generator (as dropout does), so a seeded run repeats them.
     """
 
     def __init__(
@@ -67,43 +68,73 @@ class ProbeModel(nn.Module):
         bos: bool = True,
     ):
         super().__init__()
-        if encoding not in ENCODINGS:
+        if encoding not in SPECS:
             raise ValueError(f"encodings: unknown {encoding!r}; encodings: {', '.join(ENCODINGS)}")
+        spec = self.spec = SPECS[encoding]
+        if spec.needs_causal and not causal:
+            raise ValueError(f"encodings: {encoding} needs causal attention (causal=true)")
         self.encoding, self.causal, self.num_heads = encoding, causal, num_heads
         self.bos = vocab if bos else None  # the BOS token's id: one past the task's symbols
         if bos:
             vocab, train_len, max_len = vocab + 1, train_len + 1, max_len + 1
+        # the rows a position table needs: the drawn range if randomized
+        self.max_position = RANDOMIZED_RANGE * max_len if spec.randomized else max_len
+        self.shaw_max_relative = shaw_max_relative
         self.embed = nn.Embedding(vocab, d_model)
-        self.absolute = None
-        if encoding == "sinusoidal":
-            self.absolute = posenc.SinusoidalPositionalEncoding(d_model, max_len)
-        elif encoding == "learnable":
-            self.absolute = posenc.LearnablePositionalEncoding(d_model, train_len)
-        self.bias = None
-        if encoding == "alibi":
-            self.bias = posenc.ALiBi(num_heads)
-        elif encoding == "t5":
-            self.bias = posenc.T5RelativeBias(num_heads, bidirectional=not causal)
+        self.absolute = self._absolute(spec, d_model, train_len)
+        share = self._bias(spec, num_heads, train_len) if spec.bias in ("alibi", "t5") else None
 
-        def attention() -> nn.Module:
-            if encoding == "shaw":
-                return posenc.RelativeMultiHeadAttention(d_model, num_heads, shaw_max_relative)
-            if encoding == "rope":
-                return posenc.RoPEMultiHeadAttention(
-                    d_model, num_heads, max_len, scaling=rope_scaling
-                )
-            return posenc.MultiHeadAttention(d_model, num_heads)
+        def block(last: bool) -> Block:
+            bias = share if share is not None else self._bias(spec, num_heads, train_len)
+            kind = "plain" if last and spec.plain_last else spec.attention
+            attn = self._attention(kind, spec, d_model, num_heads, train_len, rope_scaling)
+            return Block(attn, d_model, bias)
 
-        self.blocks = nn.ModuleList(Block(attention(), d_model) for _ in range(layers))
+        self.blocks = nn.ModuleList(block(i == layers - 1) for i in range(layers))
         self.norm, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, vocab)
         self._init_positions()
+
+    def _absolute(self, spec: Encoding, d_model: int, train_len: int) -> nn.Module | None:
+        if spec.absolute == "sinusoidal":
+            return posenc.SinusoidalPositionalEncoding(d_model, self.max_position)
+        if spec.absolute == "learnable":
+            rows = self.max_position if spec.randomized else train_len
+            return posenc.LearnablePositionalEncoding(d_model, rows)
+        return None
+
+    def _bias(self, spec: Encoding, num_heads: int, train_len: int) -> nn.Module | None:
+        if spec.bias == "alibi":
+            return posenc.ALiBi(num_heads)
+        if spec.bias == "t5":
+            return posenc.T5RelativeBias(num_heads, bidirectional=not self.causal)
+        if spec.bias == "kerple":
+            return posenc.KerpleLog(num_heads)
+        if spec.bias == "fire":
+            # the threshold starts at a quarter of the trained positions, so most training
+            # queries are past it and the MLP learns on normalised distances (the reference
+            # code's default, 512, is for language models trained on far longer sequences)
+            return posenc.FIRE(num_heads, init_threshold=max(1.0, train_len / 4))
+        return None
+
+    def _attention(self, kind, spec, d_model, num_heads, train_len, rope_scaling) -> nn.Module:
+        if kind == "shaw":
+            return posenc.RelativeMultiHeadAttention(d_model, num_heads, self.shaw_max_relative)
+        if kind == "rope":
+            return posenc.RoPEMultiHeadAttention(
+                d_model, num_heads, self.max_position, scaling=rope_scaling, **spec.rope
+            )
+        if kind == "cope":
+            # counts up to the trained length; longer counts share its last embedding
+            return posenc.CoPEMultiHeadAttention(d_model, num_heads, max_positions=train_len)
+        return posenc.MultiHeadAttention(d_model, num_heads)
 
     def _init_positions(self) -> None:
         """Learned position parameters (the learnable table, Shaw's a^K and a^V, T5's bias)
         start at N(0, 0.02) rather than nn.Embedding's N(0, 1): as noise as large as the token
         embeddings they kept recall at 0.17 (learnable) and 0.55 (Shaw) after 700 steps (mean
         of 3 seeds, the 2-layer default of commit 593cb0e), 0.87 and 0.71 with this start; the
-        model starts close to NoPE and learns what positions it needs."""
+        model starts close to NoPE and learns what positions it needs. FIRE, KERPLE and CoPE
+        keep their papers' initialisations (posenc's defaults)."""
         for name, p in self.named_parameters():
             if (
                 "pos_embedding" in name
@@ -112,23 +143,32 @@ class ProbeModel(nn.Module):
             ):
                 nn.init.normal_(p, std=0.02)
 
-    def mask(self, n: int, device) -> Tensor | None:
+    def mask(self, bias: nn.Module | None, n: int, device) -> Tensor | None:
         """None, a boolean (n, n) causal mask (True: attend), or an additive (H, n, n) bias."""
         future = torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
-        if self.bias is None:
+        if bias is None:
             return ~future if self.causal else None
-        bias = self.bias.bias(n, n, causal=self.causal).float()  # (H, n, n)
-        return bias.masked_fill(future, float("-inf")) if self.causal else bias
+        table = bias.bias(n, n, causal=self.causal).float()  # (H, n, n)
+        return table.masked_fill(future, float("-inf")) if self.causal else table
 
     def forward(self, tokens: Tensor) -> Tensor:
         if self.bos is not None:
             tokens = torch.cat([tokens.new_full((tokens.shape[0], 1), self.bos), tokens], 1)
-        x = self.embed(tokens)  # (B, n, d), or (B, n + 1, d) with BOS
+        b, n = tokens.shape
+        positions = None
+        if self.spec.randomized:  # (B, n) sorted draws from 0 .. max_position - 1
+            positions = posenc.functional.randomized_positions(
+                b, n, self.max_position, device=tokens.device
+            )
+        x = self.embed(tokens)  # (B, n, d)
         if self.absolute is not None:
-            x = self.absolute(x)
-        mask = self.mask(tokens.shape[1], tokens.device)
+            x = self.absolute(x) if positions is None else self.absolute(x, positions=positions)
+        masks = {}  # one per bias module: shared ones are computed once
         for block in self.blocks:
-            x = block(x, mask)
+            key = id(block.bias)
+            if key not in masks:
+                masks[key] = self.mask(block.bias, n, tokens.device)
+            x = block(x, masks[key], positions)
         logits = self.head(self.norm(x))
         if self.bos is not None:  # no prediction at BOS, and BOS is never a prediction
             logits = logits[:, 1:, : self.bos]

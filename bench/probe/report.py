@@ -1,9 +1,12 @@
 """probe.md and probe.png from probe.csv alone: `python -m bench.probe.report <run dir>`.
 
 probe.md: per task, a table of encoding (RoPE under each evaluation schedule on its own line)
-x evaluation length, each cell the mean exact-match accuracy over seeds and its range
-(min-max); n/a where the encoding has no positions that far. probe.png: one panel per task,
-accuracy against evaluation length, one line per encoding (mean, with its min-max band).
+x evaluation length, each cell the mean accuracy over seeds and its range (min-max), in the
+task's metric (exact match; per token for Ruoss et al.'s string tasks); n/a where the encoding
+has no positions that far. For those string tasks, also their paper's score: the per-token
+accuracy averaged over the lengths past training, best seed (with mean and worst). probe.png:
+one panel per task, accuracy against evaluation length, one line per encoding (mean, with its
+min-max band).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from bench.probe.model import ENCODINGS  # noqa: E402
+from bench.probe.encodings import ENCODINGS  # noqa: E402
 from bench.probe.tasks import TASKS  # noqa: E402
 from bench.tables import markdown_table  # noqa: E402
 
@@ -27,15 +30,15 @@ def load(out_dir: Path) -> pd.DataFrame:
     df["line"] = df["encoding"].where(
         df["eval_scaling"] == "none", df["encoding"] + "+" + df["eval_scaling"]
     )
+    metric = df["task"].map(lambda t: TASKS[t].metric)
+    df["score"] = df["accuracy"].where(metric == "accuracy", df["token_accuracy"])
     return df
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
     """Mean, min, max accuracy over seeds per (task, line, eval_len); status n/a kept."""
     ok = df[df["status"] == "ok"]
-    stats = ok.groupby(["task", "line", "eval_len"])["accuracy"].agg(
-        ["mean", "min", "max", "count"]
-    )
+    stats = ok.groupby(["task", "line", "eval_len"])["score"].agg(["mean", "min", "max", "count"])
     na = df[df["status"] == "n/a"].groupby(["task", "line", "eval_len"]).size().rename("na")
     return stats.join(na, how="outer").reset_index()
 
@@ -57,9 +60,13 @@ def markdown(df: pd.DataFrame) -> str:
     s = summary(df)
     seeds = df["seed"].nunique()
     train_len = int(df["train_len"].iloc[0])
+    per_token = df["task"].map(_per_token)
+    metric = "exact-match accuracy"
+    if per_token.any():
+        metric = "accuracy (exact match; per token where a task says so)"
     lines = [
-        f"# Length-generalization probe: exact-match accuracy (mean over {seeds} seeds, "
-        f"min-max in brackets), trained at {train_len} tokens",
+        f"# Length-generalization probe: {metric} (mean over {seeds} seeds, min-max in "
+        f"brackets), trained at {train_len} tokens",
         "",
     ]
     errors = df[df["status"] == "error"]
@@ -74,7 +81,9 @@ def markdown(df: pd.DataFrame) -> str:
             rows.append(
                 [line, *(_cell(by_len.loc[n]) if n in by_len.index else "" for n in lengths)]
             )
-        lines += [f"## {task} (chance {chance:.3g})", "", *markdown_table(header, rows), ""]
+        what = f"{'per-token accuracy, ' if _per_token(task) else ''}chance {chance:.3g}"
+        lines += [f"## {task} ({what})", "", *markdown_table(header, rows), ""]
+    lines += _string_score(df)
     if len(errors):
         lines += ["## Errors", ""] + [
             f"- {r.encoding} {r.eval_scaling} {r.task} L={r.eval_len} seed {r.seed}: {r.message}"
@@ -83,11 +92,53 @@ def markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _per_token(task: str) -> bool:
+    return TASKS[task].metric == "token_accuracy"
+
+
+def string_score(df: pd.DataFrame) -> pd.DataFrame:
+    """Ruoss et al.'s score per (task, line, seed): the per-token accuracy averaged over the
+    evaluated lengths past train_len; then max, mean and min over seeds."""
+    ok = df[(df["status"] == "ok") & df["task"].map(_per_token)]
+    ok = ok[ok["eval_len"] > ok["train_len"]]
+    per_seed = ok.groupby(["task", "line", "seed"])["token_accuracy"].mean()
+    return per_seed.groupby(["task", "line"]).agg(["max", "mean", "min"]).reset_index()
+
+
+def _string_score(df: pd.DataFrame) -> list[str]:
+    s = string_score(df)
+    if s.empty:
+        return []
+    tasks = [t for t in TASKS if t in set(s["task"])]
+    lengths = sorted(df[df["eval_len"] > df["train_len"]]["eval_len"].unique())
+    rows = []
+    for line in _order(s["line"]):
+        cells = []
+        for task in tasks:
+            r = s[(s["task"] == task) & (s["line"] == line)]
+            cells.append(
+                ""
+                if r.empty
+                else f"{r['max'].iloc[0]:.2f} ({r['mean'].iloc[0]:.2f}, {r['min'].iloc[0]:.2f})"
+            )
+        rows.append([line, *cells])
+    return [
+        "## String tasks scored as Ruoss et al. 2023 score them",
+        "",
+        f"Per-token accuracy averaged over the lengths {', '.join(map(str, lengths))} (past "
+        "training): best seed (mean, worst).",
+        "",
+        *markdown_table(["encoding", *tasks], rows),
+        "",
+    ]
+
+
 def plot(df: pd.DataFrame, path: Path) -> None:
     s = summary(df)
     tasks = [t for t in TASKS if t in set(s["task"])]
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
-    colours = {e: plt.cm.tab10(i) for i, e in enumerate(ENCODINGS)}
+    palette = [*map(plt.cm.tab10, range(10)), *map(plt.cm.Dark2, range(8))]
+    colours = dict(zip(ENCODINGS, palette, strict=False))
     for ax, task in zip(axes[0], tasks, strict=True):
         st = s[(s["task"] == task) & s["mean"].notna()]
         for line in _order(st["line"]):
@@ -119,7 +170,7 @@ def plot(df: pd.DataFrame, path: Path) -> None:
         ax.set(
             title=task,
             xlabel="evaluation length (tokens; dashed: training length)",
-            ylabel="exact-match accuracy",
+            ylabel="per-token accuracy" if _per_token(task) else "exact-match accuracy",
             ylim=(-0.03, 1.03),
         )
     axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))

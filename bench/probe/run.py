@@ -13,6 +13,7 @@ import traceback
 
 import torch
 
+from bench.probe.encodings import SPECS
 from bench.probe.model import ProbeModel
 from bench.probe.tasks import make_task
 from bench.probe.train import TrainConfig, evaluate, train
@@ -129,7 +130,7 @@ def _run_cell(cell: dict) -> list[dict]:
     for factor in cell["eval_factors"]:
         n = factor * train_len
         for scaling in scalings:
-            if enc == "learnable" and n > train_len:
+            if SPECS[enc].table_limited and n > train_len:
                 row(
                     scaling,
                     factor,

@@ -11,6 +11,9 @@ Each task needs position in its own way:
   recall    content over distance: find the key, read the value stored after it.
   copy      order and counting: write again the string before the separator (reverse:
             backwards; not in the default tasks).
+  reverse_string, duplicate_string, odds_first
+            Ruoss et al. 2023's binary string tasks in their non-autoregressive format, scored
+            per token as they score them (probe=modern).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class Lookback:
     reached 0.38 and ALiBi 0.80 at the training length (k = 1: 0.96 and 1.00, one seed)."""
 
     name = "lookback"
+    metric = "accuracy"  # the column its tables report
 
     def __init__(self, train_len: int, max_len: int, vocab: int = 16, k: int = 1):
         self.train_len, self.vocab_size, self.k = train_len, vocab, k
@@ -74,6 +78,7 @@ class Recall:
     pair tokens, then keys query tokens, then the fillers."""
 
     name = "recall"
+    metric = "accuracy"  # the column its tables report
 
     def __init__(
         self,
@@ -121,6 +126,7 @@ class Copy:
     took rope's exact copy from 0.69 to 0.80 in 700 steps (one seed, 2 layers, no BOS)."""
 
     name = "copy"
+    metric = "accuracy"  # the column its tables report
 
     def __init__(self, train_len: int, max_len: int, vocab: int = 16):
         self.train_len, self.vocab_size, self.sep = train_len, vocab + 1, vocab
@@ -161,7 +167,78 @@ class Reverse(Copy):
         return (ell - 1 - i).clamp(min=0)
 
 
-TASKS = {t.name: t for t in (Lookback, Recall, Copy, Reverse)}
+class StringTask:
+    """Ruoss et al. 2023's string tasks (after Delétang et al. 2023, "Neural Networks and the
+    Chomsky Hierarchy"), in their setup: a binary string s_0 .. s_{l-1}, then as many blank
+    tokens as the answer has symbols; the model writes the answer at the blanks all at once
+    (nothing it writes is fed back: the non-autoregressive encoder setup of their Table 1).
+    Here the attention is causal (the probe's model), so the answer's m-th symbol is read
+    at the m-th blank from everything before it. One answer per example (accuracy: the whole
+    answer right); the papers' score is the per-token accuracy (token_accuracy, chance 0.5).
+    Training draws l uniformly from 1 .. the longest that fits per row (their "uniform
+    curriculum" over 1 .. N), filling the rest of the row with unscored symbols; evaluation
+    uses the longest string that fits. Subclasses give the answer's length (`out` symbols per
+    input symbol) and the input symbol each answer symbol copies (`_source`)."""
+
+    name, out, metric = "", 1, "token_accuracy"
+
+    def __init__(self, train_len: int, max_len: int, vocab: int = 2):
+        self.train_len, self.symbols, self.blank = train_len, vocab, vocab
+        self.vocab_size, self.chance = vocab + 1, 1.0 / vocab  # of the metric: per token
+
+    def _source(self, m: Tensor, ell: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def sample(self, gen: torch.Generator, batch: int, n: int, *, train: bool) -> Batch:
+        longest = n // (1 + self.out)
+        if longest < 1:
+            raise ValueError(f"{self.name} needs n >= {1 + self.out}, got {n}")
+        if train:
+            ell = torch.randint(1, longest + 1, (batch, 1), generator=gen)  # (B, 1)
+        else:
+            ell = torch.full((batch, 1), longest)
+        tokens = torch.randint(self.symbols, (batch, n), generator=gen)  # string and fill
+        t = torch.arange(n).expand(batch, n)
+        answer = (t >= ell) & (t < (1 + self.out) * ell)  # the blanks
+        src = self._source((t - ell).clamp(min=0), ell).clamp(max=n - 1)
+        targets = torch.where(answer, tokens.gather(1, src), -1)
+        tokens = torch.where(answer, self.blank, tokens)
+        return _batch(tokens, targets, torch.zeros_like(tokens))
+
+
+class ReverseString(StringTask):
+    """reverse_string: s_{l-1} .. s_0."""
+
+    name = "reverse_string"
+
+    def _source(self, m: Tensor, ell: Tensor) -> Tensor:
+        return (ell - 1 - m).clamp(min=0)
+
+
+class DuplicateString(StringTask):
+    """duplicate_string: s_0 .. s_{l-1} s_0 .. s_{l-1} (2 l blanks)."""
+
+    name, out = "duplicate_string", 2
+
+    def _source(self, m: Tensor, ell: Tensor) -> Tensor:
+        return m % ell
+
+
+class OddsFirst(StringTask):
+    """odds_first: the symbols at odd indices, then those at even ones (0-based), as the
+    authors' code writes it (s[1::2] then s[::2]; its docstring's example shows the halves the
+    other way round, the same task up to which half comes first)."""
+
+    name = "odds_first"
+
+    def _source(self, m: Tensor, ell: Tensor) -> Tensor:
+        odd = ell // 2  # how many odd indices
+        return torch.where(m < odd, 2 * m + 1, 2 * (m - odd))
+
+
+TASKS = {
+    t.name: t for t in (Lookback, Recall, Copy, Reverse, ReverseString, DuplicateString, OddsFirst)
+}
 
 
 def make_task(name: str, train_len: int, max_len: int, **kwargs):

@@ -45,7 +45,15 @@ def _generator(*parts: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-TASK_IDS = {"lookback": 1, "recall": 2, "reverse": 3, "copy": 4}
+TASK_IDS = {
+    "lookback": 1,
+    "recall": 2,
+    "reverse": 3,
+    "copy": 4,
+    "reverse_string": 5,
+    "duplicate_string": 6,
+    "odds_first": 7,
+}
 
 
 def _on(batch: Batch, model: ProbeModel) -> Batch:

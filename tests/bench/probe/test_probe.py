@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from bench.probe.model import ENCODINGS, ProbeModel
+from bench.probe.encodings import ENCODINGS
+from bench.probe.model import ProbeModel
 from bench.probe.run import run_cell
 from bench.probe.tasks import make_task
 from bench.probe.train import TrainConfig, evaluate, train
@@ -305,7 +306,8 @@ def test_a_resumed_probe_trains_only_what_is_missing(tmp_path):
 @pytest.mark.parametrize(
     ("override", "key"),
     [
-        ("encodings=[rope,xpos]", "encodings"),
+        ("encodings=[rope,xpos2]", "encodings"),
+        ("tasks=[reverse_strings]", "tasks"),
         ("tasks=[sort]", "tasks"),
         ("eval_factors=[0]", "eval_factors"),
         ("train.num_heads=3", "train.d_model"),
