@@ -1,6 +1,6 @@
 """The probe's encodings, declared once: how each enters the model (bench/probe/model.py), which
-paper proposed it, and whether the default size runs it. The config's choices, the report's
-order and the docs' table are read from here.
+paper proposed it, and whether the default size runs it. The config's choices and the report's
+order and colours are read from here (docs/probe.md describes each; a test keeps them in step).
 
 A new encoding is one `Encoding(...)` line if posenc has its parts; the fields say where it acts:
   absolute   added to the token embeddings: "sinusoidal" or "learnable" (a table of positions)

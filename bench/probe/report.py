@@ -136,10 +136,12 @@ def _string_score(df: pd.DataFrame) -> list[str]:
 def plot(df: pd.DataFrame, path: Path) -> None:
     s = summary(df)
     tasks = [t for t in TASKS if t in set(s["task"])]
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
+    cols = min(3, len(tasks))  # rows of three panels: six in one row would be unreadable
+    rows = -(-len(tasks) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 4 * rows), squeeze=False)
     palette = [*map(plt.cm.tab10, range(10)), *map(plt.cm.Dark2, range(8))]
     colours = dict(zip(ENCODINGS, palette, strict=False))
-    for ax, task in zip(axes[0], tasks, strict=True):
+    for ax, task in zip(axes.flat, tasks, strict=False):
         st = s[(s["task"] == task) & s["mean"].notna()]
         for line in _order(st["line"]):
             g = st[st["line"] == line].sort_values("eval_len")
@@ -173,6 +175,8 @@ def plot(df: pd.DataFrame, path: Path) -> None:
             ylabel="per-token accuracy" if _per_token(task) else "exact-match accuracy",
             ylim=(-0.03, 1.03),
         )
+    for ax in axes.flat[len(tasks) :]:
+        ax.axis("off")
     axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
