@@ -30,7 +30,7 @@ from bench.probe import config as probe_config
 from bench.probe import report
 from bench.probe.run import COLUMNS, KEY, run_cell
 from bench.probe.train import TrainConfig
-from bench.results import ResultsWriter, write_env
+from bench.results import ResultsWriter, git_sha, write_env
 
 probe_config.register()
 
@@ -139,7 +139,7 @@ def main(cfg: DictConfig) -> None:
         f"{workers} at a time -> {out_dir}",
         flush=True,
     )
-    start = time.perf_counter()
+    start, sha = time.perf_counter(), git_sha()  # the code that trains, not the code at the end
     if not cfg.resume or not (out_dir / "config.yaml").exists():
         OmegaConf.save(cfg, out_dir / "config.yaml")
     try:
@@ -158,6 +158,7 @@ def main(cfg: DictConfig) -> None:
         out_dir / "env.json",
         {
             "run_id": out_dir.name,
+            "git_sha": sha,
             "wall_s": round(wall, 1),
             "workers": workers,
             "overrides": list(hydra_cfg.overrides.task),

@@ -35,6 +35,18 @@ def _batch(tokens: Tensor, targets: Tensor, items: Tensor) -> Batch:
     return Batch(tokens, targets, items.masked_fill(targets < 0, -1))
 
 
+def _string_lengths(
+    gen: torch.Generator, batch: int, longest: int, train: bool, too_short: str
+) -> Tensor:
+    """(B, 1) string lengths: training draws one per row from 1 .. longest (every step sees
+    every length), evaluation uses the longest. too_short: the error when none fits."""
+    if longest < 1:
+        raise ValueError(too_short)
+    if train:
+        return torch.randint(1, longest + 1, (batch, 1), generator=gen)
+    return torch.full((batch, 1), longest)
+
+
 class Lookback:
     """lookback: tokens x_0 .. x_{n-1} uniform over `vocab` symbols; the target at position t
     is x_{t-k} for t >= k. Scored answers: the last train_len - k positions (at n = train_len,
@@ -47,6 +59,7 @@ class Lookback:
     reached 0.38 and ALiBi 0.80 at the training length (k = 1: 0.96 and 1.00, one seed)."""
 
     name = "lookback"
+    seed_id = 1  # mixed into its generators' seeds: distinct per task, never reused
     metric = "accuracy"  # the column its tables report
 
     def __init__(self, train_len: int, max_len: int, vocab: int = 16, k: int = 1):
@@ -78,6 +91,7 @@ class Recall:
     pair tokens, then keys query tokens, then the fillers."""
 
     name = "recall"
+    seed_id = 2
     metric = "accuracy"  # the column its tables report
 
     def __init__(
@@ -126,6 +140,7 @@ class Copy:
     took rope's exact copy from 0.69 to 0.80 in 700 steps (one seed, 2 layers, no BOS)."""
 
     name = "copy"
+    seed_id = 4
     metric = "accuracy"  # the column its tables report
 
     def __init__(self, train_len: int, max_len: int, vocab: int = 16):
@@ -137,13 +152,7 @@ class Copy:
         return i
 
     def sample(self, gen: torch.Generator, batch: int, n: int, *, train: bool) -> Batch:
-        longest = (n - 1) // 2
-        if longest < 1:
-            raise ValueError(f"{self.name} needs n >= 3, got {n}")
-        if train:
-            ell = torch.randint(1, longest + 1, (batch, 1), generator=gen)  # (B, 1)
-        else:
-            ell = torch.full((batch, 1), longest)
+        ell = _string_lengths(gen, batch, (n - 1) // 2, train, f"{self.name} needs n >= 3, got {n}")
         tokens = torch.randint(self.sep, (batch, n), generator=gen)  # the string and the fill
         t = torch.arange(n).expand(batch, n)
         answer = (t > ell) & (t <= 2 * ell)  # where the copy is written
@@ -162,6 +171,7 @@ class Reverse(Copy):
     0) and none past it (0.00 at 2x)."""
 
     name = "reverse"
+    seed_id = 3
 
     def _source(self, i: Tensor, ell: Tensor) -> Tensor:
         return (ell - 1 - i).clamp(min=0)
@@ -190,13 +200,8 @@ class StringTask:
         raise NotImplementedError
 
     def sample(self, gen: torch.Generator, batch: int, n: int, *, train: bool) -> Batch:
-        longest = n // (1 + self.out)
-        if longest < 1:
-            raise ValueError(f"{self.name} needs n >= {1 + self.out}, got {n}")
-        if train:
-            ell = torch.randint(1, longest + 1, (batch, 1), generator=gen)  # (B, 1)
-        else:
-            ell = torch.full((batch, 1), longest)
+        need = f"{self.name} needs n >= {1 + self.out}, got {n}"
+        ell = _string_lengths(gen, batch, n // (1 + self.out), train, need)
         tokens = torch.randint(self.symbols, (batch, n), generator=gen)  # string and fill
         t = torch.arange(n).expand(batch, n)
         answer = (t >= ell) & (t < (1 + self.out) * ell)  # the blanks
@@ -210,6 +215,7 @@ class ReverseString(StringTask):
     """reverse_string: s_{l-1} .. s_0."""
 
     name = "reverse_string"
+    seed_id = 5
 
     def _source(self, m: Tensor, ell: Tensor) -> Tensor:
         return (ell - 1 - m).clamp(min=0)
@@ -219,6 +225,7 @@ class DuplicateString(StringTask):
     """duplicate_string: s_0 .. s_{l-1} s_0 .. s_{l-1} (2 l blanks)."""
 
     name, out = "duplicate_string", 2
+    seed_id = 6
 
     def _source(self, m: Tensor, ell: Tensor) -> Tensor:
         return m % ell
@@ -230,6 +237,7 @@ class OddsFirst(StringTask):
     other way round, the same task up to which half comes first)."""
 
     name = "odds_first"
+    seed_id = 7
 
     def _source(self, m: Tensor, ell: Tensor) -> Tensor:
         odd = ell // 2  # how many odd indices

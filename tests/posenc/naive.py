@@ -127,7 +127,7 @@ def cope_attention(q, k, v, pos_emb, scale=None):
                 row = []
                 for j in range(i + 1):
                     p = sum(gates[j : i + 1]).clamp(max=last)
-                    lo, hi = int(math.floor(float(p))), int(math.ceil(float(p)))
+                    lo, hi = math.floor(p.item()), math.ceil(p.item())
                     w = p - lo
                     emb = (1 - w) * e[:, lo] + w * e[:, hi]
                     row.append(raw[j] + q[b, h, i] @ emb)

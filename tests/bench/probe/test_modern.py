@@ -185,3 +185,34 @@ def test_a_causal_only_encoding_with_bidirectional_attention_is_refused_by_name(
         cfg = compose("probe", ["encodings=[rope,cope]", "causal=false"])
     with pytest.raises(ValueError, match="encodings: cope .* causal=true"):
         probe_config.validate(cfg)
+
+
+def test_the_committed_modern_run_is_made_from_its_csv(tmp_path):
+    """results/reference/probe-modern: probe.md (quoted in docs/probe.md) is what the report
+    makes from the committed probe.csv; every encoding, task, length and seed of the size."""
+    import shutil
+
+    from tests.helpers import read_rows
+
+    ref = ROOT / "results" / "reference" / "probe-modern"
+    shutil.copy(ref / "probe.csv", tmp_path / "probe.csv")
+    report.build(tmp_path)
+    assert (tmp_path / "probe.md").read_text() == (ref / "probe.md").read_text()
+    rows = read_rows(ref / "probe.csv")
+    lines = len(ENCODINGS) + 3  # RoPE again under linear, dynamic and YaRN
+    assert len(rows) == lines * 6 * 4 * 3  # x tasks x lengths x seeds
+    assert {r["status"] for r in rows} == {"ok", "n/a"}
+    assert {r["encoding"] for r in rows} == set(ENCODINGS)
+
+
+def test_docs_describe_every_encoding_of_the_probe():
+    text = (ROOT / "docs" / "probe.md").read_text()
+    missing = [e for e in ENCODINGS if f"`{e}`" not in text]
+    assert not missing, missing
+
+
+def test_every_task_seeds_its_generators_with_its_own_id():
+    from bench.probe.tasks import TASKS
+
+    ids = [t.seed_id for t in TASKS.values()]
+    assert len(set(ids)) == len(ids)
