@@ -254,8 +254,10 @@ def test_ctrl_c_keeps_the_rows_and_says_how_to_resume(tmp_path):
     import time
 
     out = tmp_path / "stop"
-    slow = [
+    slow = [  # every row samples for its whole budget: the rows after the first last >= 1.5 s
         "timing.budget_s=0.3",
+        "timing.rel_ci=null",
+        "timing.max_reps=1000000",
         "seq_len=[8,16,32,64,128,256]",
         "batch=1",
         "cases=[sinusoidal]",
@@ -272,6 +274,9 @@ def test_ctrl_c_keeps_the_rows_and_says_how_to_resume(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a test runner started in the background (`cmd &` without job control, nohup) hands
+        # its children SIGINT ignored, and Python then installs no KeyboardInterrupt for it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     for line in proc.stdout:  # wait for the first row
         if line.startswith("[1/"):
