@@ -4,7 +4,9 @@ probe.md: per task, a table of encoding (RoPE under each evaluation schedule on 
 x evaluation length, each cell the mean accuracy over seeds and its range (min-max), in the
 task's metric (exact match; per token for Ruoss et al.'s string tasks); n/a where the encoding
 has no positions that far. For those string tasks, also their paper's score: the per-token
-accuracy averaged over the lengths past training, best seed (with mean and worst). probe.png:
+accuracy averaged over the lengths past training, best seed (with mean and worst); and, where
+the run has the five encodings Kazemnejad et al. 2023 compared, their aggregate: the mean
+reciprocal rank over tasks at twice the training length. probe.png:
 one panel per task, accuracy against evaluation length, one line per encoding (mean, with its
 min-max band).
 """
@@ -23,6 +25,12 @@ import pandas as pd  # noqa: E402
 from bench.probe.encodings import ENCODINGS  # noqa: E402
 from bench.probe.tasks import TASKS  # noqa: E402
 from bench.tables import markdown_table  # noqa: E402
+
+# Kazemnejad et al. 2023 (NeurIPS), "The Impact of Positional Encoding on Length Generalization
+# in Transformers", Figure 1: mean reciprocal rank of five encodings over their 10 tasks, by
+# exact-match accuracy on lengths up to twice the training length. Our names for theirs (APE is
+# their sinusoidal absolute embedding, Rotary is RoPE).
+KAZEMNEJAD_MRR = {"nope": 0.69, "t5": 0.55, "alibi": 0.50, "rope": 0.33, "sinusoidal": 0.22}
 
 
 def load(out_dir: Path) -> pd.DataFrame:
@@ -84,6 +92,7 @@ def markdown(df: pd.DataFrame) -> str:
         what = f"{'per-token accuracy, ' if _per_token(task) else ''}chance {chance:.3g}"
         lines += [f"## {task} ({what})", "", *markdown_table(header, rows), ""]
     lines += _string_score(df)
+    lines += _reciprocal_rank(df)
     if len(errors):
         lines += ["## Errors", ""] + [
             f"- {r.encoding} {r.eval_scaling} {r.task} L={r.eval_len} seed {r.seed}: {r.message}"
@@ -129,6 +138,68 @@ def _string_score(df: pd.DataFrame) -> list[str]:
         "training): best seed (mean, worst).",
         "",
         *markdown_table(["encoding", *tasks], rows),
+        "",
+    ]
+
+
+def _mrr(table: pd.DataFrame) -> pd.Series:
+    """table: task x encoding accuracies, complete. Per task the best gets rank 1 and ties
+    share their mean rank; 1/rank averaged over tasks."""
+    return (1 / table.rank(axis=1, ascending=False, method="average")).mean()
+
+
+def reciprocal_rank(
+    df: pd.DataFrame, factor: int = 2, metric: str = "token_accuracy"
+) -> pd.DataFrame:
+    """Kazemnejad et al.'s aggregate over the tasks where all five of their encodings ran:
+    the encodings ranked per task by `metric` at `factor` x train_len, from the seeds' mean;
+    and from each seed alone (min, max). Per-token accuracy by default: graded where whole
+    answers all fail past training, and for one-answer tasks the same as exact match ("accuracy",
+    the paper's metric). Empty where one of the five is missing."""
+    names = list(KAZEMNEJAD_MRR)
+    ok = df[(df["status"] == "ok") & (df["eval_scaling"] == "none")]
+    ok = ok[ok["encoding"].isin(names) & (ok["eval_len"] == factor * ok["train_len"])]
+
+    def table(rows: pd.DataFrame) -> pd.DataFrame:
+        t = rows.groupby(["task", "encoding"])[metric].mean().unstack()
+        t = t.reindex(index=[k for k in TASKS if k in t.index], columns=names)
+        return t.dropna()
+
+    mean = table(ok)
+    if mean.empty:
+        return pd.DataFrame()
+    per_seed = pd.DataFrame({s: _mrr(table(g).loc[mean.index]) for s, g in ok.groupby("seed")})
+    out = pd.DataFrame(
+        {
+            "mrr": _mrr(mean),
+            "seed_min": per_seed.min(axis=1),
+            "seed_max": per_seed.max(axis=1),
+            "published": pd.Series(KAZEMNEJAD_MRR),
+        }
+    )
+    out = out.rename_axis("encoding").reset_index().sort_values("mrr", ascending=False)
+    out.attrs["tasks"] = list(mean.index)
+    return out
+
+
+def _reciprocal_rank(df: pd.DataFrame) -> list[str]:
+    r = reciprocal_rank(df)
+    if r.empty:
+        return []
+    rows = [
+        [e, f"{m:.2f}", f"{lo:.2f}-{hi:.2f}", f"{p:.2f}"]
+        for e, m, lo, hi, p in r[["encoding", "mrr", "seed_min", "seed_max", "published"]].values
+    ]
+    tasks = ", ".join(r.attrs["tasks"])
+    return [
+        "## Aggregate rank as Kazemnejad et al. 2023 compute it",
+        "",
+        f"Mean reciprocal rank over {len(r.attrs['tasks'])} tasks ({tasks}): per task the five "
+        "encodings ranked by per-token accuracy at twice the training length (ties share "
+        "their mean rank), from the mean of seeds and from each seed alone; beside it, the "
+        "paper's Figure 1 over its 10 tasks (exact match, lengths up to twice the training).",
+        "",
+        *markdown_table(["encoding", "MRR", "per seed", "paper"], rows),
         "",
     ]
 

@@ -164,6 +164,59 @@ def test_the_report_scores_string_tasks_as_their_paper_does():
     assert (s["max"], s["mean"], s["min"]) == pytest.approx((0.7, 0.6, 0.5))
 
 
+def _rank_rows(values: dict) -> pd.DataFrame:
+    rows = [
+        {
+            "encoding": e,
+            "eval_scaling": "none",
+            "task": task,
+            "seed": seed,
+            "train_len": 16,
+            "eval_len": 32,
+            "status": "ok",
+            "accuracy": 0.0,
+            "token_accuracy": acc,
+        }
+        for (task, seed), accs in values.items()
+        for e, acc in accs.items()
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_the_report_ranks_kazemnejads_five_encodings_as_their_figure_does():
+    """Per task, rank 1 for the best at 2x (ties share their mean rank), 1/rank averaged over
+    tasks; from the seeds' mean and per seed. Rows at 1x, under an evaluation schedule, of
+    other encodings or in another metric never count."""
+    names = ["nope", "t5", "alibi", "rope", "sinusoidal"]
+    a = dict(zip(names, (0.9, 0.8, 0.7, 0.6, 0.5), strict=True))
+    df = _rank_rows(
+        {
+            ("copy", 0): a,
+            ("copy", 1): a,
+            ("recall", 0): dict(zip(names, (0.6, 0.4, 0.4, 0.3, 0.2), strict=True)),
+            ("recall", 1): dict(zip(names, (0.4, 0.6, 0.4, 0.3, 0.2), strict=True)),
+        }
+    )
+    noise = df.copy()
+    noise["token_accuracy"] = 1.0 - noise["token_accuracy"]
+    at_1x = noise.assign(eval_len=16)
+    scaled = noise[noise["encoding"] == "rope"].assign(eval_scaling="yarn")
+    other = noise[noise["encoding"] == "rope"].assign(encoding="fire")
+    df = pd.concat([df, at_1x, scaled, other]).assign(accuracy=lambda d: 1 - d["token_accuracy"])
+    r = report.reciprocal_rank(df).set_index("encoding")
+    assert list(r.index) == names
+    assert r.attrs["tasks"] == ["recall", "copy"]  # in the order TASKS declares them
+    # recall's seed mean ties nope and t5 at 0.5: both rank 1.5
+    assert r["mrr"].tolist() == pytest.approx(
+        [(1 + 1 / 1.5) / 2, (1 / 2 + 1 / 1.5) / 2, 1 / 3, 1 / 4, 1 / 5]
+    )
+    # seed 0: nope first in both; seed 1: t5 first in recall, nope and alibi tie at 2.5
+    assert (r.loc["nope", "seed_min"], r.loc["nope", "seed_max"]) == pytest.approx((0.7, 1.0))
+    assert (r.loc["t5", "seed_min"], r.loc["t5", "seed_max"]) == pytest.approx((0.45, 0.75))
+    assert r.loc["nope", "published"] == 0.69
+    assert report.reciprocal_rank(df[df["encoding"] != "t5"]).empty
+
+
 def test_the_default_size_keeps_the_classic_encodings_and_modern_runs_them_all():
     assert set(DEFAULT_ENCODINGS) == {e for e in ENCODINGS if not SPECS[e].modern}
     assert {"nope", "rope", "alibi", "t5"} <= set(DEFAULT_ENCODINGS)
