@@ -168,7 +168,7 @@ def reciprocal_rank(
     mean = table(ok)
     if mean.empty:
         return pd.DataFrame()
-    per_seed = pd.DataFrame({s: _mrr(table(g).loc[mean.index]) for s, g in ok.groupby("seed")})
+    per_seed = pd.DataFrame({s: _mrr(table(g).reindex(mean.index)) for s, g in ok.groupby("seed")})
     out = pd.DataFrame(
         {
             "mrr": _mrr(mean),
