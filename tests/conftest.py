@@ -9,6 +9,13 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
+# `make test` runs one xdist worker per core; each worker's torch would otherwise start a thread
+# per core too, and on 2 cores the 4 threads take turns (OpenMP waits spin): give each worker its
+# share. Subprocesses (python -m bench ...) are left to their own settings.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
+
 
 @pytest.fixture(autouse=True)
 def _seeded():
