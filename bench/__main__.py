@@ -27,6 +27,7 @@ from bench.report import build as report
 from bench.report import markdown, rows
 from bench.results import git_sha, write_env
 from bench.run import profile
+from bench.run.runnable import unrunnable
 from bench.run.runner import Runner
 
 # The run directory's name: results/runs/<time>-<sweep><the overrides that change what runs>
@@ -99,7 +100,7 @@ def main(cfg: DictConfig) -> None:
         _fail(str(exc), out_dir)
     if cfg.resume and (why := _resumable(cfg, out_dir)):
         _fail(why, out_dir)
-    if why := bench_config.unrunnable(plan):
+    if why := unrunnable(plan):
         _fail(why, out_dir)
     if cfg.profile:
         profile.run(plan, cfg, out_dir, pinned)

@@ -52,6 +52,7 @@ class Level(str, Enum):
 
 
 MODES = tuple(m.value for m in Mode)
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,12 @@
-"""The results schema, an append-only CSV writer, and env.json.
+"""The results schema (one definition of a row: its columns, its identity, its version), the
+append-only CSV writer, and env.json.
 
-One row per (case, impl, mode, device, dtype, point). Rows are appended and flushed as they are
-measured, so an interrupted sweep keeps everything it finished; `resume` skips the keys already
-in the file. Columns are only ever added, never renamed.
+One row per (case, impl, mode, device, device name, dtype, point). Rows are appended and flushed
+as they are measured, so an interrupted sweep keeps everything it finished; `resume` skips the
+keys already in the file. Columns are only ever added, never renamed: a row names its schema's
+version, a key the schema does not have is an error (never dropped), and a file of an older
+version (fewer columns) is upgraded in place when a run resumes into it, its rows kept with the
+new columns empty. The probe's probe.csv is a schema of its own, written by the same writer.
 """
 
 from __future__ import annotations
@@ -12,10 +16,48 @@ import json
 import os
 import platform
 import subprocess
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+# The `contended` column: others used more than a quarter of a core on average while the row
+# was timed (bench/run/machine.py measures it; the report says what the mark means).
+CONTENDED_CORES = 0.25
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A CSV's row definition: its columns in order, the columns that identify a row (what a
+    resumed run skips and a report merges on), and its version (the `schema_version` column,
+    where it has one)."""
+
+    columns: tuple[str, ...]
+    key: tuple[str, ...]
+    version: int | None = None
+
+    def key_of(self, row: dict) -> tuple[str, ...]:
+        return tuple(str(row.get(k, "")) for k in self.key)
+
+    def check(self, row: dict) -> None:
+        """Every key of `row` is a column: a misspelled one raises, naming it."""
+        unknown = [k for k in row if k not in self.columns]
+        if unknown:
+            raise KeyError(
+                f"row has keys that are no column of the schema: {', '.join(map(repr, unknown))}"
+            )
+
+    def upgradable_from(self, header: tuple[str, ...]) -> bool:
+        """A file with this header is an older version of the schema (a subset of its columns:
+        columns are only ever added), so it can be rewritten with the new ones empty."""
+        return set(header) <= set(self.columns)
+
+
+SHAPE = ("batch", "seq_len", "d_model", "num_heads", "params")  # a point, with its knobs
+KEY = ("case", "impl", "mode", "device", "device_name", "dtype", *SHAPE)
+# 1: the rows before the column (read with it empty); 2: schema_version itself
+SCHEMA_VERSION = 2
 COLUMNS = (
     "run_id",
     "case",
@@ -66,53 +108,68 @@ COLUMNS = (
     "pe_share_hi",
     "pe_share_profiler",
     "tokens_per_s",
+    "schema_version",
 )
-KEY = (
-    "case",
-    "impl",
-    "mode",
-    "device",
-    "dtype",
-    "batch",
-    "seq_len",
-    "d_model",
-    "num_heads",
-    "params",
-)
+RESULTS = Schema(COLUMNS, KEY, SCHEMA_VERSION)
 
 
-def row_key(row: dict, key: tuple[str, ...] = KEY) -> tuple[str, ...]:
-    return tuple(str(row.get(k, "")) for k in key)
+def row_key(row: dict) -> tuple[str, ...]:
+    """A results row's identity (RESULTS.key)."""
+    return RESULTS.key_of(row)
 
 
 class ResultsWriter:
-    """Appends rows to a CSV (results.csv; the probe's probe.csv with its own columns and key),
-    writing the header only when the file is new and flushing every row to disk."""
+    """Appends rows to a CSV of `schema` (results.csv; the probe's probe.csv), writing the
+    header only when the file is new and flushing every row to disk. A file of an older version
+    of the schema is rewritten first (atomically: a new file renamed over it) with the new
+    columns empty; a file with columns the schema lacks (another tool's, a newer version's) is
+    refused, since appending would lose them."""
 
-    def __init__(self, path: Path, columns: tuple[str, ...] = COLUMNS, key: tuple[str, ...] = KEY):
-        self.path, self.key = Path(path), key
+    def __init__(self, path: Path, schema: Schema = RESULTS):
+        self.path, self.schema = Path(path), schema
         self.existing = set()
+        self.upgraded_from: tuple[str, ...] | None = None
         if self.path.exists() and self.path.stat().st_size:
             with open(self.path, newline="") as f:
                 reader = csv.DictReader(f)
-                if tuple(reader.fieldnames or ()) != columns:  # appending would misalign rows
+                header = tuple(reader.fieldnames or ())
+                rows = list(reader)
+            if header != schema.columns:
+                if not schema.upgradable_from(header):
+                    extra = [c for c in header if c not in schema.columns]
                     raise ValueError(
-                        f"{self.path} has another column schema (an older "
-                        "version?): resume into a new run directory"
+                        f"{self.path} has columns this version does not know ({', '.join(extra)}): "
+                        "resume into a new run directory"
                     )
-                self.existing = {row_key(r, key) for r in reader}
+                self._rewrite(rows)
+                self.upgraded_from = header
+            self.existing = {schema.key_of(r) for r in rows}
         new = not self.path.exists() or self.path.stat().st_size == 0
         self._file = open(self.path, "a", newline="")  # noqa: SIM115 (closed in close())
-        self._writer = csv.DictWriter(self._file, fieldnames=columns, extrasaction="ignore")
+        self._writer = csv.DictWriter(self._file, fieldnames=schema.columns)
         if new:
             self._writer.writeheader()
             self._file.flush()
 
+    def _rewrite(self, rows: list[dict]) -> None:
+        """The file's rows under the schema's header (missing columns empty), renamed over it."""
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
+        with os.fdopen(fd, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.schema.columns)
+            writer.writeheader()
+            writer.writerows(rows)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
     def append(self, row: dict) -> None:
+        if self.schema.version is not None:
+            row = {**row, "schema_version": self.schema.version}
+        self.schema.check(row)
         self._writer.writerow(row)
         self._file.flush()
         os.fsync(self._file.fileno())
-        self.existing.add(row_key(row, self.key))
+        self.existing.add(self.schema.key_of(row))
 
     def close(self) -> None:
         self._file.close()

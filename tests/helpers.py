@@ -49,11 +49,11 @@ ONE_POINT = (Point(3, 8, 4, 2),)
 def run_toy(
     tmp_path, case, monkeypatch, *, resume=False, points=ONE_POINT, modes=None, timing=FAST
 ):
-    from bench.config import plan as config
+    from bench import plans
     from bench.run import runner
 
     monkeypatch.setitem(runner.CASES, "toy", case)
-    entry = config.Entry(
+    entry = plans.Entry(
         "toy",
         tuple(case.impls),
         points,
@@ -61,7 +61,7 @@ def run_toy(
         ("cpu",),
         modes or ("forward", "forward+backward"),
     )
-    plan = config.Plan((entry,))
+    plan = plans.Plan((entry,))
     r = Runner(plan, timing, tmp_path, run_id="t", resume=resume, do_calibrate=False)
     r.run()
     with open(tmp_path / "results.csv") as f:

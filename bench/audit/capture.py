@@ -263,7 +263,7 @@ def plan_launches(plan, capability: int = 90) -> dict[str, int]:
     from triton.runtime.jit import create_function_from_signature
 
     from bench.cases import CASES
-    from bench.config.schema import DTYPES
+    from bench.registry import DTYPES
     from bench.run import check
     from bench.run.tasks import Task, leaves_of, make_call, run_for_check
 

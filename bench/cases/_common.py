@@ -20,6 +20,16 @@ TRITON_ELSEWHERE = (
     "on a CPU, TRITON_INTERPRET=1 (set before the run) runs it under Triton's "
     "interpreter: slowly, to check it, not to time it"
 )
+
+
+def triton_kernels():
+    """The kernels package, imported when a triton implementation is built, never when the cases
+    are: the cases, the reports and the references then run where Triton is absent (macOS)."""
+    import kernels
+
+    return kernels
+
+
 # Grouped-query attention, shared by the rotary and the attention cases.
 NUM_KV_HEADS = Knob(
     "num_kv_heads",

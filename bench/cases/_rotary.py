@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import torch
 
-import kernels
 from bench.cases._common import (
     TRITON_DEVICES,
     TRITON_ELSEWHERE,
     TRITON_NOTE,
     per_mode,
+    triton_kernels,
 )
 from bench.checks import one_of
 from bench.registry import Cost, Impl, Knob, Point
@@ -36,15 +36,16 @@ def heads_tensor(point: Point, heads: int, device, dtype):
 def triton_call(q, k, cos, sin, **kwargs):
     """kernels.apply_rope on (B, H, L, D) q and k as its users call it: through its layout
     argument, on the memory as it is (bshd memory is passed as bshd, not transposed back)."""
+    apply_rope = triton_kernels().apply_rope
     if q.transpose(1, 2).is_contiguous():  # bshd memory: the kernel's own layout argument
         qs, ks = q.transpose(1, 2), k.transpose(1, 2)
 
         def bshd():
-            qo, ko = kernels.apply_rope(qs, ks, cos, sin, layout="bshd", **kwargs)
+            qo, ko = apply_rope(qs, ks, cos, sin, layout="bshd", **kwargs)
             return qo.transpose(1, 2), ko.transpose(1, 2)
 
         return bshd
-    return lambda: kernels.apply_rope(q, k, cos, sin, layout="bhsd", **kwargs)
+    return lambda: apply_rope(q, k, cos, sin, layout="bhsd", **kwargs)
 
 
 def liger_copies(inputs):

@@ -33,7 +33,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as nnf
 
-import kernels
 import posenc
 from bench import tiles
 from bench.cases._common import (
@@ -45,6 +44,7 @@ from bench.cases._common import (
     compile_impl,
     parameters,
     per_mode,
+    triton_kernels,
 )
 from bench.checks import bools
 from bench.registry import Case, Cost, Impl, Knob, Level, Point
@@ -273,7 +273,8 @@ def _triton(family: str):
             fwd_tiles=parse_tiles(inputs.get("fwd_tiles", "default")),
             bwd_tiles=parse_tiles(inputs.get("bwd_tiles", "default")),
         )
-        return lambda q, k, v: kernels.relative_attention(q, k, v, **kwargs)
+        attend = triton_kernels().relative_attention
+        return lambda q, k, v: attend(q, k, v, **kwargs)
 
     return attention
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import torch
 
-import kernels
 import posenc
 from bench.cases import bias as Bias
 from bench.cases import sequences as Seq
@@ -47,6 +46,7 @@ from bench.cases._common import (
     compile_impl,
     parameters,
     per_mode,
+    triton_kernels,
 )
 from bench.cases.multimodal import MROPE_STYLE, _mrope_constraint, mrope_section, mrope_segments
 from bench.cases.rope import ROPE_SCALING, scaling_of
@@ -169,9 +169,10 @@ def _rotation(impl: str, inputs, truth: bool = False):
     pos = inputs["kv_lens"] - 1 if "kv_lens" in inputs else None
     if impl == "triton":
         extra = {} if pos is None else {"positions": pos}
+        apply_rope = triton_kernels().apply_rope
 
         def fused(q, k):  # q, k: (B, H, L, D) views of (B, L, H, D) memory
-            qo, ko = kernels.apply_rope(
+            qo, ko = apply_rope(
                 q.transpose(1, 2), k.transpose(1, 2), cos, sin, layout="bshd", **extra
             )
             return qo.transpose(1, 2), ko.transpose(1, 2)

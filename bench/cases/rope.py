@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import torch
 
-import kernels
 import posenc
 from bench.cases._common import (
     NUM_KV_HEADS,
@@ -26,6 +25,7 @@ from bench.cases._common import (
     TRITON_NOTE,
     compile_impl,
     per_mode,
+    triton_kernels,
 )
 from bench.cases._rotary import (
     LAYOUT,
@@ -307,7 +307,7 @@ ROPE_MODULE = Case(
         "reference_out": Impl(_module_out, grad=False, note="out= preallocated"),
         "compiled": Impl(_module_compiled, compiled=True),
         "triton": Impl(
-            _module_impl(kernels.FusedRoPE),
+            _module_impl(lambda *a: triton_kernels().FusedRoPE(*a)),
             devices=TRITON_DEVICES,
             note=TRITON_NOTE,
             elsewhere=TRITON_ELSEWHERE,

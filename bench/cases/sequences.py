@@ -29,7 +29,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as nnf
 
-import kernels
 from bench.cases import bias as B
 from bench.cases._common import (
     NUM_KV_HEADS,
@@ -38,6 +37,7 @@ from bench.cases._common import (
     TRITON_NOTE,
     compile_impl,
     per_mode,
+    triton_kernels,
 )
 from bench.checks import one_of, positive_ints
 from bench.registry import Case, Cost, Impl, Knob, Level, Point
@@ -246,7 +246,8 @@ def _triton(family: str):
     def attention(inputs):
         causal = inputs["causal"]
         kwargs = dict(B.triton_kwargs(family, inputs), causal=causal, **_kernel_seq_kwargs(inputs))
-        return lambda q, k, v: kernels.relative_attention(q, k, v, **kwargs)
+        attend = triton_kernels().relative_attention
+        return lambda q, k, v: attend(q, k, v, **kwargs)
 
     return attention
 

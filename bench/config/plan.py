@@ -15,7 +15,6 @@ Everything is checked before anything runs; errors name the key (`grids[1].seq_l
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,45 +22,10 @@ from omegaconf import OmegaConf
 
 from bench.cases import CASES
 from bench.checks import as_list, choices, positive_ints
-from bench.config.schema import DTYPES, MODES
+from bench.config.schema import MODES
 from bench.config.schema import axes as axis_names
-from bench.registry import KNOBS, Point
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One case over its points, dtypes, devices and modes, with the impls it runs."""
-
-    case: str
-    impls: tuple[str, ...]
-    points: tuple[Point, ...]
-    dtypes: tuple[str, ...]
-    devices: tuple[str, ...]
-    modes: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Plan:
-    entries: tuple[Entry, ...]
-
-    @property
-    def cases(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(e.case for e in self.entries))
-
-    @property
-    def devices(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(d for e in self.entries for d in e.devices))
-
-    def rows(self, devices: tuple[str, ...] | None = None) -> int:
-        """Distinct rows (grids may overlap), on `devices` only if given."""
-        keys = {
-            (e.case, i, m, d, t, p)
-            for e in self.entries
-            for i, m, t, p in itertools.product(e.impls, e.modes, e.dtypes, e.points)
-            for d in e.devices
-            if devices is None or d in devices
-        }
-        return len(keys)
+from bench.plans import Entry, Plan
+from bench.registry import DTYPES, KNOBS, Point
 
 
 def changed_since(saved_path: Path, cfg, free: tuple[str, ...]) -> str | None:
@@ -216,44 +180,3 @@ def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
             f"chosen case ({have}); pass impls=[...] or impls=all"
         )
     return Plan(tuple(entries))
-
-
-def unrunnable(plan: Plan) -> str | None:
-    """Why no row of the plan can run on this machine (None if one can): every device it asks
-    for is missing, no point fits a case, or every implementation lacks this device."""
-    from bench.run.eta import timed_rows
-
-    here = [d for d in plan.devices if d != "cuda" or torch.cuda.is_available()]
-    if not here:
-        return (
-            f"device={','.join(plan.devices)}: CUDA is not available on this machine, so "
-            "nothing would run (pass device=cpu, or run this sweep on a GPU)"
-        )
-    for entry in plan.entries:  # a case none of whose points applies: a configuration error
-        whys = [CASES[entry.case].check(p) for p in entry.points]
-        if all(whys):
-            p = entry.points[0]
-            return (
-                f"cases: {entry.case} applies at none of its points: {whys[0]} "
-                f"(d_model={p.d_model}, num_heads={p.num_heads})"
-            )
-    if next(timed_rows(plan, tuple(here)), None) is not None:
-        return None
-    reasons = []
-    for entry in plan.entries:
-        case = CASES[entry.case]
-        for point in entry.points:
-            if case.check(point):
-                continue
-            for name in entry.impls:
-                impl = case.impls[name]
-                lacking = [d for d in entry.devices if d in here and d not in impl.devices]
-                if lacking:
-                    hint = f"; {impl.elsewhere}" if impl.elsewhere else ""
-                    reasons.append(
-                        f"{entry.case} {name}: runs on {', '.join(impl.devices)} only{hint}"
-                    )
-                elif impl.supports(point):
-                    reasons.append(f"{entry.case} {name}: {impl.supports(point)}")
-    unique = list(dict.fromkeys(reasons))
-    return "no row of this plan can run here: " + "; ".join(unique[:3])

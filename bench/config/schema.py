@@ -12,12 +12,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from hydra.core.config_store import ConfigStore
 
 from bench.registry import BASE_AXES, KNOBS, MODES
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 @dataclass

@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from bench.config.plan import changed_since
 from bench.probe import config as probe_config
 from bench.probe import report
-from bench.probe.run import COLUMNS, KEY, run_cell
+from bench.probe.run import PROBE, run_cell
 from bench.probe.train import TrainConfig
 from bench.results import ResultsWriter, git_sha, write_env
 
@@ -93,7 +93,7 @@ def _execute(cells: list[dict], workers: int, writer: ResultsWriter) -> int:
         nonlocal done
         done += 1
         for row in rows:
-            if tuple(str(row[k]) for k in KEY) not in writer.existing:
+            if PROBE.key_of(row) not in writer.existing:
                 writer.append(row)
         first = next((r for r in rows if r["factor"] == 1), rows[0])
         acc = first.get("accuracy")
@@ -130,7 +130,7 @@ def main(cfg: DictConfig) -> None:
     if cfg.resume and (why := _unlike(cfg, out_dir)):
         print(f"invalid configuration: {why}", file=sys.stderr)
         sys.exit(2)
-    writer = ResultsWriter(out_dir / "probe.csv", COLUMNS, KEY)
+    writer = ResultsWriter(out_dir / "probe.csv", PROBE)
     cells = [c for c in _cells(cfg, plan) if not (cfg.resume and _done(c, writer.existing))]
     workers = cfg.workers or (1 if cfg.device == "cuda" else os.cpu_count() or 1)
     workers = min(workers, max(1, len(cells)))

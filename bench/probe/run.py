@@ -17,6 +17,7 @@ from bench.probe.encodings import SPECS
 from bench.probe.model import ProbeModel
 from bench.probe.tasks import make_task
 from bench.probe.train import TrainConfig, evaluate, train
+from bench.results import Schema
 
 COLUMNS = (
     "encoding",
@@ -44,6 +45,7 @@ COLUMNS = (
     "timestamp",
 )
 KEY = ("encoding", "eval_scaling", "task", "seed", "eval_len")
+PROBE = Schema(COLUMNS, KEY)  # probe.csv (bench/results.py: Schema)
 
 
 def _schedule(kind: str, factor: int, train_len: int) -> dict | None:

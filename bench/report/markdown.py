@@ -10,7 +10,7 @@ from bench.cases import CASES
 from bench.registry import MODES
 from bench.report import flags, share
 from bench.report.rows import SHAPE, knobs
-from bench.run import machine
+from bench.results import CONTENDED_CORES
 from bench.tables import markdown_table
 
 
@@ -71,7 +71,7 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
         f"`~` uncertain ({int(df['uncertain'].sum())} of {ok} ok cells): the median's 95% "
         f"interval is wider than +-{100 * flags.UNCERTAIN_CI:.0f}%;",
         f"`#` contended ({int(df['contended'].sum())} of {ok}): other processes took over "
-        f"{machine.CONTENDED_CORES} of a core while it was timed{_busiest(df)};",
+        f"{CONTENDED_CORES} of a core while it was timed{_busiest(df)};",
         f"`!` suspect ({int((df['suspect'] != '').sum())} of {ok}): physically impossible as "
         'measured ("Suspect figures" below says why); a speedup on a suspect row is marked '
         "too and is not a result.",

@@ -10,8 +10,10 @@ from pathlib import Path
 import pandas as pd
 
 from bench.cases import CASES
+from bench.results import COLUMNS, KEY
+from bench.results import SHAPE as _SHAPE
 
-SHAPE = ["batch", "seq_len", "d_model", "num_heads", "params"]
+SHAPE = list(_SHAPE)
 
 
 def knobs(params: str) -> str:
@@ -35,9 +37,6 @@ def has_rows(dirs: list[Path]) -> bool:
     )
 
 
-KEY = ["case", "impl", "mode", "device", "device_name", "dtype", *SHAPE]
-
-
 def load_all(dirs: list[Path]) -> pd.DataFrame:
     """Every row of every results.csv under dirs."""
     files = sorted({f for d in dirs for f in Path(d).rglob("results.csv")})
@@ -49,6 +48,9 @@ def load_all(dirs: list[Path]) -> pd.DataFrame:
         raise FileNotFoundError(f"no rows in the results.csv under {', '.join(map(str, dirs))}")
     df = pd.concat(frames, ignore_index=True)
     df["params"] = df["params"].fillna("{}") if "params" in df else "{}"
+    for column in COLUMNS:  # an older run lacks the columns added since: read as empty
+        if column not in df:
+            df[column] = float("nan")
     return df.sort_values("timestamp", kind="stable").reset_index(drop=True)
 
 
@@ -56,7 +58,7 @@ def load(dirs: list[Path]) -> pd.DataFrame:
     """One row per key: a row measured more than once (a re-run, or the same point in
     several runs) keeps its latest measurement; attrs["duplicates"] counts the others."""
     df = load_all(dirs)
-    latest = df.drop_duplicates(KEY, keep="last").reset_index(drop=True)
+    latest = df.drop_duplicates(list(KEY), keep="last").reset_index(drop=True)
     latest.attrs["duplicates"] = len(df) - len(latest)
     return latest
 

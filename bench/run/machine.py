@@ -17,7 +17,8 @@ import os
 import time
 from dataclasses import dataclass
 
-CONTENDED_CORES = 0.25  # others used more than a quarter of a core on average: a marked row
+from bench.results import CONTENDED_CORES
+
 HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 

@@ -17,9 +17,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from bench.cases import CASES
-from bench.config.plan import Plan
-from bench.config.schema import DTYPES
-from bench.registry import as_call
+from bench.plans import Plan
+from bench.registry import DTYPES, as_call
 from bench.run import check
 from bench.run.tasks import leaves_of, timed_call
 from bench.tables import markdown_table

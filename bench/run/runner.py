@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from bench.cases import CASES
-from bench.config.plan import Entry, Plan
-from bench.config.schema import DTYPES
+from bench.plans import Entry, Plan
+from bench.registry import DTYPES
 from bench.results import ResultsWriter, row_key
 from bench.run import machine
 from bench.run.eta import Eta, call_seconds, row_seconds, timed_rows

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
+from bench import plans as config
 from bench.cases import CASES, _common
 from bench.cases import layer as L
-from bench.config import plan as config
 from bench.registry import Point
 from bench.run.runner import Runner
 from tests.helpers import FAST

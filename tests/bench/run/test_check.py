@@ -119,19 +119,19 @@ def test_bfloat16_is_held_to_the_reference_in_bfloat16(tmp_path, monkeypatch):
     """An error of 1% in bfloat16 (well inside a fixed 5% tolerance) is several times the
     reference's own error in bfloat16: wrong. The reference itself passes."""
     off = Impl(lambda i: lambda: (2 * i["x"] + i["table"]) * 1.01)
-    from bench.config import plan as config
+    from bench import plans, registry
 
-    monkeypatch.setitem(config.DTYPES, "bfloat16", torch.bfloat16)
+    monkeypatch.setitem(registry.DTYPES, "bfloat16", torch.bfloat16)
     case = _table_case({"good": GOOD, "off": off})
     from bench.run import runner
 
     monkeypatch.setitem(runner.CASES, "toy", case)
-    entry = config.Entry(
+    entry = plans.Entry(
         "toy", ("good", "off"), (Point(2, 64, 4, 2),), ("bfloat16",), ("cpu",), MODES
     )
     from tests.helpers import FAST
 
-    r = runner.Runner(config.Plan((entry,)), FAST, tmp_path, run_id="t", do_calibrate=False)
+    r = runner.Runner(plans.Plan((entry,)), FAST, tmp_path, run_id="t", do_calibrate=False)
     r.run()
     import csv
 

@@ -5,8 +5,8 @@ import re
 
 import torch
 
-from bench.config.plan import Entry, Plan
 from bench.config.schema import TimingConfig
+from bench.plans import Entry, Plan
 from bench.registry import Case, Cost, Impl, Point
 from bench.run import eta
 from bench.run.runner import Runner

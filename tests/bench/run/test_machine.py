@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from bench.config.plan import Entry, Plan
 from bench.config.schema import TimingConfig
+from bench.plans import Entry, Plan
 from bench.registry import Case, Cost, Impl, Point
 from bench.run import machine
 from bench.run.runner import Runner

@@ -219,14 +219,6 @@ def test_resume_measures_only_what_is_missing(tmp_path, monkeypatch):
     assert len(rows) == 2 and counter["n"] == 2  # only the new point was measured
 
 
-def test_resume_refuses_a_results_file_of_another_schema(tmp_path, monkeypatch):
-    from bench.results import COLUMNS, ResultsWriter
-
-    (tmp_path / "results.csv").write_text(",".join(COLUMNS[:-1]) + "\n" + "x," * 30 + "x\n")
-    with pytest.raises(ValueError, match="another column schema"):
-        ResultsWriter(tmp_path / "results.csv")
-
-
 def test_reserved_memory_is_a_cuda_column():
     from bench.run.memory import peak_bytes, peak_reserved_bytes
 

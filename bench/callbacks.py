@@ -1,5 +1,5 @@
-"""Hydra callbacks of a multirun: every job's configuration checked before the first starts,
-and one report over every job's results at the end.
+"""Hydra callbacks of a multirun (configs/bench.yaml names them): every job's configuration
+checked before the first starts, and one report over every job's results at the end.
 
 Hydra passes no job results to on_multirun_end, so the report is built from the sweep directory.
 """
