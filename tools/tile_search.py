@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.audit.capture import TARGETS, Spec, capture  # noqa: E402
 from bench.audit.compile import compile_job, problems  # noqa: E402
+from bench.cases.families import FAMILIES as DECLARED  # noqa: E402
 
 HALF_FWD = [
     (128, 64, 8, 3),
@@ -31,7 +32,10 @@ VALUE_FWD = [(64, 64, 8, 3), (64, 32, 8, 2), (64, 32, 4, 2), (32, 32, 4, 2)]
 FP32_FWD = [(64, 32, 8, 2), (32, 32, 4, 2), (32, 16, 4, 2), (16, 16, 4, 1)]
 HALF_BWD = [(64, 128, 8, 3), (32, 128, 8, 2), (32, 64, 8, 2), (32, 64, 4, 2), (16, 64, 4, 2)]
 FP32_BWD = [(32, 32, 4, 1), (16, 32, 4, 1), (16, 16, 4, 1)]
-FAMILIES = {"plain": ("alibi", "t5", "shaw"), "value": ("shaw_kv",)}
+FAMILIES = {  # the kernel's families by the tile table they run with
+    kind: tuple(f.kernel for f in DECLARED.values() if f.tile_kind == kind)
+    for kind in ("plain", "value")
+}
 
 
 def _groups():

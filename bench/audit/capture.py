@@ -66,7 +66,7 @@ def specs(only: str | None = None) -> list[Spec]:
         Spec("rope", rotary="p_rope"),
         Spec("rope", xpos=True),
     ]
-    families = ("alibi", "t5", "shaw", "shaw_kv")
+    families = tuple(f.kernel for f in _families())
     attn = [Spec("relbias", f, causal=c) for f in families for c in (False, True)]
     attn += [Spec("relbias", f, dtype=d) for f in families for d in ("float16", "float32")]
     attn += [Spec("relbias", f, head_dim=64) for f in families]
@@ -77,6 +77,17 @@ def specs(only: str | None = None) -> list[Spec]:
     attn += [Spec("relbias", "alibi", "float32", causal=True, kv_heads=4, seq="decode")]
     out = [s for s in rope + attn if only in (None, s.kernel)]
     return out
+
+
+def _families():
+    """The bias families, as the cases declare them (bench/cases/families.py)."""
+    from bench.cases.families import FAMILIES
+
+    return FAMILIES.values()
+
+
+def _family(kernel: str):
+    return next(f for f in _families() if f.kernel == kernel)
 
 
 def tile_candidates() -> list[Spec]:
@@ -201,12 +212,11 @@ def _launch_relbias(spec: Spec) -> None:
     h, d = 16, spec.head_dim
     q = _meta(b, h, lq, d, dtype=dtype, grad=grad)
     k, v = (_meta(b, spec.kv_heads or h, n, d, dtype=dtype, grad=grad) for _ in range(2))
-    kwargs = {
-        "alibi": lambda: {"alibi_slopes": _meta(h)},
-        "t5": lambda: {"t5_table": _meta(32, h, grad=grad)},
-        "shaw": lambda: {"shaw_bias": _meta(h, 33, grad=grad)},
-        "shaw_kv": lambda: {"shaw_k": _meta(33, d, grad=grad), "shaw_v": _meta(33, d, grad=grad)},
-    }[spec.family]()
+    family = _family(spec.family)
+    tables = family.inputs(h, d, "meta", torch.float32)  # the kernel reads tables in float32
+    for t in tables.get("params", {}).values():
+        t.requires_grad_(grad)
+    kwargs = family.kernel_args(tables)
     tiles = {
         "fwd_tiles": spec.fwd_tiles and relbias.Tiles(*spec.fwd_tiles),
         "bwd_tiles": spec.bwd_tiles and relbias.Tiles(*spec.bwd_tiles),

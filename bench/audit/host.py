@@ -77,6 +77,12 @@ def stubbed_launches():
         InterpretedFunction.run = run
 
 
+def _families():
+    from bench.cases.families import FAMILIES
+
+    return FAMILIES.values()
+
+
 def _calls(shape=(1, 2, 64, 64)):
     """name -> (forward call, backward call or None) at a small shape, float32 on the CPU."""
     import kernels
@@ -91,11 +97,9 @@ def _calls(shape=(1, 2, 64, 64)):
     half = dict(dtype=torch.bfloat16)  # the GPU's usual dtype: its casts are copies
 
     q, k, v = (rand(b, h, n, d, **half) for _ in range(3))
-    tables = {
-        "alibi": {"alibi_slopes": rand(h, grad=False)},
-        "t5": {"t5_table": rand(32, h)},
-        "shaw": {"shaw_bias": rand(h, 33)},
-        "shaw_kv": {"shaw_k": rand(33, d), "shaw_v": rand(33, d)},
+    torch.manual_seed(0)  # the learned tables' initialization
+    tables = {  # every family as the cases declare it, its learned tables trained
+        f.kernel: f.kernel_args(f.inputs(h, d, "cpu", torch.float32)) for f in _families()
     }
     out = {}
     for family, kw in tables.items():

@@ -1,14 +1,10 @@
-"""The built-in cases, registered (bench.registry.CASES, by name). One file per family; adding a
-case is adding it here, or registering it from a plugin."""
+"""The built-in cases, registered (bench.registry.CASES, by name). One file per kind of case;
+adding a case is adding it here, or registering it from a plugin; a relative-bias family is
+declared in bench/cases/families.py and gets its cases from there."""
 
 from bench.cases.absolute import LEARNABLE, SINUSOIDAL
 from bench.cases.attention import ATTENTION_SINUSOIDAL, ROPE_ATTENTION, SHAW_ATTENTION
-from bench.cases.bias import (
-    ALIBI_ATTENTION,
-    SHAW_BIAS_ATTENTION,
-    SHAW_KV_ATTENTION,
-    T5_ATTENTION,
-)
+from bench.cases.bias import ATTENTION as BIAS_ATTENTION
 from bench.cases.layer import DECODE as LAYER_DECODE
 from bench.cases.layer import PREFILL as LAYER
 from bench.cases.multimodal import MROPE, ROPE_2D
@@ -30,10 +26,7 @@ for _case in (
     ATTENTION_SINUSOIDAL,
     SHAW_ATTENTION,
     ROPE_ATTENTION,
-    ALIBI_ATTENTION,
-    T5_ATTENTION,
-    SHAW_BIAS_ATTENTION,
-    SHAW_KV_ATTENTION,
+    *BIAS_ATTENTION,
     *DECODE,
     *PACKED,
     *LAYER,

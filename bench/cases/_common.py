@@ -71,6 +71,11 @@ def bind(module: nn.Module, params: dict[str, nn.Parameter]) -> nn.Module:
     return module
 
 
+def gqa(inputs) -> bool:
+    """SDPA's and FlexAttention's own switch for k and v with fewer heads than q (B, H, L, D)."""
+    return inputs["k"].shape[1] != inputs["q"].shape[1]
+
+
 def per_mode(forward: Cost, backward: Cost, mode: str) -> Cost:
     """forward+backward costs their sum (of the same tokens)."""
     if mode == "forward":

@@ -14,8 +14,7 @@ Implementations, each called as its own documentation does:
   triton       kernels.relative_attention, the bias computed in the tile.
 Shaw's value term adds to the output, which neither SDPA nor a score_mod can express.
 
-Why this file is long: four families by six implementations, each a factory that calls its
-library as that library's documentation does, next to the inputs it is built for.
+Each family is declared once (bench/cases/families.py); this file makes its case.
 
 Knobs: causal, num_kv_heads (grouped-query attention: k and v with fewer heads; SDPA and
 FlexAttention get `enable_gqa=True`, the reference and the kernel take them as they are), and
@@ -33,26 +32,22 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as nnf
 
-import posenc
 from bench import tiles
 from bench.cases._common import (
     NUM_KV_HEADS,
     TRITON_DEVICES,
     TRITON_ELSEWHERE,
     TRITON_NOTE,
-    bind,
     compile_impl,
-    parameters,
+    gqa,
     per_mode,
     triton_kernels,
 )
+from bench.cases.families import FAMILIES, BiasFamily
 from bench.checks import bools
 from bench.registry import Case, Cost, Impl, Knob, Level, Point
 from bench.tiles import parse_tiles
-from posenc import functional as F
 
-SHAW_K = 16  # Shaw's clip distance K: 2K + 1 = 33 relative positions
-T5_ARGS = dict(num_buckets=32, max_distance=128, bidirectional=True)  # T5's public configuration
 CAUSAL = Knob("causal", False, "causal masking: true or false", bools)
 FWD_TILES = Knob(
     "fwd_tiles",
@@ -63,32 +58,9 @@ FWD_TILES = Knob(
 BWD_TILES = Knob("bwd_tiles", "default", "its backward tiles, likewise", tiles.check)
 
 
-def _module(family: str, heads: int):
-    if family == "alibi":
-        return posenc.ALiBi(heads)
-    if family == "t5":
-        return posenc.T5RelativeBias(heads, **T5_ARGS)
-    if family == "shaw":
-        return posenc.ShawBias(heads, SHAW_K)
-    return None  # shaw_kv: the (2K + 1, D) tables are inputs (learned_tables)
-
-
-def learned_tables(family: str, heads: int, head_dim: int) -> torch.nn.Module:
-    """The module holding the family's learned tables, seeded by the caller: T5's, Shaw's scalar
-    table, or Shaw's key and value tables (emb_k, emb_v: (2K + 1, D), a ParameterDict)."""
-    if family != "shaw_kv":
-        return _module(family, heads)
-    return torch.nn.ParameterDict(
-        {
-            n: torch.nn.Parameter(0.5 * torch.randn(2 * SHAW_K + 1, head_dim))
-            for n in ("emb_k", "emb_v")
-        }
-    )
-
-
-def _build(family: str, q_len=None):
+def build_inputs(family: BiasFamily, q_len=None):
     """inputs: q (B, H, Lq, D), k and v (B, Hk, L, D) (Lq: q_len(point), or L) and the
-    family's table."""
+    family's tables."""
 
     def build(point: Point, device, dtype):
         lq = point.seq_len if q_len is None else q_len(point)
@@ -97,37 +69,9 @@ def _build(family: str, q_len=None):
         inputs = {
             n: torch.randn(shape if n == "q" else kv_shape, device=device).to(dtype) for n in "qkv"
         }
-        if family == "alibi":
-            inputs["slopes"] = F.alibi_slopes(point.num_heads).float().to(device)
-        else:
-            tables = learned_tables(family, point.num_heads, point.head_dim)
-            inputs["params"] = parameters(tables, device, dtype)
-        return inputs
+        return dict(inputs, **family.inputs(point.num_heads, point.head_dim, device, dtype))
 
     return build
-
-
-def _bias_module(family: str, inputs: dict):
-    """posenc's bias module for the family, computing with the point's tables."""
-    module = _module(family, inputs["q"].shape[1]).to(inputs["q"].device)
-    if family == "alibi":
-        module.slopes = inputs["slopes"]
-        return module
-    return bind(module, inputs["params"])
-
-
-def _eager(family: str, inputs: dict, causal: bool):
-    """posenc's reference attention as a function of (q, k, v)."""
-    if family == "shaw_kv":
-        p, n, device = inputs["params"], inputs["q"].shape[2], inputs["q"].device
-        mask = torch.ones(n, n, dtype=torch.bool, device=device).tril() if causal else None
-
-        def shaw(q, k, v):
-            return F.shaw_attention(q, k, v, p["emb_k"], p["emb_v"], SHAW_K, mask=mask)[0]
-
-        return shaw
-    bias = _bias_module(family, inputs)
-    return lambda q, k, v: F.relative_attention(q, k, v, bias=bias, causal=causal)
 
 
 def on_qkv(attention):
@@ -143,24 +87,24 @@ def on_qkv(attention):
     return make
 
 
-def _reference(family: str, compiled: bool = False):
+def _reference(family: BiasFamily, compiled: bool = False):
     def attention(inputs):
-        fn = _eager(family, inputs, inputs["causal"])
+        fn = family.attention(inputs, inputs["causal"])
         return compile_impl(fn) if compiled else fn
 
     return attention
 
 
-def _truth(family: str):
+def _truth(family: BiasFamily):
     def truth(inputs):
-        return _eager(family, inputs, inputs["causal"])(inputs["q"], inputs["k"], inputs["v"])
+        return family.attention(inputs, inputs["causal"])(inputs["q"], inputs["k"], inputs["v"])
 
     return truth
 
 
-def _mask(family: str, inputs: dict):
+def _mask(family: BiasFamily, inputs: dict):
     """-> () -> the (H, L, L) additive mask in q's dtype, -inf above the diagonal if causal."""
-    module, q = _bias_module(family, inputs), inputs["q"]
+    module, q = family.module(inputs), inputs["q"]
     n, causal = q.shape[2], inputs["causal"]
     upper = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1) if causal else None
 
@@ -171,33 +115,32 @@ def _mask(family: str, inputs: dict):
     return build
 
 
-def _sdpa(family: str):
+def trains(inputs) -> bool:
+    """Whether a learned table requires grad (a bias materialized for SDPA is then built inside
+    the call, for its gradient to flow; else once, outside it, as a model caches it)."""
+    return any(p.requires_grad for p in inputs.get("params", {}).values())
+
+
+def _sdpa(family: BiasFamily):
     def attention(inputs):
-        build = _mask(family, inputs)
-        trains = any(p.requires_grad for p in inputs.get("params", {}).values())
-        gqa = _gqa(inputs)
-        if trains:  # the table's gradient flows through the mask: built in the call
+        build, grouped = _mask(family, inputs), gqa(inputs)
+        if trains(inputs):
             return lambda q, k, v: nnf.scaled_dot_product_attention(
-                q, k, v, attn_mask=build(), enable_gqa=gqa
+                q, k, v, attn_mask=build(), enable_gqa=grouped
             )
         with torch.no_grad():
             mask = build()
         return lambda q, k, v: nnf.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, enable_gqa=gqa
+            q, k, v, attn_mask=mask, enable_gqa=grouped
         )
 
     return attention
 
 
-def _gqa(inputs) -> bool:
-    """SDPA's and FlexAttention's own switch for k and v with fewer heads than q."""
-    return inputs["k"].shape[1] != inputs["q"].shape[1]
-
-
 def _sdpa_nobias(inputs):
-    causal, gqa = inputs["causal"], _gqa(inputs)
+    causal, grouped = inputs["causal"], gqa(inputs)
     return lambda q, k, v: nnf.scaled_dot_product_attention(
-        q, k, v, is_causal=causal, enable_gqa=gqa
+        q, k, v, is_causal=causal, enable_gqa=grouped
     )
 
 
@@ -205,31 +148,7 @@ def _nobias_truth(inputs):
     return on_qkv(_sdpa_nobias)(inputs)()
 
 
-def _score_mod(family: str, inputs: dict, offsets=None):
-    """FlexAttention's score_mod of the family: the bias of r = j - i, or with offsets (B,)
-    (queries at the end of each row's cache) of r = j - (offsets[b] + i)."""
-    q = inputs["q"]
-    lq, lk = q.shape[2], inputs["k"].shape[2]
-
-    def rel(b, i, j):
-        return j - i if offsets is None else j - i - offsets[b]
-
-    if family == "alibi":
-        slopes = inputs["slopes"]
-        return lambda score, b, h, i, j: score - slopes[h] * rel(b, i, j).abs()
-    if family == "t5":
-        table = inputs["params"]["relative_attention_bias.weight"]  # (num_buckets, H)
-        low = lq + lk  # r from -(Lq + Lk) (a query past an offset) to Lk
-        rels = torch.arange(-low, lk + 1, device=q.device)
-        bucket = F.t5_relative_bucket(
-            rels, T5_ARGS["bidirectional"], T5_ARGS["num_buckets"], T5_ARGS["max_distance"]
-        ).int()
-        return lambda score, b, h, i, j: score + table[bucket[rel(b, i, j) + low], h]
-    table = inputs["params"]["table"]  # (H, 2K + 1)
-    return lambda score, b, h, i, j: score + table[h, rel(b, i, j).clamp(-SHAW_K, SHAW_K) + SHAW_K]
-
-
-def _flex(family: str):
+def _flex(family: BiasFamily):
     def attention(inputs):
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -240,35 +159,18 @@ def _flex(family: str):
                 lambda b, h, i, j: j <= i, None, None, q.shape[2], k.shape[2], device=q.device
             )
         fn = compile_impl(flex_attention)
-        score_mod = _score_mod(family, inputs)
-        gqa = _gqa(inputs)
+        score_mod, grouped = family.score_mod(inputs), gqa(inputs)
         return lambda q, k, v: fn(
-            q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa
+            q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=grouped
         )
 
     return attention
 
 
-def triton_kwargs(family: str, inputs: dict) -> dict:
-    """kernels.relative_attention's bias arguments for the family, from the inputs."""
-    if family == "alibi":
-        return {"alibi_slopes": inputs["slopes"]}
-    if family == "t5":
-        return {
-            "t5_table": inputs["params"]["relative_attention_bias.weight"],
-            "t5_num_buckets": T5_ARGS["num_buckets"],
-            "t5_max_distance": T5_ARGS["max_distance"],
-            "t5_bidirectional": T5_ARGS["bidirectional"],
-        }
-    if family == "shaw":
-        return {"shaw_bias": inputs["params"]["table"]}
-    return {"shaw_k": inputs["params"]["emb_k"], "shaw_v": inputs["params"]["emb_v"]}
-
-
-def _triton(family: str):
+def _triton(family: BiasFamily):
     def attention(inputs):
         kwargs = dict(
-            triton_kwargs(family, inputs),
+            family.kernel_args(inputs),
             causal=inputs["causal"],
             fwd_tiles=parse_tiles(inputs.get("fwd_tiles", "default")),
             bwd_tiles=parse_tiles(inputs.get("bwd_tiles", "default")),
@@ -279,7 +181,7 @@ def _triton(family: str):
     return attention
 
 
-def attentions(family: str) -> dict:
+def attentions(family: BiasFamily) -> dict:
     """The family's attention factories by implementation name (see on_qkv)."""
     return {
         "reference": _reference(family),
@@ -296,27 +198,13 @@ def _default_tiles(point: Point) -> str | None:
     return "tiles apply to the triton implementation only"
 
 
-def _unsupported(why: str):
-    return lambda point: why
-
-
-def table_bytes(family: str, heads: int, head_dim: int, dtype) -> int:
-    """The bias table's bytes (ALiBi's float32 slopes; the learned tables in the row's dtype)."""
-    return {
-        "alibi": 4 * heads,
-        "t5": T5_ARGS["num_buckets"] * heads * dtype.itemsize,
-        "shaw": heads * (2 * SHAW_K + 1) * dtype.itemsize,
-        "shaw_kv": 2 * (2 * SHAW_K + 1) * head_dim * dtype.itemsize,
-    }[family]
-
-
-def _cost(family: str):
+def _cost(family: BiasFamily):
     def cost(point: Point, dtype, mode: str) -> Cost:
         b, h, n, d = point.batch, point.num_heads, point.seq_len, point.head_dim
         hk = point.kv_heads
         attn = 4 * b * h * n * n * d // (2 if point.causal else 1)
-        rel = 4 * b * h * n * (2 * SHAW_K + 1) * d if family == "shaw_kv" else 0
-        table = table_bytes(family, h, d, dtype)
+        rel = b * h * n * family.extra_flops(d)
+        table = family.table_bytes(h, d, dtype)
         act, act_kv = (b * heads * n * d * dtype.itemsize for heads in (h, hk))
         # forward reads q, k, v and writes out; backward reads q, k, v, out, dout and writes
         # dq, dk, dv (k and v with the kv heads)
@@ -341,9 +229,13 @@ def _with_knobs(build):
     return wrapped
 
 
-def _case(name: str, family: str) -> Case:
-    kv = family == "shaw_kv"
-    no_bias = "Shaw's value term adds to the output: not expressible"
+def _either(first, second):
+    """supports(point): the first reason not to run, of two checks."""
+    return lambda point: first(point) or second(point)
+
+
+def _case(family: BiasFamily) -> Case:
+    expressible = _either(family.expressible, _default_tiles)
     impls = {
         "reference": Impl(on_qkv(_reference(family)), supports=_default_tiles, holds=4),
         "compiled": Impl(
@@ -356,7 +248,7 @@ def _case(name: str, family: str) -> Case:
             on_qkv(_sdpa(family)),
             note="bias materialized as attn_mask",
             holds=3,
-            supports=_unsupported(no_bias) if kv else _default_tiles,
+            supports=expressible,
         ),
         "sdpa_nobias": Impl(
             on_qkv(_sdpa_nobias),
@@ -368,7 +260,7 @@ def _case(name: str, family: str) -> Case:
             on_qkv(_flex(family)),
             compiled=True,
             note="torch.compile(flex_attention)",
-            supports=_unsupported(no_bias) if kv else _default_tiles,
+            supports=expressible,
         ),
         "triton": Impl(
             on_qkv(_triton(family)),
@@ -377,23 +269,19 @@ def _case(name: str, family: str) -> Case:
             note="; ".join(filter(None, ["kernels.relative_attention", TRITON_NOTE])),
         ),
     }
-    grads = ("q", "k", "v") if family == "alibi" else ("q", "k", "v", "params")
     return Case(
-        name=name,
+        name=f"{family.name}_attention",
         level=Level.ATTENTION,
-        build=_with_knobs(_build(family)),
+        build=_with_knobs(build_inputs(family)),
         reference=_truth(family),
         impls=impls,
         baseline="reference",
         cost=_cost(family),
-        grad_inputs=grads,
+        grad_inputs=("q", "k", "v", "params") if family.trains else ("q", "k", "v"),
         batched=("q", "k", "v"),
         knobs=(CAUSAL, NUM_KV_HEADS, FWD_TILES, BWD_TILES),
         truth_holds=4,
     )
 
 
-ALIBI_ATTENTION = _case("alibi_attention", "alibi")
-T5_ATTENTION = _case("t5_attention", "t5")
-SHAW_BIAS_ATTENTION = _case("shaw_bias_attention", "shaw")
-SHAW_KV_ATTENTION = _case("shaw_kv_attention", "shaw_kv")
+ATTENTION = [_case(family) for family in FAMILIES.values()]

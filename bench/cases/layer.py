@@ -19,8 +19,9 @@ Implementations of the positional part, each as bench/cases/rope.py and bias.py 
   sinusoidal, learnable  reference (posenc's module), compiled;
   rope, mrope            reference (posenc.functional.apply_rope), compiled, triton
                          (kernels.apply_rope on the projections' (B, L, H, D) memory);
-  alibi, t5, shaw_bias, shaw_kv  the attention factories of bench/cases/bias.py (decode:
-                         sequences.py): reference, compiled (prefill), sdpa, flex, triton.
+  alibi, t5, shaw_bias, shaw_kv  every family of bench/cases/families.py, by the attention
+                         factories of bias.py (decode: sequences.py): reference, compiled
+                         (prefill), sdpa, flex, triton.
 Knobs: num_kv_heads, d_ff (null: 3.5 d_model, Llama 3's ratio), rope_scaling (layer_rope:
 RoPE with a long-context schedule), mrope_style, kv_cache.
 
@@ -48,6 +49,7 @@ from bench.cases._common import (
     per_mode,
     triton_kernels,
 )
+from bench.cases.families import FAMILIES
 from bench.cases.multimodal import MROPE_STYLE, _mrope_constraint, mrope_section, mrope_segments
 from bench.cases.rope import ROPE_SCALING, scaling_of
 from bench.checks import positive_ints
@@ -61,11 +63,10 @@ D_FF = Knob(
     "layer cases: the SwiGLU MLP's hidden size (null: 3.5 x d_model)",
     lambda value, key: positive_ints(value, key, allow_none=True),
 )
-FAMILY = {"alibi": "alibi", "t5": "t5", "shaw_bias": "shaw", "shaw_kv": "shaw_kv"}
 KIND = {  # where each encoding acts in the layer
     **dict.fromkeys(("sinusoidal", "learnable"), "embed"),
     **dict.fromkeys(("rope", "mrope"), "rotate"),
-    **dict.fromkeys(FAMILY, "bias"),
+    **dict.fromkeys(FAMILIES, "bias"),
 }
 PREFIX = "position."  # the encoding's own parameters among the layer's
 
@@ -78,8 +79,9 @@ def _position_module(encoding: str, point: Point):
     """The encoding's module with parameters (learned tables), or None."""
     if encoding == "learnable":
         return posenc.LearnablePositionalEncoding(point.d_model, point.seq_len)
-    if encoding in ("t5", "shaw_bias", "shaw_kv"):
-        return Bias.learned_tables(FAMILY[encoding], point.num_heads, point.head_dim)
+    family = FAMILIES.get(encoding)
+    if family is not None and family.learned is not None:
+        return family.learned(point.num_heads, point.head_dim)
     return None
 
 
@@ -113,8 +115,9 @@ def _builder(encoding: str, decode: bool):
         if KIND[encoding] == "rotate":
             inputs["cos"], inputs["sin"] = _rope_tables(encoding, point, device, torch.float32)
             inputs["cos64"], inputs["sin64"] = _rope_tables(encoding, point, device, torch.float64)
-        if encoding == "alibi":
-            inputs["slopes"] = F.alibi_slopes(point.num_heads).float().to(device)
+        if encoding in FAMILIES:  # its fixed tables (ALiBi's slopes)
+            fixed = FAMILIES[encoding].fixed(point.num_heads)
+            inputs["fixed"] = {n: t.to(device) for n, t in fixed.items()}
         if decode:
             cache = (b, point.kv_heads, n, point.head_dim)
             inputs["cache_k"], inputs["cache_v"] = (
@@ -152,7 +155,7 @@ def _attention_inputs(inputs) -> dict:
         )
 
     att = {"q": like(heads, x.shape[1]), "k": like(kv_heads, keys), "v": like(kv_heads, keys)}
-    att.update(causal=True, params=_position_params(inputs), slopes=inputs.get("slopes"))
+    att.update(causal=True, params=_position_params(inputs), **inputs.get("fixed", {}))
     if "cache_k" in inputs:
         att.update(kv_lens=inputs["kv_lens"], ragged=inputs["ragged"])
     return att
@@ -206,7 +209,7 @@ def _hooks(encoding: str, impl: str, inputs, truth: bool = False) -> dict:
         return {"embed": _embedding(encoding, impl, inputs)}
     if kind == "rotate":
         return {"rotate": _rotation(impl, inputs, truth)}
-    family = FAMILY[encoding]
+    family = FAMILIES[encoding]
     factories = Seq.attentions(family) if "cache_k" in inputs else Bias.attentions(family)
     return {"attend": factories[impl](_attention_inputs(inputs))}
 
@@ -237,7 +240,7 @@ def _cost(encoding: str, decode: bool):
         tokens = b if decode else b * n
         pairs = sum(Seq.kv_lengths(point)) if decode else b * n * (n + 1) // 2
         attn = 4 * h * hd * pairs
-        rel = 4 * h * tokens * (2 * Bias.SHAW_K + 1) * hd if encoding == "shaw_kv" else 0
+        rel = h * tokens * FAMILIES[encoding].extra_flops(hd) if encoding in FAMILIES else 0
         matmul = 2 * tokens * mats
         size = dtype.itemsize
         cache = 2 * hk * hd * sum(Seq.kv_lengths(point)) * size if decode else 0
@@ -259,7 +262,7 @@ def _impls(encoding: str, decode: bool) -> dict[str, Impl]:
         if decode
         else ("reference", "compiled", "sdpa", "flex", "triton"),
     )
-    no_value_term = encoding == "shaw_kv"
+    family = FAMILIES.get(encoding)
     impls = {
         "nope": Impl(
             _call(encoding, "nope"),
@@ -274,10 +277,8 @@ def _impls(encoding: str, decode: bool) -> dict[str, Impl]:
             opts = dict(devices=TRITON_DEVICES, elsewhere=TRITON_ELSEWHERE, note=TRITON_NOTE)
         if name in ("compiled", "flex"):
             opts["compiled"] = True
-        if name in ("sdpa", "flex") and no_value_term:
-            opts["supports"] = Bias._unsupported(
-                "Shaw's value term adds to the output: not expressible"
-            )
+        if name in ("sdpa", "flex"):
+            opts["supports"] = family.expressible
         if kind == "bias" and not decode:
             opts["holds"] = {"reference": 4, "compiled": 2, "sdpa": 3}.get(name, 0)
         impls[name] = Impl(_call(encoding, name), grad=grad, **opts)
@@ -318,4 +319,4 @@ def _case(encoding: str, decode: bool) -> Case:
 
 
 PREFILL = [_case(e, False) for e in KIND]
-DECODE = [_case(e, True) for e in ("rope", "alibi", "t5", "shaw_bias", "shaw_kv")]
+DECODE = [_case(e, True) for e in ("rope", *FAMILIES)]

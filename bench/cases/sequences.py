@@ -1,4 +1,4 @@
-"""Relative-bias attention on the sequences models run (bench/cases/bias.py's families):
+"""Relative-bias attention on the sequences models run (bench/cases/families.py's families):
 
   {family}_decode  a decode step: q_len queries (1 by default) at the end of a KV cache of
                    seq_len keys, causal; knob kv_cache: "full" (every row's cache seq_len
@@ -36,12 +36,13 @@ from bench.cases._common import (
     TRITON_ELSEWHERE,
     TRITON_NOTE,
     compile_impl,
+    gqa,
     per_mode,
     triton_kernels,
 )
+from bench.cases.families import FAMILIES, BiasFamily
 from bench.checks import one_of, positive_ints
 from bench.registry import Case, Cost, Impl, Knob, Level, Point
-from posenc import functional as F
 
 Q_LEN = Knob("q_len", 1, "decode: queries at the end of the cache (1: one step)", positive_ints)
 KV_CACHE = Knob("kv_cache", "full", "decode: full or ragged caches", one_of("full", "ragged"))
@@ -73,7 +74,7 @@ def _sizes(bounds: list[int]) -> list[int]:
     return [y - x for x, y in zip(bounds, bounds[1:], strict=False)]
 
 
-def _cost(family: str, packed: bool):
+def _cost(family: BiasFamily, packed: bool):
     def cost(point: Point, dtype, mode: str) -> Cost:
         h, hk, d, size = point.num_heads, point.kv_heads, point.head_dim, dtype.itemsize
         if packed:
@@ -84,9 +85,9 @@ def _cost(family: str, packed: bool):
             lq, lens = point.q_len, kv_lengths(point)
             pairs = sum(lq * n - lq * (lq - 1) // 2 for n in lens)  # causal at the cache's end
             queries, keys = point.batch * lq, sum(lens)
-        rel = 4 * h * queries * (2 * B.SHAW_K + 1) * d if family == "shaw_kv" else 0
+        rel = h * queries * family.extra_flops(d)
         attn = 4 * h * pairs * d
-        table = B.table_bytes(family, h, d, dtype)
+        table = family.table_bytes(h, d, dtype)
         act, act_kv = h * queries * d * size, hk * keys * d * size
         forward = Cost(2 * act + 2 * act_kv + table, attn + rel)
         backward = Cost(4 * act + 4 * act_kv + 2 * table, int(2.5 * attn) + 2 * rel)
@@ -95,8 +96,8 @@ def _cost(family: str, packed: bool):
     return cost
 
 
-def _build(family: str, packed: bool):
-    tensors = B._build(family, q_len=None if packed else (lambda p: p.q_len))
+def _build(family: BiasFamily, packed: bool):
+    tensors = B.build_inputs(family, q_len=None if packed else (lambda p: p.q_len))
 
     def build(point: Point, device, dtype):
         inputs = dict(tensors(point, device, dtype), causal=point.causal if packed else True)
@@ -153,29 +154,17 @@ def _kernel_seq_kwargs(inputs) -> dict:
     return dict(_seq_kwargs(inputs), **extra)
 
 
-def _eager(family: str, inputs: dict):
-    q, causal, seq = inputs["q"], inputs["causal"], _seq_kwargs(inputs)
-    if family != "shaw_kv":
-        module = B._bias_module(family, inputs)
-        return lambda q, k, v: F.relative_attention(q, k, v, bias=module, causal=causal, **seq)
-    p = inputs["params"]
-
-    def attend(q_s, k_s, v_s, _at):
-        lq, lk = q_s.shape[2], k_s.shape[2]
-        mask = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril(lk - lq)
-        ek, ev, mask = p["emb_k"], p["emb_v"], mask if causal else None
-        return F.shaw_attention(q_s, k_s, v_s, ek, ev, B.SHAW_K, mask=mask, offset=lk - lq)[0]
-
-    return lambda q, k, v: F.each_sequence(attend, q, k, v, **seq)
+def _eager(family: BiasFamily, inputs: dict):
+    return family.attention(inputs, inputs["causal"], _seq_kwargs(inputs))
 
 
-def _truth(family: str):
+def _truth(family: BiasFamily):
     return lambda inputs: B.on_qkv(lambda i: _eager(family, i))(inputs)()
 
 
-def _bias(family: str, inputs: dict) -> torch.Tensor:
+def _bias(family: BiasFamily, inputs: dict) -> torch.Tensor:
     """The (B | 1, H, Lq, Lk) bias with -inf where a key is not seen, in q's dtype."""
-    module, q, k = B._bias_module(family, inputs), inputs["q"], inputs["k"]
+    module, q, k = family.module(inputs), inputs["q"], inputs["k"]
     lq, lk = q.shape[2], k.shape[2]
     if "cu_seqlens" in inputs:  # j - i within a document is j - i over the row
         bias = module.bias(lq, lk)[None]
@@ -185,32 +174,34 @@ def _bias(family: str, inputs: dict) -> torch.Tensor:
     return bias.to(q.dtype).masked_fill(~_allowed(inputs), float("-inf"))
 
 
-def _sdpa(family: str):
+def _sdpa(family: BiasFamily):
     def attention(inputs):
-        gqa = B._gqa(inputs)
-        if any(p.requires_grad for p in inputs.get("params", {}).values()):
+        grouped = gqa(inputs)
+        if B.trains(inputs):
             return lambda q, k, v: nnf.scaled_dot_product_attention(
-                q, k, v, attn_mask=_bias(family, inputs), enable_gqa=gqa
+                q, k, v, attn_mask=_bias(family, inputs), enable_gqa=grouped
             )
         with torch.no_grad():
             mask = _bias(family, inputs)
         return lambda q, k, v: nnf.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, enable_gqa=gqa
+            q, k, v, attn_mask=mask, enable_gqa=grouped
         )
 
     return attention
 
 
 def _sdpa_nobias(inputs):
-    gqa, mask = B._gqa(inputs), _allowed(inputs)
-    return lambda q, k, v: nnf.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+    grouped, mask = gqa(inputs), _allowed(inputs)
+    return lambda q, k, v: nnf.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, enable_gqa=grouped
+    )
 
 
 def _nobias_truth(inputs):
     return B.on_qkv(_sdpa_nobias)(inputs)()
 
 
-def _flex(family: str):
+def _flex(family: BiasFamily):
     def attention(inputs):
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -233,26 +224,25 @@ def _flex(family: str):
             mask_mod, rows, None, q.shape[2], k.shape[2], device=q.device
         )
         fn = compile_impl(flex_attention)
-        score_mod = B._score_mod(family, inputs, offsets)
-        gqa = B._gqa(inputs)
+        score_mod, grouped = family.score_mod(inputs, offsets), gqa(inputs)
         return lambda q, k, v: fn(
-            q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa
+            q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=grouped
         )
 
     return attention
 
 
-def _triton(family: str):
+def _triton(family: BiasFamily):
     def attention(inputs):
         causal = inputs["causal"]
-        kwargs = dict(B.triton_kwargs(family, inputs), causal=causal, **_kernel_seq_kwargs(inputs))
+        kwargs = dict(family.kernel_args(inputs), causal=causal, **_kernel_seq_kwargs(inputs))
         attend = triton_kernels().relative_attention
         return lambda q, k, v: attend(q, k, v, **kwargs)
 
     return attention
 
 
-def attentions(family: str) -> dict:
+def attentions(family: BiasFamily) -> dict:
     """The family's attention factories on these sequences, by implementation (B.on_qkv)."""
     return {
         "reference": lambda inputs: _eager(family, inputs),
@@ -277,14 +267,12 @@ def _decode_constraint(point: Point) -> str | None:
     return None
 
 
-def _case(name: str, family: str, packed: bool) -> Case:
-    kv, grad = family == "shaw_kv", packed  # decoding runs forward only
+def _case(family: BiasFamily, packed: bool) -> Case:
+    grad = packed  # decoding runs forward only
     # the memory guard's (B, H, L, L) scores: packed SDPA's mask; a decode step's are (B, H,
     # q_len, L), unguarded (a row past memory records oom)
     guard = int(packed)
     attend = attentions(family)
-    no_bias = B._unsupported("Shaw's value term adds to the output: not expressible")
-    expressible = no_bias if kv else (lambda p: None)
     opts = {  # per implementation, besides grad
         "reference": dict(holds=4 * guard),
         "sdpa": dict(note="bias and mask materialized as attn_mask", holds=3 * guard),
@@ -300,15 +288,15 @@ def _case(name: str, family: str, packed: bool) -> Case:
         name: Impl(
             B.on_qkv(attend[name]),
             grad=grad,
-            supports=expressible if name in ("sdpa", "flex") else (lambda p: None),
+            supports=family.expressible if name in ("sdpa", "flex") else (lambda p: None),
             **opts[name],
         )
         for name in opts
     }
-    tables = ("q", "k", "v") if family == "alibi" else ("q", "k", "v", "params")
+    tables = ("q", "k", "v", "params") if family.trains else ("q", "k", "v")
     knobs = (B.CAUSAL, NUM_KV_HEADS, DOCUMENTS) if packed else (NUM_KV_HEADS, Q_LEN, KV_CACHE)
     return Case(
-        name=name,
+        name=f"{family.name}_{'packed' if packed else 'decode'}",
         level=Level.ATTENTION,
         build=_build(family, packed),
         reference=_truth(family),
@@ -323,6 +311,5 @@ def _case(name: str, family: str, packed: bool) -> Case:
     )
 
 
-_FAMILIES = {"alibi": "alibi", "t5": "t5", "shaw_bias": "shaw", "shaw_kv": "shaw_kv"}
-DECODE = [_case(f"{name}_decode", family, False) for name, family in _FAMILIES.items()]
-PACKED = [_case(f"{name}_packed", family, True) for name, family in _FAMILIES.items()]
+DECODE = [_case(family, False) for family in FAMILIES.values()]
+PACKED = [_case(family, True) for family in FAMILIES.values()]

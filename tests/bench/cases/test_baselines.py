@@ -6,7 +6,7 @@ import torch
 from torch.nn.attention.flex_attention import flex_attention
 
 from bench.cases import CASES
-from bench.cases import bias as bias_case
+from bench.cases.families import FAMILIES
 from bench.registry import Point
 from posenc import functional as F
 from tests.helpers import call_twice, fake_module
@@ -17,10 +17,8 @@ def test_flex_t5_score_mod_looks_the_bucket_up(monkeypatch):
     """T5's bucket of each j - i comes from a table built once: the score_mod computes no
     logarithm (and nothing in float64) per score, and gives posenc's bias."""
     point = Point(1, 40, 32, 2)
-    inputs = bias_case._with_knobs(bias_case._build("t5"))(
-        point, torch.device("cpu"), torch.float32
-    )
-    score_mod = bias_case._score_mod("t5", inputs)
+    inputs = CASES["t5_attention"].build(point, torch.device("cpu"), torch.float32)
+    score_mod = FAMILIES["t5"].score_mod(inputs)
 
     def no_bucket(*args, **kwargs):
         raise AssertionError("t5_relative_bucket called per score")

@@ -1,0 +1,217 @@
+"""The relative-bias families, each declared once: ALiBi, T5's buckets, Shaw's scalar bias, and
+Shaw's key and value terms.
+
+A `BiasFamily` is everything the harness knows of one: the tables it computes with (learned or
+fixed) and how they are built, posenc's module that computes its (H, Lq, Lk) bias from them,
+its reference attention, `kernels.relative_attention`'s arguments, its FlexAttention
+score_mod, what its tables weigh and what it adds to the FLOPs. The attention, decode, packed
+and layer cases of every family are made from FAMILIES (bench/cases/bias.py, sequences.py,
+layer.py), and so are the compile audit's launches (bench/audit/capture.py) and the tile search
+(tools/tile_search.py): adding a family is its posenc reference, its kernel, and one
+declaration here (docs/architecture.md counts the files).
+
+Inputs of a family (besides q, k, v): `params` (its learned tables, a dict of parameters
+seeded by the runner, what the backward modes differentiate) and its fixed tables by name
+(ALiBi's slopes, float32).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+import posenc
+from bench.cases._common import bind, parameters
+from posenc import functional as F
+
+SHAW_K = 16  # Shaw's clip distance K: 2K + 1 = 33 relative positions
+T5_ARGS = dict(num_buckets=32, max_distance=128, bidirectional=True)  # T5's public configuration
+Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class BiasFamily:
+    """One bias family (see the module docstring). Every callable takes the point's inputs
+    (q (B, H, Lq, D), k and v (B, Hk, Lk, D) and the family's tables) unless it says otherwise.
+
+    name       the cases' names: {name}_attention, {name}_decode, {name}_packed, layer_{name};
+    kernel     the kernel's name of it (kernels.relbias FAMILY_*), the compile audit's family;
+    learned    (heads, head_dim) -> the module holding its learned tables, or None;
+    fixed      heads -> its tables that never train, by input name (float32 on the CPU);
+    module     inputs -> posenc's bias module computing with the inputs' tables (`.bias(Lq,
+               Lk, offset=)` -> (H, Lq, Lk)); None: no additive bias (SDPA and FlexAttention
+               cannot express the family);
+    kernel_args  inputs -> kernels.relative_attention's bias arguments;
+    score      (inputs, Lq, Lk) -> bias(b, h, q_pos, k_pos) for a score_mod (positions from
+               the row's first key), or None;
+    table_bytes  (heads, head_dim, dtype) -> the bytes of its tables as the kernel reads them;
+    extra_flops  head_dim -> FLOPs per (query, head) beyond the attention's (Shaw's terms);
+    eager      (inputs, causal, seq) -> (q, k, v) -> out: the reference attention, seq the
+               sequences' kv_lens / cu_seqlens; None: posenc's relative_attention with module;
+    inexpressible  why SDPA and FlexAttention cannot run it (with module None);
+    tile_kind  the kernel's tile table it runs with ("value": the forward keeps per-row sums per
+               relative index, Shaw's value term; kernels/relbias.py), for the tile search.
+    """
+
+    name: str
+    kernel: str
+    learned: Callable[[int, int], nn.Module] | None
+    fixed: Callable[[int], dict[str, torch.Tensor]]
+    module: Callable[[dict], nn.Module] | None
+    kernel_args: Callable[[dict], dict]
+    score: Callable[[dict, int, int], Callable] | None
+    table_bytes: Callable[[int, int, torch.dtype], int]
+    extra_flops: Callable[[int], int] = lambda head_dim: 0
+    eager: Callable[[dict, bool, dict], Attention] | None = None
+    inexpressible: str = ""
+    tile_kind: str = "plain"
+
+    @property
+    def trains(self) -> bool:
+        """Whether its tables are learned (the backward modes differentiate `params`)."""
+        return self.learned is not None
+
+    def expressible(self, point=None) -> str | None:
+        """None where SDPA's attn_mask and a score_mod can express it (an additive bias), else
+        why not: an Impl's `supports` for those implementations."""
+        return None if self.module is not None else self.inexpressible
+
+    def inputs(self, heads: int, head_dim: int, device, dtype) -> dict:
+        """Its tables for a point: the fixed ones on `device`, the learned ones as parameters in
+        the row's dtype (seeded by the caller)."""
+        out = {n: t.to(device) for n, t in self.fixed(heads).items()}
+        if self.learned is not None:
+            out["params"] = parameters(self.learned(heads, head_dim), device, dtype)
+        return out
+
+    def attention(self, inputs: dict, causal: bool, seq: dict | None = None) -> Attention:
+        """The reference attention as a function of (q, k, v)."""
+        if self.eager is not None:
+            return self.eager(inputs, causal, seq or {})
+        bias = self.module(inputs)
+        return lambda q, k, v: F.relative_attention(q, k, v, bias=bias, causal=causal, **seq or {})
+
+    def score_mod(self, inputs: dict, offsets: torch.Tensor | None = None):
+        """FlexAttention's score_mod: score + bias at query position i (or offsets[b] + i, the
+        queries at the end of row b's cache) and key position j."""
+        lq, lk = inputs["q"].shape[2], inputs["k"].shape[2]
+        bias = self.score(inputs, lq, lk)
+        if offsets is None:
+            return lambda score, b, h, i, j: score + bias(b, h, i, j)
+        return lambda score, b, h, i, j: score + bias(b, h, offsets[b] + i, j)
+
+
+def _bound(factory: Callable[[int], nn.Module]) -> Callable[[dict], nn.Module]:
+    """module(inputs) for a family whose posenc module holds its learned tables."""
+
+    def module(inputs):
+        q = inputs["q"]
+        return bind(factory(q.shape[1]).to(q.device), inputs["params"])
+
+    return module
+
+
+def _alibi_module(inputs):
+    module = posenc.ALiBi(inputs["q"].shape[1]).to(inputs["q"].device)
+    module.slopes = inputs["slopes"]
+    return module
+
+
+def _alibi_score(inputs, lq, lk):
+    slopes = inputs["slopes"]
+    return lambda b, h, i, j: -slopes[h] * (j - i).abs()
+
+
+def _t5_score(inputs, lq, lk):
+    """T5's bucket of each j - i looked up from a table built once (no logarithm per score)."""
+    table = inputs["params"]["relative_attention_bias.weight"]  # (num_buckets, H)
+    low = lq + lk  # j - i from -(Lq + Lk) (a query past an offset) to Lk
+    rels = torch.arange(-low, lk + 1, device=table.device)
+    bucket = F.t5_relative_bucket(
+        rels, T5_ARGS["bidirectional"], T5_ARGS["num_buckets"], T5_ARGS["max_distance"]
+    ).int()
+    return lambda b, h, i, j: table[bucket[j - i + low], h]
+
+
+def _shaw_score(inputs, lq, lk):
+    table = inputs["params"]["table"]  # (H, 2K + 1)
+    return lambda b, h, i, j: table[h, (j - i).clamp(-SHAW_K, SHAW_K) + SHAW_K]
+
+
+def _shaw_tables(heads: int, head_dim: int) -> nn.Module:
+    """Shaw's key and value tables (emb_k, emb_v: (2K + 1, D)), shared by every head."""
+    return nn.ParameterDict(
+        {n: nn.Parameter(0.5 * torch.randn(2 * SHAW_K + 1, head_dim)) for n in ("emb_k", "emb_v")}
+    )
+
+
+def _shaw_kv_eager(inputs, causal, seq):
+    """posenc's Shaw attention on each sequence: queries at the end of its keys."""
+    p = inputs["params"]
+
+    def attend(q_s, k_s, v_s, _at):
+        lq, lk = q_s.shape[2], k_s.shape[2]
+        mask = torch.ones(lq, lk, dtype=torch.bool, device=q_s.device).tril(lk - lq)
+        ek, ev, mask = p["emb_k"], p["emb_v"], mask if causal else None
+        return F.shaw_attention(q_s, k_s, v_s, ek, ev, SHAW_K, mask=mask, offset=lk - lq)[0]
+
+    return lambda q, k, v: F.each_sequence(attend, q, k, v, **seq)
+
+
+ALIBI = BiasFamily(
+    name="alibi",
+    kernel="alibi",
+    learned=None,
+    fixed=lambda heads: {"slopes": F.alibi_slopes(heads).float()},
+    module=_alibi_module,
+    kernel_args=lambda inputs: {"alibi_slopes": inputs["slopes"]},
+    score=_alibi_score,
+    table_bytes=lambda heads, head_dim, dtype: 4 * heads,  # float32 slopes
+)
+T5 = BiasFamily(
+    name="t5",
+    kernel="t5",
+    learned=lambda heads, head_dim: posenc.T5RelativeBias(heads, **T5_ARGS),
+    fixed=lambda heads: {},
+    module=_bound(lambda heads: posenc.T5RelativeBias(heads, **T5_ARGS)),
+    kernel_args=lambda inputs: {
+        "t5_table": inputs["params"]["relative_attention_bias.weight"],
+        "t5_num_buckets": T5_ARGS["num_buckets"],
+        "t5_max_distance": T5_ARGS["max_distance"],
+        "t5_bidirectional": T5_ARGS["bidirectional"],
+    },
+    score=_t5_score,
+    table_bytes=lambda heads, head_dim, dtype: T5_ARGS["num_buckets"] * heads * dtype.itemsize,
+)
+SHAW_BIAS = BiasFamily(
+    name="shaw_bias",
+    kernel="shaw",
+    learned=lambda heads, head_dim: posenc.ShawBias(heads, SHAW_K),
+    fixed=lambda heads: {},
+    module=_bound(lambda heads: posenc.ShawBias(heads, SHAW_K)),
+    kernel_args=lambda inputs: {"shaw_bias": inputs["params"]["table"]},
+    score=_shaw_score,
+    table_bytes=lambda heads, head_dim, dtype: heads * (2 * SHAW_K + 1) * dtype.itemsize,
+)
+SHAW_KV = BiasFamily(
+    name="shaw_kv",
+    kernel="shaw_kv",
+    learned=_shaw_tables,
+    fixed=lambda heads: {},
+    module=None,  # Shaw's value term adds to the output: no attn_mask, no score_mod
+    kernel_args=lambda inputs: {
+        "shaw_k": inputs["params"]["emb_k"],
+        "shaw_v": inputs["params"]["emb_v"],
+    },
+    score=None,
+    table_bytes=lambda heads, head_dim, dtype: 2 * (2 * SHAW_K + 1) * head_dim * dtype.itemsize,
+    # Q E_K^T and the per-index weights times E_V: 2 (2K + 1) D multiply-adds each
+    extra_flops=lambda head_dim: 4 * (2 * SHAW_K + 1) * head_dim,
+    eager=_shaw_kv_eager,
+    inexpressible="Shaw's value term adds to the output: not expressible",
+    tile_kind="value",
+)
+FAMILIES = {f.name: f for f in (ALIBI, T5, SHAW_BIAS, SHAW_KV)}
