@@ -2,7 +2,7 @@
 batch row (queries at the keys' end when Lq < Lk), per-row cache lengths (kv_lens), or packed
 documents (cu_seqlens); and the forward's key split for decoding (flash-decoding).
 
-The kernels read a sequence's rows and offset through `_sequence` (kernels/_relbias_jit.py);
+The kernels read a sequence's rows and offset through `_sequence` (kernels/_relbias_common.py);
 this module checks the arguments, picks the mode and the split, and merges split outputs.
 """
 
@@ -15,7 +15,11 @@ import torch
 import triton
 from torch import Tensor
 
-from kernels._relbias_jit import AT_END, CACHE, PACKED, SELF, _relbias_combine_kernel
+from kernels import _relbias_common as jit
+from kernels._relbias_fwd import _relbias_combine_kernel
+
+# the kernels' sequence modes (their SEQ constexpr) as the ints the launchers pass
+SELF, AT_END, CACHE, PACKED = (m.value for m in (jit.SELF, jit.AT_END, jit.CACHE, jit.PACKED))
 
 # An H100 / H200 SXM's SMs: the split heuristic's GPU where there is none (the interpreter,
 # the compile audit's meta tensors)

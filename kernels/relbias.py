@@ -3,57 +3,58 @@
 softmax(scale q k^T + bias(j - i)) v by online softmax over key blocks (flash-attention style),
 forward and backward. The bias is computed from r = j - i per tile, so no (L x L) tensor is ever
 in memory: O(B H L D), plus O(B H L K) for Shaw's key and value terms.
-File order: the kernels (kernels/_relbias_jit.py) -> tiles -> launchers -> autograd Function ->
-public `relative_attention`.
+The op's files, in order: the kernels by pass (kernels/_relbias_fwd.py, _relbias_dkdv.py,
+_relbias_dq.py, what they share in _relbias_common.py) -> the tiles (_relbias_tiles.py) -> the
+families' arguments (_relbias_families.py) and the sequences (_relbias_seq.py) -> this file:
+the launchers, the autograd Function, the public `relative_attention`.
 
-Why this file is long: one op in that order (docs/architecture.md), with the per-GPU tile
-tables and the checks of every argument of four bias families.
-
-T5's bias is looked up, not computed: the bucket of each clipped offset r in [-K, K] (K the
-maximum distance, beyond which every offset shares the last bucket) is computed once per
-configuration and device, exactly (float64, see _t5_buckets), and the kernel reads the table at
-that bucket (only in the band |r| < K of each row: beyond it one value per row): no logarithm
-per score, whose approximate GPU version would drop a bucket at the offsets where
-the bucket boundary is an exact integer (16, 32 and 64 for 32 buckets, max distance 128).
+Why this file is long: the launchers pass each kernel its some sixty arguments by position, one
+a line, next to the autograd Function and the public function that checks its arguments.
 
 The table gradients (slopes, T5 and Shaw tables) are reduced per program into per-bucket
 partial sums, summed on the host: no atomics, so they are deterministic; and only computed when
 the table requires grad.
 """
 
-# No `from __future__ import annotations`: the Tiles NamedTuple's annotations are real types.
-import functools
 import math
-import os
-import warnings
-from typing import NamedTuple
 
 import torch
 import triton
 from torch import Tensor
-from triton.runtime.errors import OutOfResources
 
-from kernels._relbias_jit import (
+from kernels import _relbias_common as jit
+from kernels._relbias_dkdv import _relbias_bwd_delta_kernel, _relbias_bwd_dkdv_kernel
+from kernels._relbias_dq import _relbias_bwd_dq_kernel
+from kernels._relbias_families import (
     ALIBI,
-    CACHE,
-    PACKED,
+    FAMILIES,
     SHAW_KV,
     TABLE,
-    _relbias_bwd_delta_kernel,
-    _relbias_bwd_dkdv_kernel,
-    _relbias_bwd_dq_kernel,
-    _relbias_fwd_kernel,
+    Options,
+    _Spec,
 )
-from kernels._relbias_seq import Sequences, check_num_splits, key_split, merge, sequences
+from kernels._relbias_fwd import _relbias_fwd_kernel
+from kernels._relbias_seq import (
+    CACHE,
+    PACKED,
+    Sequences,
+    check_num_splits,
+    key_split,
+    merge,
+    sequences,
+)
+from kernels._relbias_tiles import (
+    Tiles,
+    _block_d,
+    _fit_rows,
+    _interpreting,
+    _run,
+    check_tiles,
+)
 
-# The public families, mapped onto the kernels' three bias paths (T5 and Shaw's scalar bias
-# are both TABLE: an (H, 2K + 1) lookup).
-FAMILY_ALIBI, FAMILY_T5, FAMILY_SHAW, FAMILY_SHAW_KV = "alibi", "t5", "shaw", "shaw_kv"
 _LOG2E = math.log2(math.e)  # the kernels' logits are base 2: scale * log2(e) in one multiply
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+# the dots' float32 modes (the kernels' F32 constexpr)
+NATIVE, TF32X3, IEEE = jit.NATIVE.value, jit.TF32X3.value, jit.IEEE.value
 
 
 def _upcast(q: Tensor) -> bool:
@@ -63,228 +64,22 @@ def _upcast(q: Tensor) -> bool:
 
 
 def _split(q: Tensor, ieee: bool) -> bool:
-    """Split the key loop into before / after / band (kernels/_relbias_jit.py)? Not for float32
+    """Split the key loop into before / after / band (kernels/_relbias_common.py)? Not for float32
     IEEE dots on a GPU (the FMA units: one masked loop, as its registers allow); always under
     the interpreter, so that the CPU tests run the split code (tests cover both)."""
     return _interpreting() or not (ieee and q.dtype == torch.float32)
 
 
-class Tiles(NamedTuple):
-    """Launch settings of one kernel: a (block_m, block_n) tile of (query rows, key columns),
-    num_warps and num_stages (software-pipelining depth of the key/query stream)."""
-
-    block_m: int
-    block_n: int
-    num_warps: int = 4
-    num_stages: int = 2
-
-
-# Defaults per GPU generation, chosen by the compile audit (tools/tile_search.py: the first
-# candidate, larger tiles first, with no spill for any bias family, causal or not, under
-# Triton 3.9 and 3.6, within the shared memory, every half-precision dot on wgmma on sm_90a;
-# docs/kernels.md, results in results/gpu-compile/). Keyed by (bytes per element, head dim
-# padded to 64 or 128: our BLOCK_D, kind): "value" is Shaw's key and value terms, whose
-# forward and dq kernels keep (block_m, NB) per-row sums. float32 runs IEEE dots on the CUDA
-# cores, whose register use swings with the tile (hence its small tiles). Backward tiles are
-# the dk/dv kernel's (block_m queries streamed past block_n keys held, the tile computed keys
-# by queries so that every dot has M = block_n); the dq kernel runs the transpose. A GPU
-# before sm_80 gets _GENERIC; one after sm_90, the sm80 table (neither audited).
-_FWD_TILES = {
-    "sm90": {
-        (2, 128, "plain"): Tiles(128, 64, 8, 2),
-        (2, 128, "value"): Tiles(64, 32, 8, 2),
-        (2, 64, "plain"): Tiles(128, 64, 8, 3),
-        (2, 64, "value"): Tiles(64, 64, 8, 3),
-        (4, 128, "plain"): Tiles(32, 32, 4, 2),
-        (4, 128, "value"): Tiles(16, 32, 8, 1),
-        (4, 64, "plain"): Tiles(32, 32, 4, 2),
-        (4, 64, "value"): Tiles(16, 32, 8, 1),
-    },
-    "sm80": {
-        (2, 128, "plain"): Tiles(64, 64, 8, 2),
-        (2, 128, "value"): Tiles(32, 32, 8, 2),
-        (2, 64, "plain"): Tiles(128, 64, 8, 3),
-        (2, 64, "value"): Tiles(32, 32, 4, 2),
-        (4, 128, "plain"): Tiles(16, 32, 8, 1),
-        (4, 128, "value"): Tiles(16, 32, 8, 1),
-        (4, 64, "plain"): Tiles(32, 32, 8, 1),
-        (4, 64, "value"): Tiles(16, 32, 8, 1),
-    },
-}
-_BWD_TILES = {
-    "sm90": {
-        (2, 128, "plain"): Tiles(32, 64, 8, 2),
-        (2, 128, "value"): Tiles(32, 64, 8, 2),
-        (2, 64, "plain"): Tiles(32, 128, 8, 2),
-        (2, 64, "value"): Tiles(32, 128, 8, 2),
-        (4, 128, "plain"): Tiles(16, 32, 8, 1),
-        (4, 128, "value"): Tiles(16, 32, 8, 1),
-        (4, 64, "plain"): Tiles(32, 32, 4, 1),
-        (4, 64, "value"): Tiles(32, 32, 4, 1),
-    },
-    "sm80": {
-        # 32 x 64 (dq 64 x 32) sat at 255 registers with no spill until the sequence layouts
-        # came; then T5's and Shaw's causal dq spilled 3-5 local stores under Triton 3.6
-        (2, 128, "plain"): Tiles(32, 32, 8, 2),
-        (2, 128, "value"): Tiles(16, 32, 4, 2),
-        (2, 64, "plain"): Tiles(32, 64, 8, 2),
-        (2, 64, "value"): Tiles(32, 32, 8, 2),
-        (4, 128, "plain"): Tiles(16, 32, 4, 1),
-        (4, 128, "value"): Tiles(16, 32, 4, 1),
-        (4, 64, "plain"): Tiles(32, 32, 8, 1),
-        (4, 64, "value"): Tiles(32, 32, 8, 1),
-    },
-}
-# GPUs with 99 KiB of shared memory per block (sm_86, sm_89, sm_120, sm_121: the RTX and L4/L40
-# line): the sm80 table's 3-stage 128 x 64 forward needs about 160 KiB. These fit in 80 KiB
-# (stages x (k + v) + the held block); not audited for spills.
-_SMALL_SHARED = {(8, 6), (8, 9), (12, 0), (12, 1)}
-_FWD_TILES["sm86"] = {
-    key: Tiles(16, 32, 4, 1) if key[0] == 4 else Tiles(64, 64 if key[2] == "plain" else 32, 4, 2)
-    for key in _FWD_TILES["sm80"]
-}
-_BWD_TILES["sm86"] = {
-    key: Tiles(16, 32, 4, 1) if key[0] == 4 else Tiles(32, 64, 4, 2) for key in _BWD_TILES["sm80"]
-}
-_GENERIC = {False: Tiles(64, 64, 4, 3), True: Tiles(32, 32, 4, 1)}  # before sm_80
-
-
-def _arch(major: int, minor: int) -> str | None:
-    """The tile table of a compute capability: sm90 (H100/H200), sm86 (99 KiB of shared memory),
-    sm80 (A100 and the rest from 8.0 on, unaudited beyond sm_80), None before sm_80."""
-    if (major, minor) == (9, 0):
-        return "sm90"
-    if (major, minor) in _SMALL_SHARED:
-        return "sm86"
-    return "sm80" if major >= 8 else None
-
-
-_SAFE = Tiles(32, 32, 4, 1)  # when a GPU's shared memory cannot hold the default
-_INTERPRETER = Tiles(16, 16)  # the interpreter runs fastest with small tiles
-
-
-def check_tiles(name: str, tiles) -> Tiles:
-    """A user's tiles, validated: a clear error naming the argument and the field."""
-    if not isinstance(tiles, tuple) or len(tiles) not in (2, 3, 4):
-        raise TypeError(
-            f"{name} must be kernels.relbias.Tiles(block_m, block_n, num_warps, "
-            f"num_stages), got {tiles!r}"
-        )
-    tiles = Tiles(*tiles)
-    for field in ("block_m", "block_n"):
-        value = getattr(tiles, field)
-        if not isinstance(value, int) or value < 16 or value > 256 or value & (value - 1):
-            raise ValueError(f"{name}.{field} must be a power of two in [16, 256], got {value!r}")
-    if not isinstance(tiles.num_warps, int) or tiles.num_warps not in (1, 2, 4, 8, 16):
-        raise ValueError(f"{name}.num_warps must be 1, 2, 4, 8 or 16, got {tiles.num_warps!r}")
-    if not isinstance(tiles.num_stages, int) or tiles.num_stages < 1:
-        raise ValueError(f"{name}.num_stages must be an int >= 1, got {tiles.num_stages!r}")
-    return tiles
-
-
-class _Spec:
-    """The compile-time settings of one call (the kernels' constexprs), its scale and tiles.
-
-    bias: ALIBI, TABLE or SHAW_KV; clip: K, the relative indices are 0 .. 2K; n_rel: the
-    entries a gradient is summed into (ALiBi 1, T5 its buckets, Shaw 2K + 1); nb: n_rel rounded
-    up to a power of two (>= 16), the width of the kernels' per-bucket vectors."""
-
-    def __init__(
-        self,
-        bias,
-        causal,
-        scale,
-        clip,
-        n_rel,
-        has_value=False,
-        table_grad=False,
-        fwd_tiles=None,
-        bwd_tiles=None,
-        family=None,
-    ):
-        self.bias, self.causal, self.scale, self.clip = bias, causal, scale, clip
-        self.family = family  # FAMILY_*: T5's table is (num_buckets, H), the others' (H, ...)
-        self.n_rel, self.has_value, self.table_grad = n_rel, has_value, table_grad
-        self.nb = max(16, triton.next_power_of_2(n_rel))
-        self.constexprs = dict(BIAS=bias, CAUSAL=causal, K=clip, HAS_VALUE=has_value)
-        self.user_tiles = {False: fwd_tiles, True: bwd_tiles}
-
-    def tiles(self, q: Tensor, backward: bool) -> tuple[Tiles, Tiles | None]:
-        """(tiles, fallback): the user's tiles (no fallback), or the default for q's GPU with
-        _SAFE as the fallback (block_m capped per kernel by row_tiles)."""
-        if self.user_tiles[backward] is not None:
-            return self.user_tiles[backward], None
-        if _interpreting():
-            return _INTERPRETER, None
-        major, minor = torch.cuda.get_device_capability(q.device)
-        arch = _arch(major, minor)
-        kind = "value" if (self.has_value if not backward else self.bias == SHAW_KV) else "plain"
-        key = (q.element_size(), 64 if q.shape[-1] <= 64 else 128, kind)
-        table = (_BWD_TILES if backward else _FWD_TILES).get(arch, {})
-        return table.get(key, _GENERIC[backward]), _SAFE
-
-    def row_tiles(self, tiles: Tiles) -> Tiles:
-        """tiles for a kernel that keeps (block_m, NB) float32 per-row bucket sums in registers
-        (the dq kernel always, the forward with Shaw's value term): block_m <= 4096 / NB, so a
-        wide table (Shaw with a large K) shrinks the tile instead of spilling."""
-        return tiles._replace(block_m=max(16, min(tiles.block_m, 4096 // self.nb)))
-
-
-def _run(launch, tiles: Tiles, fallback: Tiles | None, name: str):
-    """launch(tiles), or launch(fallback) on a GPU whose shared memory cannot hold the default
-    tiles, with a warning that names both (the harness puts warnings in the row). A user's
-    tiles that do not fit raise an error naming the argument."""
-    try:
-        return launch(tiles)
-    except OutOfResources as err:
-        if fallback is None:
-            raise ValueError(f"{name}={tiles} does not fit this GPU: {err}") from err
-        warnings.warn(
-            f"relative_attention: {name} {tuple(tiles)} do not fit this GPU "
-            f"({err}); ran with {tuple(fallback)}",
-            stacklevel=3,
-        )
-        return launch(fallback)
-
-
-def _t5_buckets(rel: Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
-    """T5's bucket of each relative position r = j - i (Raffel et al. 2020; the formula of the
-    public T5 code, which logs in float32): half of the buckets for r > 0 when bidirectional;
-    within a half, distances below half of its buckets exact, larger ones log-spaced up to
-    max_distance. In float64 with the floor taken 1e-9 above: where the exact value is an
-    integer (a boundary, e.g. |r| = 16, 32, 64 for 32 buckets and 128), a log that lands one
-    ulp low still gives the exact bucket; elsewhere no bucket value comes within 1e-9 of an
-    integer. int32, on rel's device."""
-    n = -rel
-    bucket = torch.zeros_like(rel)
-    if bidirectional:
-        num_buckets //= 2
-        bucket = bucket + (n < 0).to(rel.dtype) * num_buckets
-        n = n.abs()
-    else:
-        n = n.clamp(min=0)
-    exact = num_buckets // 2
-    scaled = torch.log(n.clamp(min=1).double() / exact) / math.log(max_distance / exact)
-    large = exact + torch.floor(scaled * (num_buckets - exact) + 1e-9).long()
-    large = large.clamp(max=num_buckets - 1)
-    return (bucket + torch.where(n < exact, n, large)).int()
-
-
 def _pointers(spec: _Spec, q: Tensor, slopes, table, gidx, relk) -> dict:
     """The pointers and strides each family reads; an unused one points at q (never read:
-    its branch is compiled out). TABLE: the table is read as table[bucket, h] through strides
-    (T5's is (num_buckets, H), Shaw's (H, 2K + 1)), its bucket per index from gidx."""
+    its branch is compiled out). TABLE: the (H, n) table is read as table[h, bucket] through
+    its strides, its bucket per index from gidx."""
     is_table = spec.bias == TABLE
-    t5 = spec.family == FAMILY_T5
     return dict(
         slopes=slopes if spec.bias == ALIBI else q,
         table=table if is_table else q,
         gidx=gidx if gidx is not None else q,
-        table_strides=(table.stride(1), table.stride(0))
-        if is_table and t5
-        else (table.stride(0), table.stride(1))
-        if is_table
-        else (0, 0),
+        table_strides=table.stride() if is_table else (0, 0),
         relk=relk if relk is not None else q,
         rel_strides=relk.stride() if relk is not None else (0, 0, 0, 0),
     )
@@ -359,7 +154,7 @@ def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec, seq: Sequences
             MASK_N=lk % t.block_n != 0 or seq.mode >= CACHE,
             UPCAST=_upcast(q),
             # float32: 3xTF32; with Shaw's value term IEEE (its 3xTF32 spills at every tile)
-            F32=(2 if spec.has_value else 1) * (q.dtype == torch.float32),
+            F32=(IEEE if spec.has_value else TF32X3) if q.dtype == torch.float32 else NATIVE,
             SPLIT=_split(q, ieee=spec.has_value),
             GROUP=heads // k.shape[1],
             SEQ=seq.mode,
@@ -377,20 +172,6 @@ def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec, seq: Sequences
 
     _run(launch, *spec.tiles(q, backward=False), "fwd_tiles")
     return out, kept["lse"], kept["pn"]
-
-
-def _fit_rows(tiles: Tiles, rows: int) -> Tiles:
-    """A default forward tile for few query rows (a decode step: 1): block_m no larger than the
-    rows rounded up to a power of two (>= 16, tl.dot's least M), and 4 warps for 16 rows (8
-    would split a 16-row tile too thin)."""
-    block_m = min(tiles.block_m, max(16, triton.next_power_of_2(rows)))
-    if block_m == tiles.block_m:
-        return tiles
-    return tiles._replace(block_m=block_m, num_warps=min(tiles.num_warps, 4))
-
-
-def _block_d(d: int) -> int:
-    return max(16, triton.next_power_of_2(d))
 
 
 def _delta(do: Tensor, out: Tensor) -> Tensor:
@@ -441,7 +222,7 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
     shared = dict(
         **spec.constexprs,
         UPCAST=_upcast(q),
-        F32=2 * (q.dtype == torch.float32),
+        F32=IEEE if q.dtype == torch.float32 else NATIVE,
         SPLIT=_split(q, ieee=True),
         GROUP=group,
         SEQ=seq.mode,
@@ -567,23 +348,28 @@ class RelativeBiasAttention(torch.autograd.Function):
         dq, dk, dv, dtable, drel, dev = _backward(
             do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec, seq
         )
-        if dtable is not None:  # (H, n_rel) -> the table's own layout
-            if spec.bias == ALIBI:
-                dtable = dtable[:, 0]
-            elif spec.family == FAMILY_T5:  # (num_buckets, H)
-                dtable = dtable.t()
+        if dtable is not None and spec.bias == ALIBI:  # (H, 1) -> the slopes' (H,)
+            dtable = dtable[:, 0]
         return dq, dk, dv, dtable, None, drel, dev, None, None
 
 
-@functools.lru_cache(maxsize=64)
-def _bucket_index(family: str, clip: int, device: torch.device, *t5) -> Tensor:
-    """gidx: the bucket of each relative index 0 .. 2K (T5's, or the index itself for Shaw's
-    scalar table), int32 on `device`; built once per configuration and device (a T5 call
-    would otherwise spend some twenty small kernels on it). Never written to."""
-    rel = torch.arange(-clip, clip + 1, device=device)
-    if family == FAMILY_T5:
-        return _t5_buckets(rel, *t5)
-    return (rel + clip).int()
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor) or t.dim() != 4:
+            raise ValueError(f"{name} must be a 4-D tensor (B, H, L, D)")
+        if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise TypeError(f"{name} must be float32, float16 or bfloat16, got {t.dtype}")
+        if t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"{name} is {t.dtype} on {t.device}; q is {q.dtype} on {q.device}")
+    bsz, heads, _, d = q.shape
+    kv_heads = k.shape[1]
+    if k.shape[0] != bsz or k.shape[3] != d or v.shape != k.shape:
+        raise ValueError(
+            f"k and v must be (B={bsz}, Hk, Lk, D={d}) and alike, "
+            f"got {tuple(k.shape)} and {tuple(v.shape)}"
+        )
+    if kv_heads == 0 or heads % kv_heads:
+        raise ValueError(f"k and v's heads (Hk={kv_heads}) must divide q's (H={heads})")
 
 
 def relative_attention(
@@ -636,111 +422,37 @@ def relative_attention(
       the forward with shaw_v) is capped at 4096 / NB, NB the table's entries rounded up to a
       power of two (>= 16). The interpreter ignores warps and stages.
     """
-    families = (
-        ("alibi_slopes", alibi_slopes),
-        ("t5_table", t5_table),
-        ("shaw_bias", shaw_bias),
-        ("shaw_k", shaw_k),
-    )
-    given = [name for name, t in families if t is not None]
+    tables = {
+        "alibi_slopes": alibi_slopes,
+        "t5_table": t5_table,
+        "shaw_bias": shaw_bias,
+        "shaw_k": shaw_k,
+    }
+    given = [name for name, t in tables.items() if t is not None]
     if shaw_v is not None and shaw_k is None:
         raise ValueError("shaw_v needs shaw_k (Shaw's value term comes with the key term)")
     if len(given) != 1:
-        raise ValueError(
-            f"pass exactly one of alibi_slopes, t5_table, shaw_bias, shaw_k; got {given}"
-        )
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor) or t.dim() != 4:
-            raise ValueError(f"{name} must be a 4-D tensor (B, H, L, D)")
-        if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            raise TypeError(f"{name} must be float32, float16 or bfloat16, got {t.dtype}")
-        if t.dtype != q.dtype or t.device != q.device:
-            raise ValueError(f"{name} is {t.dtype} on {t.device}; q is {q.dtype} on {q.device}")
-    bsz, heads, lq, d = q.shape
-    kv_heads = k.shape[1]
-    if k.shape[0] != bsz or k.shape[3] != d or v.shape != k.shape:
-        raise ValueError(
-            f"k and v must be (B={bsz}, Hk, Lk, D={d}) and alike, "
-            f"got {tuple(k.shape)} and {tuple(v.shape)}"
-        )
-    if kv_heads == 0 or heads % kv_heads:
-        raise ValueError(f"k and v's heads (Hk={kv_heads}) must divide q's (H={heads})")
+        raise ValueError(f"pass exactly one of {', '.join(FAMILIES)}; got {given}")
+    _check_qkv(q, k, v)
     seq = sequences(q, k, causal, kv_lens, cu_seqlens, max_seqlen)
     if q.device.type == "cpu" and not _interpreting():
         raise ValueError(
             "q is a CPU tensor: run on a GPU, or set TRITON_INTERPRET=1 before "
             "triton is imported to use Triton's interpreter"
         )
-    table = {
-        "alibi_slopes": alibi_slopes,
-        "t5_table": t5_table,
-        "shaw_bias": shaw_bias,
-        "shaw_k": shaw_k,
-    }[given[0]]
-    if table.device != q.device:
-        raise ValueError(f"{given[0]} is on {table.device} but q is on {q.device}")
-    expected = {"alibi_slopes": (heads,), "t5_table": (t5_num_buckets, heads)}.get(given[0])
-    if given[0] == "shaw_bias":
-        if table.dim() != 2 or table.shape[0] != heads or table.shape[1] % 2 == 0:
-            raise ValueError(f"shaw_bias must be (H={heads}, 2K+1), got {tuple(table.shape)}")
-    elif given[0] == "shaw_k":
-        for name, t in (("shaw_k", shaw_k), ("shaw_v", shaw_v)):
-            if t is not None and (
-                t.dim() != 2 or t.shape[1] != d or t.shape[0] % 2 == 0 or t.shape != shaw_k.shape
-            ):
-                raise ValueError(f"{name} must be (2K+1, D={d}), got {tuple(t.shape)}")
-            if t is not None and t.device != q.device:
-                raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
-    elif tuple(table.shape) != expected:
-        raise ValueError(f"{given[0]} must be {expected}, got {tuple(table.shape)}")
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    tiles = dict(
-        fwd_tiles=None if fwd_tiles is None else check_tiles("fwd_tiles", fwd_tiles),
-        bwd_tiles=None if bwd_tiles is None else check_tiles("bwd_tiles", bwd_tiles),
+    table = tables[given[0]]
+    options = Options(
+        causal=causal,
+        scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale),
+        trains=isinstance(table, Tensor) and table.requires_grad and torch.is_grad_enabled(),
+        tiles=dict(
+            fwd_tiles=None if fwd_tiles is None else check_tiles("fwd_tiles", fwd_tiles),
+            bwd_tiles=None if bwd_tiles is None else check_tiles("bwd_tiles", bwd_tiles),
+        ),
+        t5=(t5_bidirectional, t5_num_buckets, t5_max_distance),
+        shaw_v=shaw_v,
     )
-    gidx = relk = ev = None
-    trains = table.requires_grad and torch.is_grad_enabled()
-    if given[0] == "alibi_slopes":
-        spec = _Spec(ALIBI, causal, scale, 0, 1, table_grad=trains, family=FAMILY_ALIBI, **tiles)
-        table = table.float()
-    elif given[0] == "shaw_k":  # the key term's (B, H, Lq, 2K + 1) table: O(L K), not O(L^2)
-        clip = (shaw_k.shape[0] - 1) // 2
-        spec = _Spec(
-            SHAW_KV,
-            causal,
-            scale,
-            clip,
-            shaw_k.shape[0],
-            has_value=shaw_v is not None,
-            family=FAMILY_SHAW_KV,
-            **tiles,
-        )
-        relk = torch.matmul(q.float() * scale, shaw_k.float().t())
-        ev = shaw_v.float() if shaw_v is not None else None
-        table = None
-    elif given[0] == "t5_table":  # beyond max_distance every offset has the last bucket
-        clip = max(t5_max_distance, t5_num_buckets)
-        gidx = _bucket_index(
-            FAMILY_T5, clip, q.device, t5_bidirectional, t5_num_buckets, t5_max_distance
-        )
-        spec = _Spec(
-            TABLE, causal, scale, clip, t5_num_buckets, table_grad=trains, family=FAMILY_T5, **tiles
-        )
-        table = table.float()
-    else:  # Shaw's scalar bias: the bucket of an index is the index
-        clip = (table.shape[1] - 1) // 2
-        gidx = _bucket_index(FAMILY_SHAW, clip, q.device)
-        spec = _Spec(
-            TABLE,
-            causal,
-            scale,
-            clip,
-            table.shape[1],
-            table_grad=trains,
-            family=FAMILY_SHAW,
-            **tiles,
-        )
-        table = table.float()
+    spec, table, gidx, relk, ev = FAMILIES[given[0]](table, q, options)
     tensors = (q, k, v, table, relk, ev)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
     check_num_splits(num_splits, seq, grad)

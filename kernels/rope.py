@@ -560,7 +560,8 @@ class FusedRoPE(nn.Module):
             raise ValueError(f"dim must be positive and even, got {dim}")
         if max_len <= 0:
             raise ValueError(f"max_len must be > 0, got {max_len}")
-        if tables is None:  # the default: base^(-2i/dim), angles in float64
+        # base^(-2i/dim) in float64: posenc's plain tables again (kernels never import posenc;
+        if tables is None:  # a drop-in for its module), equal bit for bit (tests/kernels)
             inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
             angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)
             tables = angles.cos().float(), angles.sin().float()

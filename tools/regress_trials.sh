@@ -9,9 +9,16 @@ set -u
 N=${1:-10}
 PY=${PY:-.venv/bin/python}
 BASE=${BASE:-results/baselines/cpu.json}
-OUT=$(mktemp -d)
-suite() { $PY -m pytest tests/perf/perf_suite.py --benchmark-only -q --benchmark-save-data \
-          --benchmark-json="$OUT/cur.json" "$@" > /dev/null 2>&1; }
+OUT=$(mktemp -d)  # each trial's suite and gate output, kept (its path is printed at the end)
+# the suite the gate runs (Makefile: PERF_SUITE); a suite that fails stops the trials, its log shown
+suite() {
+    if ! $PY -m pytest bench/regress/suite.py --benchmark-only -q --benchmark-save-data \
+            --benchmark-json="$OUT/cur.json" "$@" > "$OUT/suite.log" 2>&1; then
+        echo "the timing suite failed (log: $OUT/suite.log):" >&2
+        tail -20 "$OUT/suite.log" >&2
+        exit 2
+    fi
+}
 gate() { $PY -m bench.regress --baseline "$BASE" --current "$OUT/cur.json" --confirm --default-threshold "${THRESHOLD:-0.15}" "$@" > "$OUT/gate.txt" 2>&1; echo $?; }
 for condition in ${CONDITIONS:-unchanged slowdown loaded}; do
     alarms=0
@@ -33,4 +40,4 @@ for condition in ${CONDITIONS:-unchanged slowdown loaded}; do
     done
     echo "== $condition: $alarms of $N comparisons raised an alarm"
 done
-rm -rf "$OUT"
+echo "logs of the last trial: $OUT"

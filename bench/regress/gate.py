@@ -25,8 +25,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from scipy.stats import mannwhitneyu
-
 from bench.tables import markdown_table
 
 SUITE_FILE = "bench/regress/suite.py"
@@ -145,6 +143,10 @@ def compare(
     base: dict, cur: dict, thresholds: dict[str, float], default: float, alpha: float
 ) -> list[Verdict]:
     check_comparable(base, cur)
+    try:  # the gate's one optional dependency (pyproject: the `gate` extra)
+        from scipy.stats import mannwhitneyu
+    except ImportError as err:
+        raise SystemExit("the timing gate needs scipy: pip install 'posenc-bench[gate]'") from err
     verdicts = []
     for key in sorted(base["cases"]):
         a, b = base["cases"][key], cur["cases"][key]

@@ -1,7 +1,7 @@
 """Which figures a report must not print as plain results, from the rows alone.
 
 - contended: measured while other processes held the CPU (the `contended` column, measured
-  by the runner: bench/machine.py; in rows from before that column, the process got under half
+  by the runner: bench/run/machine.py; in rows from before that column, the process got under half
   a core while it was timed).
 - uncertain: the median's 95% interval is wider than +-UNCERTAIN_CI of it.
 - suspect: physically impossible as measured, so the measurement or its model is wrong:

@@ -1,6 +1,6 @@
 """How long a run will take, from what will run: its rows, each one's timing settings, and its
 call's time modelled from its bytes and FLOPs at the copy and matmul rates this machine
-measured (bench/calibrate.py). The model is a lower bound for a call (an eager implementation
+measured (bench/run/calibrate.py). The model is a lower bound for a call (an eager implementation
 moves and computes more than the minimum the cost model counts), so the progress line corrects
 it by what the finished rows took against what they were predicted to take.
 """

@@ -21,7 +21,7 @@ class Timing:
     # allocator's first blocks); the GPU visit's part limits are estimated from it
     first_ms: float | None = None
     # cores' worth of CPU that other processes (and a VM's other guests) took while the group's
-    # samples ran (bench/machine.py); above machine.CONTENDED_CORES the row is marked
+    # samples ran (bench/run/machine.py); above machine.CONTENDED_CORES the row is marked
     others_cpu: float | None = None
 
     @property

@@ -107,7 +107,7 @@ def measure_side_by_side(
     (both checked every 5 samples) or the group's
     budget (budget_s per call) has passed. Per sample as in `measure` (events, graphs,
     before_each), which is this with one call. A call that raises leaves the group; its
-    exception is returned in its place. `monitor` (bench/machine.py) measures what other
+    exception is returned in its place. `monitor` (bench/run/machine.py) measures what other
     processes took meanwhile, over at least its window (the runner keeps one for the run)."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")

@@ -117,8 +117,8 @@ class Verify:
     def _check(self, state: PointState, task: Task, key: tuple = ()):
         """-> (Call, leaves, check fields) of a task that may be timed, or a finished row's
         fields (skipped, wrong, error, oom). The case's baseline is checked first in each mode:
-        its errors bound the others' (bench/check.py). A row an earlier pass checked is not
-        checked again (bench/passes.py)."""
+        its errors bound the others' (bench/run/check.py). A row an earlier pass checked is not
+        checked again (bench/run/passes.py)."""
         spec, dev = task.spec, task.device.type
         if dev not in spec.devices:
             hint = f"; {spec.elsewhere}" if spec.elsewhere else ""

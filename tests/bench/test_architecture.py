@@ -145,6 +145,12 @@ def test_posenc_and_kernels_never_import_each_other_nor_the_harness():
             assert not others, f"{name} imports {sorted(others)}"
 
 
+def test_no_kernel_module_is_over_600_lines():
+    for name, path in _modules().items():
+        if name.startswith("kernels"):
+            assert len(path.read_text().splitlines()) <= 600, name
+
+
 def test_long_modules_say_why():
     for name, path in _modules().items():
         lines = path.read_text().splitlines()

@@ -1,7 +1,7 @@
 """Half precision over many tiles: forward and backward of both kernels at lengths that cross
 several of a GPU's default tiles (128 x 64 forward, 64 x 128 backward on an H100/H200), checked
 by the harness's rule: an error no worse than FACTOR times the eager reference's own error in
-the same dtype (relative 2-norms against float64; bench/check.py). On the CPU, under the
+the same dtype (relative 2-norms against float64; bench/run/check.py). On the CPU, under the
 interpreter (16 x 16 tiles), the same tests run at a length that crosses several of its tiles.
 """
 

@@ -11,9 +11,10 @@ import os
 import pytest
 import torch
 from torch.testing import assert_close
+from triton.runtime.errors import OutOfResources
 
 import posenc
-from kernels import relbias
+from kernels import _relbias_families, _relbias_tiles, relbias
 from posenc import functional as F
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -335,10 +336,10 @@ def test_t5_buckets_are_exact_for_the_public_configuration():
         return bucket + torch.where(n < exact, n, large)
 
     for bidirectional in (True, False):
-        got = relbias._t5_buckets(rel, bidirectional, 32, 128)
+        got = _relbias_families._t5_buckets(rel, bidirectional, 32, 128)
         assert torch.equal(got.long(), public(rel, bidirectional))
         assert torch.equal(got.long(), F.t5_relative_bucket(rel, bidirectional, 32, 128))
-    at = relbias._t5_buckets(torch.tensor([-64, -32, -16, 16, 32, 64]), True, 32, 128)
+    at = _relbias_families._t5_buckets(torch.tensor([-64, -32, -16, 16, 32, 64]), True, 32, 128)
     assert at.tolist() == [14, 12, 10, 26, 28, 30]
 
 
@@ -490,7 +491,7 @@ def test_other_tiles_match_reference(family, tiles, causal, monkeypatch):
 def test_default_tiles_are_valid_on_every_gpu(monkeypatch):
     """Outside the interpreter the tiles come from tables per GPU generation, dtype and head dim:
     each is a valid Tiles with _SAFE as its fallback, and Shaw's key+value term caps block_m."""
-    monkeypatch.setattr(relbias, "_interpreting", lambda: False)
+    monkeypatch.setattr(_relbias_tiles, "_interpreting", lambda: False)
     for capability in ((9, 0), (8, 0), (8, 6), (7, 5), (10, 0)):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d, c=capability: c)
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
@@ -500,7 +501,8 @@ def test_default_tiles_are_valid_on_every_gpu(monkeypatch):
                     spec = relbias._Spec(relbias.SHAW_KV, False, 1.0, 40, 81, has_value=True)
                     tiles, fallback = spec.tiles(q, backward)
                     assert (
-                        relbias.check_tiles("tiles", tiles) == tiles and fallback == relbias._SAFE
+                        relbias.check_tiles("tiles", tiles) == tiles
+                        and fallback == _relbias_tiles._SAFE
                     )
                     assert spec.row_tiles(tiles).block_m <= 4096 // spec.nb
     spec = relbias._Spec(relbias.ALIBI, False, 1.0, 0, 1, fwd_tiles=relbias.Tiles(32, 16))
@@ -515,13 +517,13 @@ def test_tiles_that_do_not_fit_fall_back_or_name_the_argument():
     def launch(tiles):
         tried.append(tiles)
         if tiles.block_m > 32:
-            raise relbias.OutOfResources(300_000, 232_448, "shared memory")
+            raise OutOfResources(300_000, 232_448, "shared memory")
         return tiles
 
     big = relbias.Tiles(128, 64, 8, 3)
     with pytest.warns(UserWarning, match=r"fwd_tiles \(128, 64, 8, 3\) do not fit.*ran with"):
-        assert relbias._run(launch, big, relbias._SAFE, "fwd_tiles") == relbias._SAFE
-    assert tried == [big, relbias._SAFE]
+        assert relbias._run(launch, big, _relbias_tiles._SAFE, "fwd_tiles") == _relbias_tiles._SAFE
+    assert tried == [big, _relbias_tiles._SAFE]
     with pytest.raises(ValueError, match=r"bwd_tiles=Tiles\(block_m=128.*does not fit"):
         relbias._run(launch, big, None, "bwd_tiles")
 
@@ -558,7 +560,7 @@ def test_gpus_with_99_kib_of_shared_memory_get_tiles_that_fit(monkeypatch):
     """sm_86, sm_89 and sm_120 (99 KiB per block) get their own table, not the sm_80 one whose
     3-stage 128 x 64 forward needs about 160 KiB (every launch would fail and fall back). The
     estimate: the held block plus num_stages buffers of the two streamed ones."""
-    monkeypatch.setattr(relbias, "_interpreting", lambda: False)
+    monkeypatch.setattr(_relbias_tiles, "_interpreting", lambda: False)
 
     def shared(t: relbias.Tiles, elem: int, block_d: int, backward: bool) -> int:
         held, streamed = (t.block_n, t.block_m) if backward else (t.block_m, t.block_n)
@@ -576,7 +578,7 @@ def test_gpus_with_99_kib_of_shared_memory_get_tiles_that_fit(monkeypatch):
             for backward in (False, True):
                 spec = relbias._Spec(relbias.ALIBI, False, 1.0, 0, 1)
                 tiles, _ = spec.tiles(q, backward)
-                table = relbias._BWD_TILES if backward else relbias._FWD_TILES
+                table = _relbias_tiles._BWD_TILES if backward else _relbias_tiles._FWD_TILES
                 assert tiles == table[arch][(q.element_size(), 128, "plain")]
                 if arch == "sm86":
                     assert shared(tiles, q.element_size(), 128, backward) <= 99 * 1024

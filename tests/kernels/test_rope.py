@@ -219,6 +219,8 @@ def test_fused_module_is_a_drop_in_for_the_reference(interleaved):
 
     ref = posenc.RoPEPositionalEncoding(16, 32, interleaved=interleaved).to(DEVICE)
     fused = rope.FusedRoPE(16, 32, interleaved=interleaved).to(DEVICE)
+    cos, sin = posenc.functional.rope_cos_sin(32, 16)  # the default tables' one definition
+    assert torch.equal(fused.cos_cached.cpu(), cos) and torch.equal(fused.sin_cached.cpu(), sin)
     x3, x4 = _on(torch.randn(2, 5, 16), torch.randn(2, 3, 5, 16))
     ids = torch.tensor([[0, 3, 6, 9, 12], [31, 0, 1, 2, 3]], device=DEVICE)
     for x in (x3, x4):

@@ -1,4 +1,4 @@
-"""The correctness check (bench/check.py) and what the runner times in the backward modes."""
+"""The correctness check (bench/run/check.py) and what the runner times in the backward modes."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""The run's time estimate (bench/eta.py) against the run's actual time, on a fake clock: each
+"""The run's time estimate (bench/run/eta.py) against the run's actual time, on a fake clock: each
 call advances it by three times its modelled time, so a run's real duration is known."""
 
 import re
@@ -58,7 +58,7 @@ def _seconds(text):
 def test_the_time_left_follows_the_rows_costs_not_their_count(tmp_path, monkeypatch, capsys):
     """Small rows first, then rows 16x as large: the progress line halfway through predicts the
     rest within 10% of what it takes. Dividing the time so far by the rows done (the estimate
-    before bench/eta.py) would predict a sixth of it."""
+    before bench/run/eta.py) would predict a sixth of it."""
     from bench.run import point, runner
 
     clock = FakeClock()

@@ -1,5 +1,5 @@
 """Rows timed while other processes hold the CPU are marked: the CPU time others take is read
-from /proc/stat around each side-by-side group (bench/machine.py)."""
+from /proc/stat around each side-by-side group (bench/run/machine.py)."""
 
 import csv
 import subprocess

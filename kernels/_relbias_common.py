@@ -1,0 +1,284 @@
+"""What the relative-bias attention kernels share (kernels/_relbias_fwd.py, _relbias_dq.py,
+_relbias_dkdv.py; launchers in kernels/relbias.py): the named constants, the tile helpers, the
+bias of each family, the three-part key loop and the sequence layout.
+
+Layout: q (B, H, Lq, D), k and v (B, Hk, Lk, D), any strides; a flat grid (CUDA caps a grid's
+second dimension at 65535, the first at 2**31 - 1), one program per (query block, b * h)
+(forward, dq) or (key block, b * h) (dk/dv), blocks of one head adjacent so that they share
+its k and v in L2. Scores, softmax statistics and accumulators are float32; dot operands stay
+in the input dtype (tensor cores) with float32 accumulation; float32 inputs use 3xTF32 (about
+float32's accuracy on tensor cores, as SDPA does; the interpreter computes exact float32).
+UPCAST: bfloat16 operands to float32 under the interpreter, whose bfloat16 tl.dot is wrong.
+
+Logits are kept in base 2: s2 = (scale q k^T + bias) * log2(e), so a probability is one exp2
+and the softmax scale folds into one multiply; the saved row log-sum-exp is base 2 too.
+
+Biases of r = j - i, with idx = clip(r, -K, K) + K the relative index:
+  ALIBI    -slope_h |r|;
+  TABLE    table[gidx[idx], h]: T5's bucket table read through each offset's bucket (exact
+           buckets, no logarithm in the kernel), or Shaw's scalar table (gidx[idx] = idx); its
+           gradient is summed per bucket gidx[idx];
+  SHAW_KV  Shaw's key term gathered from relk = scale * Q E_K^T (B, H, Lq, 2K + 1), and with
+           HAS_VALUE the value term: per-row sums of the probabilities per index.
+
+The key loop runs in three parts (the query loop of dk/dv likewise), because Triton's software
+pipeliner skips a loop that holds another loop: the blocks entirely at r <= -K ("before": every
+offset clips to index 0), those entirely at r >= K ("after": index 2K), and the band between.
+Before and after, the bias is one value per row (TABLE, SHAW_KV) or a difference of a column
+and a row term (ALIBI), no mask but the last key block's bounds (MASK_N), and the per-index
+sums are one vector per row: no inner loop, so those loops get multi-buffered async copies and
+async wgmma. Only the band (at most (BLOCK_M + 2K) / BLOCK_N + 1 blocks) masks, gathers and
+loops over its tile's indices [lo, hi], taken from the tile's corners.
+"""
+
+import triton
+import triton.language as tl
+
+# Constexprs (a kernel may read a global only as one); the launchers pass their `.value`.
+# The bias paths (the BIAS argument):
+ALIBI, TABLE, SHAW_KV = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
+# how the queries and keys of a program are found (SEQ, _sequence)
+SELF, AT_END, CACHE, PACKED = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2), tl.constexpr(3)
+# the dots' float32 mode (F32, _dot): half-precision operands, 3xTF32, IEEE
+NATIVE, TF32X3, IEEE = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
+# the parts of a loop (masked band, r <= -K, r >= K) and log2(e)
+BAND, BEFORE, AFTER = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def _dot(a, b, F32: tl.constexpr):
+    """F32 0: half-precision operands (tensor cores); 1: float32 as three TF32 products, about
+    float32's accuracy on tensor cores (the forward); 2: float32 IEEE on the FMA units (the
+    backward kernels, whose 3xTF32 splits spilled at every tile tools/tile_search.py tried)."""
+    if F32 == TF32X3:
+        return tl.dot(a, b, input_precision="tf32x3")
+    elif F32 == IEEE:
+        return tl.dot(a, b, input_precision="ieee")
+    else:
+        return tl.dot(a, b)
+
+
+@triton.jit
+def _load_block(ptr, offs, mask_rows, stride_row, offs_d, mask_d, stride_d, UPCAST: tl.constexpr):
+    """A (rows, BLOCK_D) block of q, k, v, out or do; UPCAST: to float32 (interpreter)."""
+    x = tl.load(
+        ptr + offs[:, None] * stride_row + offs_d[None, :] * stride_d,
+        mask=mask_rows[:, None] & mask_d[None, :],
+        other=0.0,
+    )
+    if UPCAST:
+        x = x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def _program(L, BLOCK: tl.constexpr, SPLITS=1):
+    """(block index, key split, b * h) of this program in the flat grid: a head's blocks (and
+    their splits) adjacent. L: the longest sequence's rows (the grid's blocks per head)."""
+    n_blocks = tl.cdiv(L, BLOCK)
+    pid = tl.program_id(0)
+    rest = pid // n_blocks
+    return pid % n_blocks, rest % SPLITS, (rest // SPLITS).to(tl.int64), n_blocks
+
+
+@triton.jit
+def _sequence(seq_ptr, b, LQ, LK, SEQ: tl.constexpr):
+    """Sequence b's (batch row, first row, query rows, key rows, query offset); query i sits at
+    position offset + i, key j at j, both counted from the first row:
+      SELF     one sequence a batch row, Lq == Lk (offset 0: the plain kernels' code);
+      AT_END   queries at the keys' end, offset LK - LQ (a decode step, a prefill chunk);
+      CACHE    row b's keys 0 .. kv_lens[b] (seq_ptr, clamped to [0, LK]), queries at their end;
+      PACKED   document b of batch row 0: rows cu[b] .. cu[b + 1] (seq_ptr: cu_seqlens)."""
+    row, first, lq, lk, off = b, 0, LQ, LK, 0
+    if SEQ == AT_END:
+        off = LK - LQ
+    elif SEQ == CACHE:
+        lk = tl.minimum(tl.maximum(tl.load(seq_ptr + b).to(tl.int32), 0), LK)  # int64 given
+        off = lk - LQ
+    elif SEQ == PACKED:
+        first = tl.load(seq_ptr + b).to(tl.int64)
+        lq = (tl.load(seq_ptr + b + 1) - first).to(tl.int32)
+        lk = lq
+        row = b * 0
+    return row, first, lq, lk, off
+
+
+@triton.jit
+def _parts(
+    x0,
+    start,
+    end,
+    K: tl.constexpr,
+    LOW: tl.constexpr,
+    HIGH: tl.constexpr,
+    BLOCK_X: tl.constexpr,
+    BLOCK_Y: tl.constexpr,
+    SPLIT: tl.constexpr,
+):
+    """The streamed blocks [start, end) (multiples of BLOCK_Y) against the held block
+    [x0, x0 + BLOCK_X): [start, lo) lie K or more below it, [hi, end) K or more above, [lo, hi)
+    is the band. LOW / HIGH: whether those outer parts can hold anything (causal removes one).
+    SPLIT False: everything is band (one masked loop: float32 IEEE on the FMA units, where the
+    three loops' code spills and there is no tensor-core pipeline to feed)."""
+    if not SPLIT:
+        return start, end
+    lo = start
+    if LOW:
+        lo = tl.maximum(lo, tl.maximum(x0 - K + 1, 0) // BLOCK_Y * BLOCK_Y)
+    lo = tl.minimum(lo, end)
+    hi = end
+    if HIGH:
+        hi = tl.minimum(tl.maximum(tl.cdiv(x0 + BLOCK_X - 1 + K, BLOCK_Y) * BLOCK_Y, lo), end)
+    return lo, hi
+
+
+@triton.jit
+def _index_range(m0, n0, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, K: tl.constexpr):
+    """The relative indices of the tile [m0, m0 + BLOCK_M) x [n0, n0 + BLOCK_N): lo, hi."""
+    lo = tl.minimum(tl.maximum(n0 - (m0 + BLOCK_M - 1), -K), K) + K
+    hi = tl.minimum(tl.maximum(n0 + BLOCK_N - 1 - m0, -K), K) + K
+    return lo, hi
+
+
+@triton.jit
+def _bucket_range(gidx_ptr, lo, hi, K: tl.constexpr):
+    """The buckets gidx[lo .. hi] span. gidx is monotone on each side of r = 0 (T5's bucket
+    grows with |r| on each side; Shaw's is idx): its extremes lie at lo, hi, and, where the
+    range holds r = 0 and r = 1, at idx K and K + 1."""
+    a, b = tl.load(gidx_ptr + lo), tl.load(gidx_ptr + hi)
+    c = tl.load(gidx_ptr + tl.minimum(tl.maximum(K, lo), hi))
+    d = tl.load(gidx_ptr + tl.minimum(tl.maximum(K + 1, lo), hi))
+    g_lo = tl.minimum(tl.minimum(a, b), tl.minimum(c, d))
+    g_hi = tl.maximum(tl.maximum(a, b), tl.maximum(c, d))
+    return g_lo, g_hi
+
+
+@triton.jit
+def _part_bias(
+    rows,
+    mask,
+    table_row,
+    stride_tb,
+    gidx_ptr,
+    stride_rr,
+    PART: tl.constexpr,
+    BIAS: tl.constexpr,
+    K: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """The base-2 bias of a part beyond the clip, per query (BLOCK,): TABLE its value at the
+    part's index (0 before, 2K after), SHAW_KV relk there (rows: relk's row pointers); ALiBi 0
+    (its bias varies along a row: added per element by _far_logits)."""
+    at = (PART == AFTER) * 2 * K
+    out = tl.zeros((BLOCK,), tl.float32)
+    if BIAS == TABLE:
+        out += tl.load(table_row + tl.load(gidx_ptr + at) * stride_tb) * LOG2E
+    elif BIAS == SHAW_KV:
+        out += tl.load(rows + at * stride_rr, mask=mask, other=0.0) * LOG2E
+    return out
+
+
+@triton.jit
+def _far_logits(
+    qk, bias, rel, mask, slope2, PART: tl.constexpr, BIAS: tl.constexpr, MASK: tl.constexpr
+):
+    """Base-2 logits of a tile beyond the clip: qk (already scaled) + the part's bias (broadcast
+    like qk), ALiBi's -slope |r| with the part's sign of r; -inf past the bounds if MASK."""
+    s = qk + bias
+    if BIAS == ALIBI:  # -slope |r| = slope r before (r <= 0), -slope r after (bias is 0)
+        s += rel.to(tl.float32) * (slope2 * (1 - 2 * (PART == AFTER)))
+    if MASK:
+        s = tl.where(mask, s, float("-inf"))
+    return s
+
+
+@triton.jit
+def _band_logits(
+    qk,
+    rel,
+    mask,
+    slope2,
+    table_row,
+    stride_tb,
+    gidx_ptr,
+    relk_rows,
+    stride_rr,
+    BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    K: tl.constexpr,
+):
+    """Base-2 logits of a band tile in either orientation (rel = j - i laid out like qk): qk +
+    bias(r), -inf where masked (bounds, causal). relk_rows: Shaw's key-term row pointers of the
+    tile's queries, broadcast like qk. Returns the logits, the relative index, the kept mask."""
+    idx = tl.minimum(tl.maximum(rel, -K), K) + K
+    keep = mask
+    if CAUSAL:
+        keep = keep & (rel <= 0)
+    if BIAS == ALIBI:  # -m_h |j - i|
+        s = qk - slope2 * tl.abs(rel).to(tl.float32)
+    elif BIAS == TABLE:  # this head's table at the index's bucket: T5, or Shaw's scalar
+        s = qk + tl.load(table_row + tl.load(gidx_ptr + idx) * stride_tb) * LOG2E
+    else:  # Shaw's key term, gathered from scale * Q E_K^T
+        s = qk + tl.load(relk_rows + idx * stride_rr, mask=keep, other=0.0) * LOG2E
+    return tl.where(keep, s, float("-inf")), idx, keep
+
+
+@triton.jit
+def _row_sums(acc, x, idx, keep, lo, hi, NB: tl.constexpr):
+    """acc (BLOCK_M, NB) += the row sums of x (BLOCK_M, BLOCK_N) per relative index, over the
+    tile's index range [lo, hi] only (the band's inner loop)."""
+    cols = tl.arange(0, NB)[None, :]
+    for r in range(lo, hi + 1):
+        part = tl.sum(tl.where(keep & (idx == r), x, 0.0), 1)
+        acc += tl.where(cols == r, part[:, None], 0.0)
+    return acc
+
+
+@triton.jit
+def _part_span(PART: tl.constexpr, LOW: tl.constexpr, start, lo, hi, end):
+    """The streamed blocks of one part of a loop: the band [lo, hi); LOW is the part in
+    [start, lo), the other outer part is [hi, end)."""
+    a, z = lo, hi
+    if PART == LOW:
+        a, z = start, lo
+    elif PART != BAND:
+        a, z = hi, end
+    return a, z
+
+
+@triton.jit
+def _program_of(seq_ptr, H, LQ, LK, LG, L, BLOCK: tl.constexpr, SEQ: tl.constexpr, SPLITS=1):
+    """This program's (block, key split, b * h, blocks per head, head) and its sequence's
+    (batch row, first row, query rows, key rows, query offset: _sequence). L: the rows its grid
+    spans per head (LQ for query blocks, LK for key blocks); packed, the longest document's, LG
+    (passed as L's stand-in, the compiler keeps L's facts otherwise)."""
+    grid_rows = L
+    if SEQ == PACKED:
+        grid_rows = LG
+    pid, split, pid_bh, n_blocks = _program(grid_rows, BLOCK, SPLITS)
+    h = pid_bh % H
+    row, first, lq, lk, q_off = _sequence(seq_ptr, pid_bh // H, LQ, LK, SEQ)
+    return pid, split, pid_bh, n_blocks, h, row, first, lq, lk, q_off
+
+
+@triton.jit
+def _head_bias(slopes_ptr, table_ptr, stride_th, h, BIAS: tl.constexpr):
+    """Head h's bias terms: ALiBi's slope in base 2 (0.0 otherwise) and its table row."""
+    slope2 = 0.0
+    if BIAS == ALIBI:
+        slope2 = tl.load(slopes_ptr + h) * LOG2E
+    return slope2, table_ptr + h * stride_th
+
+
+@triton.jit
+def _key_end(lk, lq, m0, q_off, CAUSAL: tl.constexpr, SEQ: tl.constexpr, BLOCK_M: tl.constexpr):
+    """The end of the keys a query block [m0, m0 + BLOCK_M) reads: lk, or with causal the block
+    after its last query's position (key blocks entirely beyond the diagonal contribute
+    nothing); packed, 0 for a block past its document's end (the grid spans the longest)."""
+    end = lk
+    if CAUSAL:
+        end = tl.minimum(lk, m0 + q_off + BLOCK_M)
+    if SEQ == PACKED:
+        end = tl.where(m0 < lq, end, 0)
+    return end

@@ -1,0 +1,344 @@
+"""The backward's key-side kernels of kernels.relbias (launched by kernels/relbias.py): delta
+(rowsum(do * out), the softmax backward's row term) and dk/dv, one program per key block
+streaming the query blocks in three parts (kernels/_relbias_common.py), the tile computed keys
+by queries.
+
+Why this file is long: its kernels take every pointer, stride and constexpr by name, one a
+line as the formatter lays them out (about 130 of its lines are argument lists).
+"""
+
+import triton
+import triton.language as tl
+
+from kernels._relbias_common import (
+    AFTER,
+    BAND,
+    CACHE,
+    LOG2E,
+    _band_logits,
+    _dot,
+    _far_logits,
+    _head_bias,
+    _load_block,
+    _part_bias,
+    _part_span,
+    _parts,
+    _program,
+    _program_of,
+)
+
+
+@triton.jit
+def _relbias_bwd_delta_kernel(
+    o_ptr,
+    do_ptr,
+    delta_ptr,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_od,
+    stride_db,
+    stride_dh,
+    stride_dm,
+    stride_dd,
+    H,
+    LQ,
+    D,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """delta = rowsum(do * out) (B * H, LQ) float32, the softmax backward's row term, read in
+    the inputs' dtype and layout (no float32 copies of out and do)."""
+    pid_m, _, pid_bh, _ = _program(LQ, BLOCK_M)
+    b, h = pid_bh // H, pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_m, mask_d = offs_m < LQ, offs_d < D
+    o = _load_block(
+        o_ptr + b * stride_ob + h * stride_oh,
+        offs_m,
+        mask_m,
+        stride_om,
+        offs_d,
+        mask_d,
+        stride_od,
+        True,
+    )
+    do = _load_block(
+        do_ptr + b * stride_db + h * stride_dh,
+        offs_m,
+        mask_m,
+        stride_dm,
+        offs_d,
+        mask_d,
+        stride_dd,
+        True,
+    )
+    tl.store(delta_ptr + pid_bh * LQ + offs_m, tl.sum(o * do, 1), mask=mask_m)
+
+
+@triton.jit
+def _dkdv_part(
+    dk,
+    dv,
+    k,
+    v,
+    q_base,
+    do_base,
+    stride_qm,
+    stride_qd,
+    stride_dm,
+    stride_dd,
+    offs_n,
+    mask_n,
+    offs_d,
+    mask_d,
+    start,
+    lo,
+    hi,
+    end,
+    LQ,
+    lse_rows,
+    delta_rows,
+    qk_scale,
+    slope2,
+    table_row,
+    stride_tb,
+    gidx_ptr,
+    relk_base,
+    stride_rm,
+    stride_rr,
+    g_base,
+    stride_gm,
+    stride_gr,
+    PART: tl.constexpr,
+    LOW: tl.constexpr,
+    BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    K: tl.constexpr,
+    HAS_VALUE: tl.constexpr,
+    UPCAST: tl.constexpr,
+    F32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """dk, dv of the held keys over the query blocks [lo, hi) of one part: dv += p^T do,
+    dk += ds^T q (scaled by the caller). The tile is computed transposed, keys by queries, so
+    that every dot has this program's BLOCK_N keys as its M (wgmma's >= 64 whatever BLOCK_M)
+    and p, ds need no transpose. Query rows past LQ read lse = +inf: p = 0, no mask needed."""
+    a, z = _part_span(PART, LOW, start, lo, hi, end)
+    for m0 in range(a, z, BLOCK_M):
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        mask_m = offs_m < LQ
+        q = _load_block(q_base, offs_m, mask_m, stride_qm, offs_d, mask_d, stride_qd, UPCAST)
+        do = _load_block(do_base, offs_m, mask_m, stride_dm, offs_d, mask_d, stride_dd, UPCAST)
+        lse = tl.load(lse_rows + offs_m, mask=mask_m, other=float("inf"))
+        delta = tl.load(delta_rows + offs_m, mask=mask_m, other=0.0)
+        qk_t = _dot(k, tl.trans(q), F32) * qk_scale
+        rel_t = offs_n[:, None] - offs_m[None, :]
+        relk_rows = relk_base + offs_m * stride_rm
+        g_rows = g_base + offs_m * stride_gm
+        if PART == BAND:
+            s_t, idx_t, keep_t = _band_logits(
+                qk_t,
+                rel_t,
+                mask_n[:, None] & mask_m[None, :],
+                slope2,
+                table_row,
+                stride_tb,
+                gidx_ptr,
+                relk_rows[None, :],
+                stride_rr,
+                BIAS,
+                CAUSAL,
+                K,
+            )
+        else:
+            bias = _part_bias(
+                relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
+            )
+            s_t = _far_logits(qk_t, bias[None, :], rel_t, mask_m, slope2, PART, BIAS, False)
+        p_t = tl.exp2(s_t - lse[None, :])  # 0 where masked
+        dp_t = _dot(v, tl.trans(do), F32)
+        if HAS_VALUE:
+            if PART == BAND:
+                dp_t += tl.load(g_rows[None, :] + idx_t * stride_gr, mask=keep_t, other=0.0)
+            else:
+                at = (PART == AFTER) * 2 * K
+                dp_t += tl.load(g_rows + at * stride_gr, mask=mask_m, other=0.0)[None, :]
+        ds_t = p_t * (dp_t - delta[None, :])
+        dv += _dot(p_t.to(do.dtype), do, F32)
+        dk += _dot(ds_t.to(q.dtype), q, F32)
+    return dk, dv
+
+
+@triton.jit
+def _relbias_bwd_dkdv_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    do_ptr,
+    dk_ptr,
+    dv_ptr,
+    lse_ptr,
+    delta_ptr,
+    slopes_ptr,
+    table_ptr,
+    gidx_ptr,
+    relk_ptr,
+    g_ptr,
+    seq_ptr,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_db,
+    stride_dh,
+    stride_dm,
+    stride_dd,
+    stride_xb,
+    stride_xh,
+    stride_xm,
+    stride_xd,
+    stride_th,
+    stride_tb,
+    stride_rb,
+    stride_rh,
+    stride_rm,
+    stride_rr,
+    stride_gb,
+    stride_gh,
+    stride_gm,
+    stride_gr,
+    H,
+    LQ,
+    LK,
+    LG,
+    D,
+    qk_scale,
+    BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    K: tl.constexpr,
+    HAS_VALUE: tl.constexpr,
+    UPCAST: tl.constexpr,
+    F32: tl.constexpr,
+    SPLIT: tl.constexpr,
+    GROUP: tl.constexpr,
+    SEQ: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """One program per (key block, b * h): dk and dv of its keys, streaming the query blocks
+    (after, i.e. r >= K; before; the band), written in dk's dtype with dk and dv's strides
+    (stride_x*, shared: both are allocated alike). Grouped-query heads (GROUP > 1): k and v
+    are read from kv head h // GROUP and dk, dv written per query head into float32 buffers
+    (B, H, Lk, D) that the host sums over each group (as FlashAttention 2 does: an outer loop
+    over the group in this kernel spills at every tile tried, 255 registers)."""
+    pid_n, _, _, _, h, row, first, lq, lk, q_off = _program_of(
+        seq_ptr, H, LQ, LK, LG, LK, BLOCK_N, SEQ
+    )
+    n0 = pid_n * BLOCK_N
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_n, mask_d = offs_n < lk, offs_d < D
+    k = _load_block(
+        k_ptr + row * stride_kb + (h // GROUP) * stride_kh + first * stride_kn,
+        offs_n,
+        mask_n,
+        stride_kn,
+        offs_d,
+        mask_d,
+        stride_kd,
+        UPCAST,
+    )
+    v = _load_block(
+        v_ptr + row * stride_vb + (h // GROUP) * stride_vh + first * stride_vn,
+        offs_n,
+        mask_n,
+        stride_vn,
+        offs_d,
+        mask_d,
+        stride_vd,
+        UPCAST,
+    )
+    slope2, table_row = _head_bias(slopes_ptr, table_ptr, stride_th, h, BIAS)
+    q_base = q_ptr + row * stride_qb + h * stride_qh + first * stride_qm
+    do_base = do_ptr + row * stride_db + h * stride_dh + first * stride_dm
+    relk_base = relk_ptr + row * stride_rb + h * stride_rh + first * stride_rm
+    g_base = g_ptr + row * stride_gb + h * stride_gh + first * stride_gm
+    lse_rows = lse_ptr + (row * H + h) * LQ + first
+    delta_rows = delta_ptr + (row * H + h) * LQ + first
+    dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+    dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+    end = lq
+    if SEQ >= CACHE:  # a key block past its sequence's keys: no queries (dk, dv stored as 0)
+        end = tl.where(n0 < lk, end, 0)
+    start = 0
+    if CAUSAL:  # query rows at positions below j see none of these keys
+        start = tl.maximum(n0 - q_off, 0) // BLOCK_M * BLOCK_M
+    # the keys seen from the queries' rows: position j - q_off
+    lo, hi = _parts(n0 - q_off, start, end, K, not CAUSAL, True, BLOCK_N, BLOCK_M, SPLIT)
+    # after [start, lo) (queries K or more before the keys), before [hi, end), the band
+    for i in tl.static_range(3):
+        dk, dv = _dkdv_part(
+            dk,
+            dv,
+            k,
+            v,
+            q_base,
+            do_base,
+            stride_qm,
+            stride_qd,
+            stride_dm,
+            stride_dd,
+            offs_n - q_off,  # the part reads offs_n for r = j - i only
+            mask_n,
+            offs_d,
+            mask_d,
+            start,
+            lo,
+            hi,
+            end,
+            lq,
+            lse_rows,
+            delta_rows,
+            qk_scale,
+            slope2,
+            table_row,
+            stride_tb,
+            gidx_ptr,
+            relk_base,
+            stride_rm,
+            stride_rr,
+            g_base,
+            stride_gm,
+            stride_gr,
+            2 - i,
+            AFTER,
+            BIAS,
+            CAUSAL,
+            K,
+            HAS_VALUE,
+            UPCAST,
+            F32,
+            BLOCK_M,
+            BLOCK_N,
+        )
+    rows = first + offs_n[:, None]
+    out = row * stride_xb + h * stride_xh + rows * stride_xm + offs_d[None, :] * stride_xd
+    mask = mask_n[:, None] & mask_d[None, :]
+    if SEQ == CACHE:  # the keys past kv_lens[b] get a zero gradient (the far parts do not mask
+        # keys: those rows of the block that straddles kv_lens[b] hold garbage until here)
+        dk, dv = tl.where(mask_n[:, None], dk, 0.0), tl.where(mask_n[:, None], dv, 0.0)
+        mask = (offs_n < LK)[:, None] & mask_d[None, :]
+    tl.store(dk_ptr + out, (dk * (qk_scale / LOG2E)).to(dk_ptr.dtype.element_ty), mask=mask)
+    tl.store(dv_ptr + out, dv.to(dv_ptr.dtype.element_ty), mask=mask)

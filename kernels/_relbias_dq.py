@@ -1,0 +1,344 @@
+"""The backward's query-side kernel of kernels.relbias (launched by kernels/relbias.py): dq, one
+program per query block streaming the key blocks in three parts (kernels/_relbias_common.py),
+and the gradient of the bias table (per bucket, per program: no atomics) or of Shaw's key term
+(per row and index).
+
+Why this file is long: its kernels take every pointer, stride and constexpr by name, one a
+line as the formatter lays them out (about 130 of its lines are argument lists).
+"""
+
+import triton
+import triton.language as tl
+
+from kernels._relbias_common import (
+    AFTER,
+    ALIBI,
+    BAND,
+    BEFORE,
+    LOG2E,
+    SHAW_KV,
+    _band_logits,
+    _bucket_range,
+    _dot,
+    _far_logits,
+    _head_bias,
+    _index_range,
+    _key_end,
+    _load_block,
+    _part_bias,
+    _part_span,
+    _parts,
+    _program_of,
+    _row_sums,
+)
+
+
+@triton.jit
+def _dq_part(
+    dq,
+    totals,
+    rel_sums,
+    side0,
+    side1,
+    q,
+    do,
+    lse,
+    delta,
+    k_base,
+    v_base,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    offs_m,
+    mask_m,
+    offs_d,
+    mask_d,
+    start,
+    lo,
+    hi,
+    end,
+    LK,
+    m0,
+    q_off,
+    qk_scale,
+    slope2,
+    table_row,
+    stride_tb,
+    gidx_ptr,
+    relk_rows,
+    stride_rr,
+    g_rows,
+    stride_gr,
+    PART: tl.constexpr,
+    LOW: tl.constexpr,
+    BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    K: tl.constexpr,
+    HAS_VALUE: tl.constexpr,
+    TABLE_GRAD: tl.constexpr,
+    MASK_N: tl.constexpr,
+    NB: tl.constexpr,
+    UPCAST: tl.constexpr,
+    F32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """dq of the held queries over the key blocks [lo, hi) of one part, and the bias gradient
+    (sums of ds): band tiles per index (SHAW_KV: rel_sums per row; TABLE: totals per bucket,
+    looping over the tile's buckets; ALiBi: side0, weighted by -|r|); before and after, one
+    vector per row (side0 at index 0, side1 at 2K), no inner loop. p = exp2(s2 - lse2)."""
+    bias = _part_bias(
+        relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
+    )[:, None]
+    if HAS_VALUE and PART != BAND:
+        at = (PART == AFTER) * 2 * K
+        g_part = tl.load(g_rows + at * stride_gr, mask=mask_m, other=0.0)[:, None]
+    cols = tl.arange(0, NB)
+    a, z = _part_span(PART, LOW, start, lo, hi, end)
+    for n0 in range(a, z, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < LK
+        k = _load_block(k_base, offs_n, mask_n, stride_kn, offs_d, mask_d, stride_kd, UPCAST)
+        v = _load_block(v_base, offs_n, mask_n, stride_vn, offs_d, mask_d, stride_vd, UPCAST)
+        qk = _dot(q, tl.trans(k), F32) * qk_scale
+        rel = (offs_n - q_off)[None, :] - offs_m[:, None]  # j - (q_off + i): a scalar shift
+        if PART == BAND:
+            s, idx, keep = _band_logits(
+                qk,
+                rel,
+                mask_m[:, None] & mask_n[None, :],
+                slope2,
+                table_row,
+                stride_tb,
+                gidx_ptr,
+                relk_rows[:, None],
+                stride_rr,
+                BIAS,
+                CAUSAL,
+                K,
+            )
+        else:
+            s = _far_logits(qk, bias, rel, mask_n[None, :], slope2, PART, BIAS, MASK_N)
+        p = tl.exp2(s - lse[:, None])  # 0 where masked (s = -inf) and past LQ (lse = +inf)
+        dp = _dot(do, tl.trans(v), F32)
+        if HAS_VALUE:
+            if PART == BAND:
+                dp += tl.load(g_rows[:, None] + idx * stride_gr, mask=keep, other=0.0)
+            else:
+                dp += g_part
+        ds = p * (dp - delta[:, None])
+        dq += _dot(ds.to(k.dtype), k, F32)
+        if BIAS == SHAW_KV or TABLE_GRAD:
+            w = ds
+            if BIAS == ALIBI:  # d/d slope of -slope |r|
+                w = ds * -tl.abs(rel).to(tl.float32)
+            if PART == BEFORE or (BIAS == ALIBI and PART == BAND):
+                side0 += tl.sum(w, 1)
+            elif PART == AFTER:
+                side1 += tl.sum(w, 1)
+            elif BIAS == SHAW_KV:
+                i_lo, i_hi = _index_range(m0 + q_off, n0, BLOCK_M, BLOCK_N, K)
+                rel_sums = _row_sums(rel_sums, ds, idx, keep, i_lo, i_hi, NB)
+            else:
+                i_lo, i_hi = _index_range(m0 + q_off, n0, BLOCK_M, BLOCK_N, K)
+                g_lo, g_hi = _bucket_range(gidx_ptr, i_lo, i_hi, K)
+                bucket = tl.load(gidx_ptr + idx)
+                for g in range(g_lo, g_hi + 1):
+                    in_g = tl.sum(tl.where(keep & (bucket == g), ds, 0.0))
+                    totals += tl.where(cols == g, in_g, 0.0)
+    return dq, totals, rel_sums, side0, side1
+
+
+@triton.jit
+def _relbias_bwd_dq_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    do_ptr,
+    dq_ptr,
+    lse_ptr,
+    delta_ptr,
+    slopes_ptr,
+    table_ptr,
+    gidx_ptr,
+    relk_ptr,
+    g_ptr,
+    drel_ptr,
+    part_ptr,
+    seq_ptr,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_db,
+    stride_dh,
+    stride_dm,
+    stride_dd,
+    stride_xb,
+    stride_xh,
+    stride_xm,
+    stride_xd,
+    stride_th,
+    stride_tb,
+    stride_rb,
+    stride_rh,
+    stride_rm,
+    stride_rr,
+    stride_gb,
+    stride_gh,
+    stride_gm,
+    stride_gr,
+    H,
+    LQ,
+    LK,
+    LG,
+    D,
+    NR,
+    qk_scale,
+    BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    K: tl.constexpr,
+    HAS_VALUE: tl.constexpr,
+    TABLE_GRAD: tl.constexpr,
+    NB: tl.constexpr,
+    MASK_N: tl.constexpr,
+    UPCAST: tl.constexpr,
+    F32: tl.constexpr,
+    SPLIT: tl.constexpr,
+    GROUP: tl.constexpr,
+    SEQ: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """One program per (query block, b * h): dq of its rows (in q's dtype, dq's strides
+    stride_x*), streaming the key blocks (before, after, the band), and the bias gradient, the
+    sum of ds over the tiles:
+      - ALiBi (TABLE_GRAD): -sum ds |j - i| into part (B * H, n_blocks, NB) at column 0;
+      - TABLE (TABLE_GRAD): sums of ds per bucket gidx[idx] into part, one (NB,) vector per
+        program (no per-row sums);
+      - SHAW_KV: per-row sums of ds per index into drel (B * H, LQ, NR): the gradient of
+        relk = scale * Q E_K^T (the host turns it into dq and dE_K)."""
+    pid_m, _, pid_bh, n_blocks, h, row, first, lq, lk, q_off = _program_of(
+        seq_ptr, H, LQ, LK, LG, LQ, BLOCK_M, SEQ
+    )
+    m0 = pid_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_m, mask_d = offs_m < lq, offs_d < D
+    q = _load_block(
+        q_ptr + row * stride_qb + h * stride_qh + first * stride_qm,
+        offs_m,
+        mask_m,
+        stride_qm,
+        offs_d,
+        mask_d,
+        stride_qd,
+        UPCAST,
+    )
+    do = _load_block(
+        do_ptr + row * stride_db + h * stride_dh + first * stride_dm,
+        offs_m,
+        mask_m,
+        stride_dm,
+        offs_d,
+        mask_d,
+        stride_dd,
+        UPCAST,
+    )
+    relk_rows = relk_ptr + row * stride_rb + h * stride_rh + (first + offs_m) * stride_rm
+    g_rows = g_ptr + row * stride_gb + h * stride_gh + (first + offs_m) * stride_gm
+    rows = (row * H + h) * LQ + first + offs_m  # lse's, delta's and drel's rows
+    lse = tl.load(lse_ptr + rows, mask=mask_m, other=float("inf"))
+    delta = tl.load(delta_ptr + rows, mask=mask_m, other=0.0)
+    slope2, table_row = _head_bias(slopes_ptr, table_ptr, stride_th, h, BIAS)
+    k_base = k_ptr + row * stride_kb + (h // GROUP) * stride_kh + first * stride_kn
+    v_base = v_ptr + row * stride_vb + (h // GROUP) * stride_vh + first * stride_vn
+    dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    cols = tl.arange(0, NB)
+    totals = tl.zeros((NB,), tl.float32)  # TABLE: per bucket, this program's band tiles
+    rel_sums = tl.zeros((BLOCK_M, NB), tl.float32)  # SHAW_KV: per row (else unused: removed)
+    side0 = tl.zeros((BLOCK_M,), tl.float32)
+    side1 = tl.zeros((BLOCK_M,), tl.float32)
+    end = _key_end(lk, lq, m0, q_off, CAUSAL, SEQ, BLOCK_M)
+    lo, hi = _parts(m0 + q_off, 0, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
+    # before [0, lo), after [hi, end), then the band [lo, hi)
+    for i in tl.static_range(3):
+        dq, totals, rel_sums, side0, side1 = _dq_part(
+            dq,
+            totals,
+            rel_sums,
+            side0,
+            side1,
+            q,
+            do,
+            lse,
+            delta,
+            k_base,
+            v_base,
+            stride_kn,
+            stride_kd,
+            stride_vn,
+            stride_vd,
+            offs_m,
+            mask_m,
+            offs_d,
+            mask_d,
+            0,
+            lo,
+            hi,
+            end,
+            lk,
+            m0,
+            q_off,
+            qk_scale,
+            slope2,
+            table_row,
+            stride_tb,
+            gidx_ptr,
+            relk_rows,
+            stride_rr,
+            g_rows,
+            stride_gr,
+            (i + 1) % 3,
+            BEFORE,
+            BIAS,
+            CAUSAL,
+            K,
+            HAS_VALUE,
+            TABLE_GRAD,
+            MASK_N,
+            NB,
+            UPCAST,
+            F32,
+            BLOCK_M,
+            BLOCK_N,
+        )
+    out = row * stride_xb + h * stride_xh + (first + offs_m[:, None]) * stride_xm
+    out += offs_d[None, :] * stride_xd
+    dq = dq * (qk_scale / LOG2E)
+    tl.store(dq_ptr + out, dq.to(dq_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
+    if BIAS == SHAW_KV:
+        rel_sums += tl.where(cols[None, :] == 0, side0[:, None], 0.0)
+        rel_sums += tl.where(cols[None, :] == 2 * K, side1[:, None], 0.0)
+        tl.store(
+            drel_ptr + rows[:, None] * NR + cols[None, :],
+            rel_sums,
+            mask=mask_m[:, None] & (cols[None, :] < NR),
+        )
+    elif TABLE_GRAD:
+        if BIAS == ALIBI:
+            totals += tl.where(cols == 0, tl.sum(side0) + tl.sum(side1), 0.0)
+        else:
+            totals += tl.where(cols == tl.load(gidx_ptr), tl.sum(side0), 0.0)
+            totals += tl.where(cols == tl.load(gidx_ptr + 2 * K), tl.sum(side1), 0.0)
+        tl.store(part_ptr + (pid_bh * n_blocks + pid_m) * NB + cols, totals)

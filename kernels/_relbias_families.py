@@ -1,0 +1,197 @@
+"""The bias families of kernels.relative_attention, each declared once: its public argument, the
+checks of that argument, and what the kernels get from it (a _Spec: the bias path, the clip,
+the entries its gradient is summed into; the table as the kernels read it; T5's and Shaw's
+bucket index; Shaw's key term and value table). A new family is a new bias path in the kernels
+(kernels/_relbias_common.py) and one entry in FAMILIES.
+
+T5's bias is looked up, not computed: the bucket of each clipped offset r in [-K, K] (K the
+maximum distance, beyond which every offset shares the last bucket) is computed once per
+configuration and device, exactly (float64, see _t5_buckets), and the kernel reads the table at
+that bucket (only in the band |r| < K of each row: beyond it one value per row): no logarithm
+per score, whose approximate GPU version would drop a bucket at the offsets where the bucket
+boundary is an exact integer (16, 32 and 64 for 32 buckets, max distance 128).
+
+Why T5's bucket formula is here as well as in posenc (posenc.functional.t5_relative_bucket):
+kernels never import posenc (the reference is tested against the kernels, not shared with
+them), and this copy differs on purpose: float64 with the floor taken 1e-9 above, exact at the
+boundaries; tests/kernels/test_relbias.py checks the two agree bucket for bucket.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+import triton
+from torch import Tensor
+
+from kernels import _relbias_common as jit
+from kernels._relbias_tiles import Tiles, default_tiles
+
+# the kernels' bias paths (their BIAS constexpr) as the ints the launchers pass; T5 and Shaw's
+# scalar bias are both TABLE: an (H, n) lookup through a bucket index
+ALIBI, TABLE, SHAW_KV = jit.ALIBI.value, jit.TABLE.value, jit.SHAW_KV.value
+
+
+class _Spec:
+    """The compile-time settings of one call (the kernels' constexprs), its scale and tiles.
+
+    bias: ALIBI, TABLE or SHAW_KV; clip: K, the relative indices are 0 .. 2K; n_rel: the
+    entries a gradient is summed into (ALiBi 1, T5 its buckets, Shaw 2K + 1); nb: n_rel rounded
+    up to a power of two (>= 16), the width of the kernels' per-bucket vectors."""
+
+    def __init__(
+        self,
+        bias,
+        causal,
+        scale,
+        clip,
+        n_rel,
+        has_value=False,
+        table_grad=False,
+        fwd_tiles=None,
+        bwd_tiles=None,
+    ):
+        self.bias, self.causal, self.scale, self.clip = bias, causal, scale, clip
+        self.n_rel, self.has_value, self.table_grad = n_rel, has_value, table_grad
+        self.nb = max(16, triton.next_power_of_2(n_rel))
+        self.constexprs = dict(BIAS=bias, CAUSAL=causal, K=clip, HAS_VALUE=has_value)
+        self.user_tiles = {False: fwd_tiles, True: bwd_tiles}
+
+    def tiles(self, q: Tensor, backward: bool) -> tuple[Tiles, Tiles | None]:
+        """(tiles, fallback): the user's tiles (no fallback), or the default for q's GPU with
+        _SAFE as the fallback (block_m capped per kernel by row_tiles)."""
+        if self.user_tiles[backward] is not None:
+            return self.user_tiles[backward], None
+        value = self.bias == SHAW_KV if backward else self.has_value
+        return default_tiles(q, backward, "value" if value else "plain")
+
+    def row_tiles(self, tiles: Tiles) -> Tiles:
+        """tiles for a kernel that keeps (block_m, NB) float32 per-row bucket sums in registers
+        (the dq kernel always, the forward with Shaw's value term): block_m <= 4096 / NB, so a
+        wide table (Shaw with a large K) shrinks the tile instead of spilling."""
+        return tiles._replace(block_m=max(16, min(tiles.block_m, 4096 // self.nb)))
+
+
+class Prepared(NamedTuple):
+    """What the kernels read of a family's argument: table (H, n) float32 (ALiBi's slopes (H,),
+    T5's (num_buckets, H) as its (H, num_buckets) view; a view, so autograd returns its
+    gradient to the caller's table), gidx (2K + 1,) int32 (the bucket of each relative index),
+    relk = scale * Q E_K^T (B, H, Lq, 2K + 1) float32 and ev = E_V float32 (Shaw's terms,
+    computed with torch so that autograd carries their gradients on to q, E_K and E_V)."""
+
+    spec: _Spec
+    table: Tensor | None = None
+    gidx: Tensor | None = None
+    relk: Tensor | None = None
+    ev: Tensor | None = None
+
+
+class Options(NamedTuple):
+    """The call's arguments besides the family's table that a family reads."""
+
+    causal: bool
+    scale: float
+    trains: bool  # the table requires grad (and grad is enabled): the kernels sum its gradient
+    tiles: dict  # fwd_tiles, bwd_tiles (checked) for _Spec
+    t5: tuple  # (bidirectional, num_buckets, max_distance)
+    shaw_v: Tensor | None
+
+
+def _t5_buckets(rel: Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
+    """T5's bucket of each relative position r = j - i (Raffel et al. 2020; the formula of the
+    public T5 code, which logs in float32): half of the buckets for r > 0 when bidirectional;
+    within a half, distances below half of its buckets exact, larger ones log-spaced up to
+    max_distance. In float64 with the floor taken 1e-9 above: where the exact value is an
+    integer (a boundary, e.g. |r| = 16, 32, 64 for 32 buckets and 128), a log that lands one
+    ulp low still gives the exact bucket; elsewhere no bucket value comes within 1e-9 of an
+    integer. int32, on rel's device."""
+    n = -rel
+    bucket = torch.zeros_like(rel)
+    if bidirectional:
+        num_buckets //= 2
+        bucket = bucket + (n < 0).to(rel.dtype) * num_buckets
+        n = n.abs()
+    else:
+        n = n.clamp(min=0)
+    exact = num_buckets // 2
+    scaled = torch.log(n.clamp(min=1).double() / exact) / math.log(max_distance / exact)
+    large = exact + torch.floor(scaled * (num_buckets - exact) + 1e-9).long()
+    large = large.clamp(max=num_buckets - 1)
+    return (bucket + torch.where(n < exact, n, large)).int()
+
+
+@functools.lru_cache(maxsize=64)
+def _bucket_index(clip: int, device: torch.device, t5: tuple | None = None) -> Tensor:
+    """gidx: the bucket of each relative index 0 .. 2K (T5's, or the index itself for Shaw's
+    scalar table), int32 on `device`; built once per configuration and device (a T5 call
+    would otherwise spend some twenty small kernels on it). Never written to."""
+    rel = torch.arange(-clip, clip + 1, device=device)
+    if t5 is not None:
+        return _t5_buckets(rel, *t5)
+    return (rel + clip).int()
+
+
+def _on_q(name: str, t: Tensor, q: Tensor) -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+    if t.device != q.device:
+        raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+
+
+def _alibi(slopes: Tensor, q: Tensor, o: Options) -> Prepared:
+    heads = q.shape[1]
+    _on_q("alibi_slopes", slopes, q)
+    if tuple(slopes.shape) != (heads,):
+        raise ValueError(f"alibi_slopes must be ({heads},), got {tuple(slopes.shape)}")
+    spec = _Spec(ALIBI, o.causal, o.scale, 0, 1, table_grad=o.trains, **o.tiles)
+    return Prepared(spec, table=slopes.float())
+
+
+def _t5(table: Tensor, q: Tensor, o: Options) -> Prepared:
+    bidirectional, num_buckets, max_distance = o.t5
+    _on_q("t5_table", table, q)
+    if tuple(table.shape) != (num_buckets, q.shape[1]):
+        raise ValueError(f"t5_table must be {(num_buckets, q.shape[1])}, got {tuple(table.shape)}")
+    clip = max(max_distance, num_buckets)  # beyond max_distance every offset has the last bucket
+    gidx = _bucket_index(clip, q.device, o.t5)
+    spec = _Spec(TABLE, o.causal, o.scale, clip, num_buckets, table_grad=o.trains, **o.tiles)
+    return Prepared(spec, table=table.float().t(), gidx=gidx)  # read as (H, num_buckets)
+
+
+def _shaw_bias(table: Tensor, q: Tensor, o: Options) -> Prepared:
+    heads = q.shape[1]
+    _on_q("shaw_bias", table, q)
+    if table.dim() != 2 or table.shape[0] != heads or table.shape[1] % 2 == 0:
+        raise ValueError(f"shaw_bias must be (H={heads}, 2K+1), got {tuple(table.shape)}")
+    clip = (table.shape[1] - 1) // 2  # the bucket of an index is the index
+    spec = _Spec(TABLE, o.causal, o.scale, clip, table.shape[1], table_grad=o.trains, **o.tiles)
+    return Prepared(spec, table=table.float(), gidx=_bucket_index(clip, q.device))
+
+
+def _shaw_kv(shaw_k: Tensor, q: Tensor, o: Options) -> Prepared:
+    d = q.shape[-1]
+    for name, t in (("shaw_k", shaw_k), ("shaw_v", o.shaw_v)):
+        if t is None:
+            continue
+        _on_q(name, t, q)
+        if t.dim() != 2 or t.shape[1] != d or t.shape[0] % 2 == 0 or t.shape != shaw_k.shape:
+            raise ValueError(f"{name} must be (2K+1, D={d}), got {tuple(t.shape)}")
+    clip = (shaw_k.shape[0] - 1) // 2
+    has_value = o.shaw_v is not None
+    spec = _Spec(SHAW_KV, o.causal, o.scale, clip, shaw_k.shape[0], has_value, **o.tiles)
+    # the key term's (B, H, Lq, 2K + 1) table: O(L K), not O(L^2)
+    relk = torch.matmul(q.float() * o.scale, shaw_k.float().t())
+    return Prepared(spec, relk=relk, ev=o.shaw_v.float() if has_value else None)
+
+
+# The public argument of each family -> its preparation (relative_attention takes exactly one).
+FAMILIES: dict[str, Callable[[Tensor, Tensor, Options], Prepared]] = {
+    "alibi_slopes": _alibi,
+    "t5_table": _t5,
+    "shaw_bias": _shaw_bias,
+    "shaw_k": _shaw_kv,
+}

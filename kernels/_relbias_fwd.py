@@ -1,0 +1,348 @@
+"""The forward kernel of kernels.relbias (launched by kernels/relbias.py) and the combine kernel
+of a forward split over the keys (launched by kernels/_relbias_seq.py): the online softmax over
+key blocks in three parts (kernels/_relbias_common.py), with Shaw's value term's per-index sums.
+
+Why this file is long: its kernels take every pointer, stride and constexpr by name, one a
+line as the formatter lays them out (about 130 of its lines are argument lists).
+"""
+
+import triton
+import triton.language as tl
+
+from kernels._relbias_common import (
+    BAND,
+    BEFORE,
+    CACHE,
+    NATIVE,
+    _band_logits,
+    _dot,
+    _far_logits,
+    _head_bias,
+    _index_range,
+    _key_end,
+    _load_block,
+    _part_bias,
+    _part_span,
+    _parts,
+    _program,
+    _program_of,
+    _row_sums,
+)
+
+
+@triton.jit
+def _fwd_part(
+    acc,
+    l_i,
+    m_i,
+    sums,
+    side0,
+    side1,
+    q,
+    k_base,
+    v_base,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    offs_m,
+    mask_m,
+    offs_d,
+    mask_d,
+    start,
+    lo,
+    hi,
+    end,
+    LK,
+    m0,
+    q_off,
+    qk_scale,
+    slope2,
+    table_row,
+    stride_tb,
+    gidx_ptr,
+    relk_rows,
+    stride_rr,
+    PART: tl.constexpr,
+    LOW: tl.constexpr,
+    BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    K: tl.constexpr,
+    HAS_VALUE: tl.constexpr,
+    MASK_N: tl.constexpr,
+    NB: tl.constexpr,
+    UPCAST: tl.constexpr,
+    F32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """The forward over the key blocks [lo, hi) of one part: the online softmax (base 2) into
+    acc, l_i, m_i; with Shaw's value term the probability sums per index (band: sums; before
+    and after: side0, side1 at indices 0 and 2K), rescaled like acc."""
+    bias = _part_bias(
+        relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
+    )[:, None]
+    a, z = _part_span(PART, LOW, start, lo, hi, end)
+    for n0 in range(a, z, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < LK
+        k = _load_block(k_base, offs_n, mask_n, stride_kn, offs_d, mask_d, stride_kd, UPCAST)
+        v = _load_block(v_base, offs_n, mask_n, stride_vn, offs_d, mask_d, stride_vd, UPCAST)
+        qk = _dot(q, tl.trans(k), F32) * qk_scale
+        rel = (offs_n - q_off)[None, :] - offs_m[:, None]  # j - (q_off + i): a scalar shift
+        if PART == BAND:
+            s, idx, keep = _band_logits(
+                qk,
+                rel,
+                mask_m[:, None] & mask_n[None, :],
+                slope2,
+                table_row,
+                stride_tb,
+                gidx_ptr,
+                relk_rows[:, None],
+                stride_rr,
+                BIAS,
+                CAUSAL,
+                K,
+            )
+        else:
+            s = _far_logits(qk, bias, rel, mask_n[None, :], slope2, PART, BIAS, MASK_N)
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing yet
+        p = tl.exp2(s - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, F32)
+        if HAS_VALUE:
+            side0, side1 = side0 * alpha, side1 * alpha
+            if PART == BAND:  # the last part: sums is zero before it
+                i_lo, i_hi = _index_range(m0 + q_off, n0, BLOCK_M, BLOCK_N, K)
+                sums = _row_sums(sums * alpha[:, None], p, idx, keep, i_lo, i_hi, NB)
+            elif PART == BEFORE:
+                side0 += tl.sum(p, 1)
+            else:
+                side1 += tl.sum(p, 1)
+        m_i = m_new
+    return acc, l_i, m_i, sums, side0, side1
+
+
+@triton.jit
+def _relbias_fwd_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    lse_ptr,
+    slopes_ptr,
+    table_ptr,
+    gidx_ptr,
+    relk_ptr,
+    ev_ptr,
+    pn_ptr,
+    seq_ptr,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_od,
+    stride_os,
+    stride_th,
+    stride_tb,
+    stride_rb,
+    stride_rh,
+    stride_rm,
+    stride_rr,
+    stride_evr,
+    stride_evd,
+    H,
+    LQ,
+    LK,
+    LG,
+    NUM_SPLITS,
+    CHUNK,
+    D,
+    NR,
+    qk_scale,
+    BIAS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    K: tl.constexpr,
+    HAS_VALUE: tl.constexpr,
+    NB: tl.constexpr,
+    MASK_N: tl.constexpr,
+    UPCAST: tl.constexpr,
+    F32: tl.constexpr,
+    SPLIT: tl.constexpr,
+    GROUP: tl.constexpr,
+    SEQ: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """One program per (query block, b * h): reads its q block once, streams k and v blocks
+    (before, after, then the band). Writes out, the base-2 row log-sum-exp (B * H, LQ) for the
+    backward, and with Shaw's value term the normalized per-index probability sums pn
+    (B * H, LQ, NR), also for the backward, added to out as sums @ E_V. qk_scale: scale *
+    log2(e); MASK_N: LK is not a multiple of BLOCK_N (the last key block has bounds)."""
+    pid_m, split, _, _, h, row, first, lq, lk, q_off = _program_of(
+        seq_ptr, H, LQ, LK, LG, LQ, BLOCK_M, SEQ, NUM_SPLITS
+    )
+    m0 = pid_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_m, mask_d = offs_m < lq, offs_d < D
+    q_base = q_ptr + row * stride_qb + h * stride_qh + first * stride_qm
+    q = _load_block(q_base, offs_m, mask_m, stride_qm, offs_d, mask_d, stride_qd, UPCAST)
+    # grouped-query: its group's kv
+    k_base = k_ptr + row * stride_kb + (h // GROUP) * stride_kh + first * stride_kn
+    v_base = v_ptr + row * stride_vb + (h // GROUP) * stride_vh + first * stride_vn
+    relk_rows = relk_ptr + row * stride_rb + h * stride_rh + (first + offs_m) * stride_rm
+    slope2, table_row = _head_bias(slopes_ptr, table_ptr, stride_th, h, BIAS)
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    sums = tl.zeros((BLOCK_M, NB), tl.float32)
+    side0 = tl.zeros((BLOCK_M,), tl.float32)
+    side1 = tl.zeros((BLOCK_M,), tl.float32)
+    end = _key_end(lk, lq, m0, q_off, CAUSAL, SEQ, BLOCK_M)
+    start = 0
+    if SPLIT_K:  # this program's share of the keys: [split * CHUNK, + CHUNK)
+        start = split * CHUNK
+        end = tl.minimum(end, start + CHUNK)
+    lo, hi = _parts(m0 + q_off, start, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
+    # before [0, lo), after [hi, end), then the band [lo, hi) (its sums are zero until then)
+    for i in tl.static_range(3):
+        acc, l_i, m_i, sums, side0, side1 = _fwd_part(
+            acc,
+            l_i,
+            m_i,
+            sums,
+            side0,
+            side1,
+            q,
+            k_base,
+            v_base,
+            stride_kn,
+            stride_kd,
+            stride_vn,
+            stride_vd,
+            offs_m,
+            mask_m,
+            offs_d,
+            mask_d,
+            start,
+            lo,
+            hi,
+            end,
+            lk,
+            m0,
+            q_off,
+            qk_scale,
+            slope2,
+            table_row,
+            stride_tb,
+            gidx_ptr,
+            relk_rows,
+            stride_rr,
+            (i + 1) % 3,
+            BEFORE,
+            BIAS,
+            CAUSAL,
+            K,
+            HAS_VALUE,
+            MASK_N,
+            NB,
+            UPCAST,
+            F32,
+            BLOCK_M,
+            BLOCK_N,
+        )
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows past LQ, or that see no key
+    rows = ((row * H + h) * NUM_SPLITS + split) * LQ + first + offs_m  # lse's, pn's rows
+    if HAS_VALUE:
+        offs_r = tl.arange(0, NB)
+        sums += tl.where(offs_r[None, :] == 0, side0[:, None], 0.0)
+        sums += tl.where(offs_r[None, :] == 2 * K, side1[:, None], 0.0)
+        ev = tl.load(
+            ev_ptr + offs_r[:, None] * stride_evr + offs_d[None, :] * stride_evd,
+            mask=(offs_r[:, None] < NR) & mask_d[None, :],
+            other=0.0,
+        )
+        if F32 != NATIVE:  # once per program: IEEE (3xTF32 of a (NB, D) float32 tile would spill)
+            acc += tl.dot(sums, ev, input_precision="ieee")
+        else:
+            acc += _dot(sums.to(q.dtype), ev.to(q.dtype), F32)  # as p @ v: tensor cores
+        if not SPLIT_K:  # (a split forward is never differentiated)
+            tl.store(
+                pn_ptr + rows[:, None] * NR + offs_r[None, :],
+                sums / l_safe[:, None],
+                mask=mask_m[:, None] & (offs_r[None, :] < NR),
+            )
+    out = acc / l_safe[:, None]
+    o_rows = o_ptr + row * stride_ob + h * stride_oh + (first + offs_m[:, None]) * stride_om
+    if SPLIT_K:  # float32 partials (B, H, splits, LQ, D), merged by _relbias_combine_kernel
+        o_rows += split * stride_os
+    tl.store(
+        o_rows + offs_d[None, :] * stride_od,
+        out.to(o_ptr.dtype.element_ty),
+        mask=mask_m[:, None] & mask_d[None, :],
+    )
+    lse = m_i + tl.log2(l_safe)
+    if SEQ == CACHE and not SPLIT_K:  # a row that sees no key: +inf, so the backward's p is 0
+        lse = tl.where(l_i == 0.0, float("inf"), lse)
+    tl.store(lse_ptr + rows, lse, mask=mask_m)
+
+
+@triton.jit
+def _relbias_combine_kernel(
+    part_ptr,
+    lse_ptr,
+    o_ptr,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_od,
+    H,
+    LQ,
+    D,
+    NUM_SPLITS,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """out = the split forward's partial outputs (B, H, S, LQ, D) float32 weighted by their
+    base-2 log-sum-exps (B * H * S, LQ): sum_s 2^(lse_s - lse) out_s, lse = log2 sum_s
+    2^lse_s; a row no split saw (lse -inf everywhere) is 0. One program per (query block,
+    b * h), streaming the splits."""
+    pid_m, _, pid_bh, _ = _program(LQ, BLOCK_M)
+    b, h = pid_bh // H, pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_m, mask_d = offs_m < LQ, offs_d < D
+    mask = mask_m[:, None] & mask_d[None, :]
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    for s in range(NUM_SPLITS):
+        rows = (pid_bh * NUM_SPLITS + s) * LQ + offs_m
+        lse = tl.load(lse_ptr + rows, mask=mask_m, other=float("-inf"))
+        part = tl.load(part_ptr + rows[:, None] * D + offs_d[None, :], mask=mask, other=0.0)
+        m_new = tl.maximum(m_i, lse)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha, w = tl.exp2(m_i - m_safe), tl.exp2(lse - m_safe)
+        l_i = l_i * alpha + w
+        acc = acc * alpha[:, None] + part * w[:, None]
+        m_i = m_new
+    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    o_rows = o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om
+    tl.store(o_rows + offs_d[None, :] * stride_od, out.to(o_ptr.dtype.element_ty), mask=mask)

@@ -1,0 +1,172 @@
+"""The launch settings of kernels.relbias's kernels: Tiles, the per-GPU defaults the compile audit
+chose, a user's tiles checked, and the fallback when a GPU's shared memory cannot hold them."""
+
+# No `from __future__ import annotations`: the Tiles NamedTuple's annotations are real types.
+import os
+import warnings
+from typing import NamedTuple
+
+import torch
+import triton
+from torch import Tensor
+from triton.runtime.errors import OutOfResources
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+class Tiles(NamedTuple):
+    """Launch settings of one kernel: a (block_m, block_n) tile of (query rows, key columns),
+    num_warps and num_stages (software-pipelining depth of the key/query stream)."""
+
+    block_m: int
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+# Defaults per GPU generation, chosen by the compile audit (tools/tile_search.py: the first
+# candidate, larger tiles first, with no spill for any bias family, causal or not, under
+# Triton 3.9 and 3.6, within the shared memory, every half-precision dot on wgmma on sm_90a;
+# docs/kernels.md, results in results/gpu-compile/). Keyed by (bytes per element, head dim
+# padded to 64 or 128: our BLOCK_D, kind): "value" is Shaw's key and value terms, whose
+# forward and dq kernels keep (block_m, NB) per-row sums. float32 runs IEEE dots on the CUDA
+# cores, whose register use swings with the tile (hence its small tiles). Backward tiles are
+# the dk/dv kernel's (block_m queries streamed past block_n keys held, the tile computed keys
+# by queries so that every dot has M = block_n); the dq kernel runs the transpose. A GPU
+# before sm_80 gets _GENERIC; one after sm_90, the sm80 table (neither audited).
+_FWD_TILES = {
+    "sm90": {
+        (2, 128, "plain"): Tiles(128, 64, 8, 2),
+        (2, 128, "value"): Tiles(64, 32, 8, 2),
+        (2, 64, "plain"): Tiles(128, 64, 8, 3),
+        (2, 64, "value"): Tiles(64, 64, 8, 3),
+        (4, 128, "plain"): Tiles(32, 32, 4, 2),
+        (4, 128, "value"): Tiles(16, 32, 8, 1),
+        (4, 64, "plain"): Tiles(32, 32, 4, 2),
+        (4, 64, "value"): Tiles(16, 32, 8, 1),
+    },
+    "sm80": {
+        (2, 128, "plain"): Tiles(64, 64, 8, 2),
+        (2, 128, "value"): Tiles(32, 32, 8, 2),
+        (2, 64, "plain"): Tiles(128, 64, 8, 3),
+        (2, 64, "value"): Tiles(32, 32, 4, 2),
+        (4, 128, "plain"): Tiles(16, 32, 8, 1),
+        (4, 128, "value"): Tiles(16, 32, 8, 1),
+        (4, 64, "plain"): Tiles(32, 32, 8, 1),
+        (4, 64, "value"): Tiles(16, 32, 8, 1),
+    },
+}
+_BWD_TILES = {
+    "sm90": {
+        (2, 128, "plain"): Tiles(32, 64, 8, 2),
+        (2, 128, "value"): Tiles(32, 64, 8, 2),
+        (2, 64, "plain"): Tiles(32, 128, 8, 2),
+        (2, 64, "value"): Tiles(32, 128, 8, 2),
+        (4, 128, "plain"): Tiles(16, 32, 8, 1),
+        (4, 128, "value"): Tiles(16, 32, 8, 1),
+        (4, 64, "plain"): Tiles(32, 32, 4, 1),
+        (4, 64, "value"): Tiles(32, 32, 4, 1),
+    },
+    "sm80": {
+        # 32 x 64 (dq 64 x 32) sat at 255 registers with no spill until the sequence layouts
+        # came; then T5's and Shaw's causal dq spilled 3-5 local stores under Triton 3.6
+        (2, 128, "plain"): Tiles(32, 32, 8, 2),
+        (2, 128, "value"): Tiles(16, 32, 4, 2),
+        (2, 64, "plain"): Tiles(32, 64, 8, 2),
+        (2, 64, "value"): Tiles(32, 32, 8, 2),
+        (4, 128, "plain"): Tiles(16, 32, 4, 1),
+        (4, 128, "value"): Tiles(16, 32, 4, 1),
+        (4, 64, "plain"): Tiles(32, 32, 8, 1),
+        (4, 64, "value"): Tiles(32, 32, 8, 1),
+    },
+}
+# GPUs with 99 KiB of shared memory per block (sm_86, sm_89, sm_120, sm_121: the RTX and L4/L40
+# line): the sm80 table's 3-stage 128 x 64 forward needs about 160 KiB. These fit in 80 KiB
+# (stages x (k + v) + the held block); not audited for spills.
+_SMALL_SHARED = {(8, 6), (8, 9), (12, 0), (12, 1)}
+_FWD_TILES["sm86"] = {
+    key: Tiles(16, 32, 4, 1) if key[0] == 4 else Tiles(64, 64 if key[2] == "plain" else 32, 4, 2)
+    for key in _FWD_TILES["sm80"]
+}
+_BWD_TILES["sm86"] = {
+    key: Tiles(16, 32, 4, 1) if key[0] == 4 else Tiles(32, 64, 4, 2) for key in _BWD_TILES["sm80"]
+}
+_GENERIC = {False: Tiles(64, 64, 4, 3), True: Tiles(32, 32, 4, 1)}  # before sm_80
+
+
+def _arch(major: int, minor: int) -> str | None:
+    """The tile table of a compute capability: sm90 (H100/H200), sm86 (99 KiB of shared memory),
+    sm80 (A100 and the rest from 8.0 on, unaudited beyond sm_80), None before sm_80."""
+    if (major, minor) == (9, 0):
+        return "sm90"
+    if (major, minor) in _SMALL_SHARED:
+        return "sm86"
+    return "sm80" if major >= 8 else None
+
+
+_SAFE = Tiles(32, 32, 4, 1)  # when a GPU's shared memory cannot hold the default
+_INTERPRETER = Tiles(16, 16)  # the interpreter runs fastest with small tiles
+
+
+def check_tiles(name: str, tiles) -> Tiles:
+    """A user's tiles, validated: a clear error naming the argument and the field."""
+    if not isinstance(tiles, tuple) or len(tiles) not in (2, 3, 4):
+        raise TypeError(
+            f"{name} must be kernels.relbias.Tiles(block_m, block_n, num_warps, "
+            f"num_stages), got {tiles!r}"
+        )
+    tiles = Tiles(*tiles)
+    for field in ("block_m", "block_n"):
+        value = getattr(tiles, field)
+        if not isinstance(value, int) or value < 16 or value > 256 or value & (value - 1):
+            raise ValueError(f"{name}.{field} must be a power of two in [16, 256], got {value!r}")
+    if not isinstance(tiles.num_warps, int) or tiles.num_warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"{name}.num_warps must be 1, 2, 4, 8 or 16, got {tiles.num_warps!r}")
+    if not isinstance(tiles.num_stages, int) or tiles.num_stages < 1:
+        raise ValueError(f"{name}.num_stages must be an int >= 1, got {tiles.num_stages!r}")
+    return tiles
+
+
+def default_tiles(q: Tensor, backward: bool, kind: str) -> tuple[Tiles, Tiles]:
+    """(tiles, fallback) of q's GPU for a kernel of `kind` ("plain", or "value": Shaw's value
+    term, whose forward and dq kernels keep per-row sums per relative index); _INTERPRETER
+    under the interpreter."""
+    if _interpreting():
+        return _INTERPRETER, None
+    major, minor = torch.cuda.get_device_capability(q.device)
+    key = (q.element_size(), 64 if q.shape[-1] <= 64 else 128, kind)
+    table = (_BWD_TILES if backward else _FWD_TILES).get(_arch(major, minor), {})
+    return table.get(key, _GENERIC[backward]), _SAFE
+
+
+def _run(launch, tiles: Tiles, fallback: Tiles | None, name: str):
+    """launch(tiles), or launch(fallback) on a GPU whose shared memory cannot hold the default
+    tiles, with a warning that names both (the harness puts warnings in the row). A user's
+    tiles that do not fit raise an error naming the argument."""
+    try:
+        return launch(tiles)
+    except OutOfResources as err:
+        if fallback is None:
+            raise ValueError(f"{name}={tiles} does not fit this GPU: {err}") from err
+        warnings.warn(
+            f"relative_attention: {name} {tuple(tiles)} do not fit this GPU "
+            f"({err}); ran with {tuple(fallback)}",
+            stacklevel=3,
+        )
+        return launch(fallback)
+
+
+def _fit_rows(tiles: Tiles, rows: int) -> Tiles:
+    """A default forward tile for few query rows (a decode step: 1): block_m no larger than the
+    rows rounded up to a power of two (>= 16, tl.dot's least M), and 4 warps for 16 rows (8
+    would split a 16-row tile too thin)."""
+    block_m = min(tiles.block_m, max(16, triton.next_power_of_2(rows)))
+    if block_m == tiles.block_m:
+        return tiles
+    return tiles._replace(block_m=block_m, num_warps=min(tiles.num_warps, 4))
+
+
+def _block_d(d: int) -> int:
+    return max(16, triton.next_power_of_2(d))
