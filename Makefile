@@ -13,10 +13,11 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 PYTEST_ARGS ?= -n auto --dist loadfile  # one worker per core, each test file on one worker
 
-.PHONY: help venv test compat bench probe gpu-compile gpu-check gpu-run gpu-prep gpu-wheels regress regress-update lint format clean
+.PHONY: help venv test rehearse compat bench probe gpu-compile gpu-check gpu-run gpu-prep gpu-wheels regress regress-update lint format clean
 
 help:
 	@echo "make test    create/reuse $(VENV), install, run the whole test suite"
+	@echo "make rehearse  the GPU visit rehearsed on this CPU (CI runs it after make test)"
 	@echo "make bench   same set-up, then python -m bench \$$ARGS (the default sweep; results/runs/)"
 	@echo "make probe   same set-up, then python -m bench.probe \$$ARGS: the length-generalization probe (about 9 min)"
 	@echo "make gpu-compile  every kernel the GPU runs launch, compiled for sm_90a and sm_80 here (Triton 3.9 and 3.6)"
@@ -45,7 +46,12 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not rehearsal" $(PYTEST_ARGS)
+
+# The GPU visit rehearsed on this CPU (python3 -m bench.visit --smoke: every part, in order, under
+# Triton's interpreter; about two minutes): CI runs it after make test (docs/gpu.md).
+rehearse: $(STAMP)
+	$(PY) -m pytest -q -m rehearsal tests/bench/visit
 
 # The lent GPU box runs an older Triton (3.6) than CI (3.9). The kernel tests under that version's
 # interpreter catch a language feature it lacks before any GPU time is spent. numpy < 2.3: Triton

@@ -23,8 +23,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench.config import cli, plugins, schema
 from bench.config import plan as bench_config
-from bench.report import build as report
-from bench.report import markdown, rows
 from bench.results import git_sha, write_env
 from bench.run import profile
 from bench.run.runnable import unrunnable
@@ -128,8 +126,7 @@ def main(cfg: DictConfig) -> None:
         )
         if not cfg.resume:
             OmegaConf.save(cfg, out_dir / "config.yaml")
-        if rows.has_rows([out_dir]):  # the report of what is there, rebuilt on resume
-            report.build([out_dir])
+        if _report(out_dir):  # the report of what is there, rebuilt on resume
             print(f"report of the rows so far: {out_dir / 'report.md'}", file=sys.stderr)
         sys.exit(130)
     _record(out_dir, cfg, overrides, summary)
@@ -139,13 +136,25 @@ def main(cfg: DictConfig) -> None:
     )
     if hydra_cfg.mode == RunMode.MULTIRUN:  # a multirun reports once, at its end (callbacks)
         return
-    if not rows.has_rows([out_dir]):
+    if not _report(out_dir):
         print("nothing to report: no row was measured (is the device there?)")
         return
-    report.build([out_dir])
     if cfg.tutorial_timing:  # sweep=seed_5_2: print the table that extends section 5.2
+        from bench.report import markdown, rows
+
         print("\n".join(markdown.tutorial_table(rows.load([out_dir]))))
     print(f"report: {out_dir / 'report.md'}")
+
+
+def _report(out_dir: Path) -> bool:
+    """report.md and the plots of the run's rows, if it has any (imported here: a command line
+    that fails its checks exits without loading pandas and matplotlib)."""
+    from bench.report import build, rows
+
+    if not rows.has_rows([out_dir]):
+        return False
+    build.build([out_dir])
+    return True
 
 
 def entry() -> None:

@@ -13,8 +13,6 @@ from hydra.experimental.callback import Callback
 
 from bench.config import cli
 from bench.config.plan import make_plan
-from bench.report import build as report
-from bench.report import rows
 
 
 class AggregateRuns(Callback):
@@ -34,6 +32,10 @@ class AggregateRuns(Callback):
                 sys.exit(2)
 
     def on_multirun_end(self, config, **kwargs) -> None:
+        # imported here: Hydra loads this module for every run, a single one included
+        from bench.report import build as report
+        from bench.report import rows
+
         sweep_dir = Path(config.hydra.sweep.dir)
         if rows.has_rows([sweep_dir]):
             report.build([sweep_dir])

@@ -176,7 +176,9 @@ class Impl:
       (the tutorial's code, attention without its bias); its rows say so in `message`.
     grad: False if the impl cannot run backward.
     compiled: True for torch.compile'd impls: the CPU memory probe (a dispatch mode, under which
-      torch.compile falls back to eager and can break later compiles) is not run for them.
+      torch.compile falls back to eager and can break later compiles) is not run for them, and
+      a run with one raises Dynamo's recompile limits (bench/run/runner.py): say it of any
+      implementation that calls torch.compile.
     supports: point -> None, or why this impl does not apply there (e.g. a layout it lacks).
     holds: how many (B, H, L, L) tensors its call holds at once (eager attention; twice that
       with a backward graph): the runner skips it, saying so, where they would not fit in memory.

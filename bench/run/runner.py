@@ -10,6 +10,7 @@ last pass.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -34,7 +35,11 @@ from bench.run.tasks import Task
 RECOMPILE_LIMIT = 512
 
 
-def _dynamo_limits():
+def _dynamo_limits(plan: Plan):
+    """Dynamo's recompile limits raised for the run, when an implementation it runs is
+    compiled (Impl.compiled); else nothing (importing Dynamo alone takes over a second)."""
+    if not any(CASES[e.case].impls[i].compiled for e in plan.entries for i in e.impls):
+        return contextlib.nullcontext()
     import torch._dynamo
 
     wanted = dict(
@@ -118,7 +123,7 @@ class Runner:
         )
         self.progress = Progress(self.total() * self.passes, eta, self.now)
         try:
-            with _dynamo_limits():
+            with _dynamo_limits(self.plan):
                 self._passes()
         finally:
             self.progress.close()

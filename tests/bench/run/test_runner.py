@@ -264,6 +264,25 @@ def test_compiled_rows_past_dynamos_recompile_limit_stay_compiled(tmp_path, monk
     assert counter.frame_count == 12  # one static compile per point, none fell back to eager
 
 
+def test_dynamos_limits_are_raised_only_for_a_plan_that_compiles(monkeypatch):
+    import contextlib
+
+    from bench.plans import Entry, Plan
+    from bench.run import runner
+
+    case, _ = _compiled_toy(monkeypatch)
+    monkeypatch.setitem(runner.CASES, "toy", case)
+
+    def plan(*impls):
+        return Plan((Entry("toy", impls, TWELVE[:1], ("float32",), ("cpu",), ("forward",)),))
+
+    assert isinstance(runner._dynamo_limits(plan("good")), contextlib.nullcontext)
+    with runner._dynamo_limits(plan("good", "compiled")):
+        import torch._dynamo
+
+        assert torch._dynamo.config.recompile_limit == runner.RECOMPILE_LIMIT
+
+
 def test_a_recompile_limit_hit_is_a_row_error_not_an_eager_row(tmp_path, monkeypatch):
     import torch._dynamo
 

@@ -50,6 +50,7 @@ def _visit(tmp_path, *args, audit=None):
     return out, tmp_path / "x" / "gpu", proc.stdout
 
 
+@pytest.mark.rehearsal  # make rehearse (CI), not make test: about two minutes
 def test_smoke_visit_runs_every_part_in_order_into_one_archive(tmp_path):
     out, res, stdout = _visit(tmp_path)
     assert sorted(p.name for p in out.iterdir()) == ["results.tgz", "visit.log"]
