@@ -7,5 +7,6 @@ interpreter (TRITON_INTERPRET=1, set before triton is imported).
 
 from kernels.relbias import relative_attention
 from kernels.rope import FusedRoPE, apply_rope
+from kernels.rope_cache import apply_rope_with_cache
 
-__all__ = ["FusedRoPE", "apply_rope", "relative_attention"]
+__all__ = ["FusedRoPE", "apply_rope", "apply_rope_with_cache", "relative_attention"]

@@ -2,10 +2,11 @@
 _relbias_dkdv.py; launchers in kernels/relbias.py): the named constants, the tile helpers, the
 bias of each family, the three-part key loop and the sequence layout.
 
-Layout: q (B, H, Lq, D), k and v (B, Hk, Lk, D), any strides; a flat grid (CUDA caps a grid's
-second dimension at 65535, the first at 2**31 - 1), one program per (query block, b * h)
-(forward, dq) or (key block, b * h) (dk/dv), blocks of one head adjacent so that they share
-its k and v in L2. Scores, softmax statistics and accumulators are float32; dot operands stay
+Layout: q (B, H, Lq, D), k and v (B, Hk, Lk, D), any strides, or (the forward, PAGE > 0)
+paged caches (num_blocks, PAGE, Hk, D) read through a block table (_load_kv); a flat grid
+(CUDA caps a grid's second dimension at 65535, the first at 2**31 - 1), one program per
+(query block, b * h) (forward, dq) or (key block, b * h) (dk/dv), blocks of one head adjacent
+so that they share its k and v in L2. Scores, softmax statistics and accumulators are float32; dot operands stay
 in the input dtype (tensor cores) with float32 accumulation; float32 inputs use 3xTF32 (about
 float32's accuracy on tensor cores, as SDPA does; the interpreter computes exact float32).
 UPCAST: bfloat16 operands to float32 under the interpreter, whose bfloat16 tl.dot is wrong.
@@ -70,6 +71,40 @@ def _load_block(ptr, offs, mask_rows, stride_row, offs_d, mask_d, stride_d, UPCA
     if UPCAST:
         x = x.to(tl.float32)
     return x
+
+
+@triton.jit
+def _load_kv(
+    k_base,
+    v_base,
+    offs_n,
+    mask_n,
+    stride_kn,
+    stride_vn,
+    bt_row,
+    stride_kp,
+    stride_vp,
+    offs_d,
+    mask_d,
+    stride_kd,
+    stride_vd,
+    UPCAST: tl.constexpr,
+    PAGE: tl.constexpr,
+):
+    """The (BLOCK_N, BLOCK_D) key and value blocks of keys offs_n: rows of k_base, v_base; or
+    paged (PAGE > 0, the cache's block size): key j at slot j % PAGE of cache block
+    bt_row[j // PAGE] (vLLM's layout). The block table is read once per key (BLOCK_N / PAGE
+    distinct entries a block, from L1): the rows are gathered, not one strided span."""
+    if PAGE == 0:
+        k = _load_block(k_base, offs_n, mask_n, stride_kn, offs_d, mask_d, stride_kd, UPCAST)
+        v = _load_block(v_base, offs_n, mask_n, stride_vn, offs_d, mask_d, stride_vd, UPCAST)
+    else:
+        block = tl.load(bt_row + offs_n // PAGE, mask=mask_n, other=0).to(tl.int64)
+        slot = offs_n % PAGE
+        rows_k, rows_v = block * stride_kp + slot * stride_kn, block * stride_vp + slot * stride_vn
+        k = _load_block(k_base, rows_k, mask_n, 1, offs_d, mask_d, stride_kd, UPCAST)
+        v = _load_block(v_base, rows_v, mask_n, 1, offs_d, mask_d, stride_vd, UPCAST)
+    return k, v
 
 
 @triton.jit

@@ -21,6 +21,7 @@ from kernels._relbias_common import (
     _index_range,
     _key_end,
     _load_block,
+    _load_kv,
     _part_bias,
     _part_span,
     _parts,
@@ -45,6 +46,9 @@ def _fwd_part(
     stride_kd,
     stride_vn,
     stride_vd,
+    bt_row,
+    stride_kp,
+    stride_vp,
     offs_m,
     mask_m,
     offs_d,
@@ -73,6 +77,7 @@ def _fwd_part(
     NB: tl.constexpr,
     UPCAST: tl.constexpr,
     F32: tl.constexpr,
+    PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -86,8 +91,23 @@ def _fwd_part(
     for n0 in range(a, z, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < LK
-        k = _load_block(k_base, offs_n, mask_n, stride_kn, offs_d, mask_d, stride_kd, UPCAST)
-        v = _load_block(v_base, offs_n, mask_n, stride_vn, offs_d, mask_d, stride_vd, UPCAST)
+        k, v = _load_kv(
+            k_base,
+            v_base,
+            offs_n,
+            mask_n,
+            stride_kn,
+            stride_vn,
+            bt_row,
+            stride_kp,
+            stride_vp,
+            offs_d,
+            mask_d,
+            stride_kd,
+            stride_vd,
+            UPCAST,
+            PAGE,
+        )
         qk = _dot(q, tl.trans(k), F32) * qk_scale
         rel = (offs_n - q_off)[None, :] - offs_m[:, None]  # j - (q_off + i): a scalar shift
         if PART == BAND:
@@ -140,6 +160,7 @@ def _relbias_fwd_kernel(
     ev_ptr,
     pn_ptr,
     seq_ptr,
+    bt_ptr,
     stride_qb,
     stride_qh,
     stride_qm,
@@ -152,6 +173,9 @@ def _relbias_fwd_kernel(
     stride_vh,
     stride_vn,
     stride_vd,
+    stride_kp,
+    stride_vp,
+    stride_btb,
     stride_ob,
     stride_oh,
     stride_om,
@@ -186,6 +210,7 @@ def _relbias_fwd_kernel(
     GROUP: tl.constexpr,
     SEQ: tl.constexpr,
     SPLIT_K: tl.constexpr,
+    PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -194,7 +219,9 @@ def _relbias_fwd_kernel(
     (before, after, then the band). Writes out, the base-2 row log-sum-exp (B * H, LQ) for the
     backward, and with Shaw's value term the normalized per-index probability sums pn
     (B * H, LQ, NR), also for the backward, added to out as sums @ E_V. qk_scale: scale *
-    log2(e); MASK_N: LK is not a multiple of BLOCK_N (the last key block has bounds)."""
+    log2(e); MASK_N: LK is not a multiple of BLOCK_N (the last key block has bounds). PAGE > 0:
+    k and v are paged caches (num_blocks, PAGE, Hk, D), stride_kb 0, row b's cache blocks at
+    bt_ptr + b * stride_btb (a decode step's kv_lens: SEQ == CACHE)."""
     pid_m, split, _, _, h, row, first, lq, lk, q_off = _program_of(
         seq_ptr, H, LQ, LK, LG, LQ, BLOCK_M, SEQ, NUM_SPLITS
     )
@@ -207,6 +234,7 @@ def _relbias_fwd_kernel(
     # grouped-query: its group's kv
     k_base = k_ptr + row * stride_kb + (h // GROUP) * stride_kh + first * stride_kn
     v_base = v_ptr + row * stride_vb + (h // GROUP) * stride_vh + first * stride_vn
+    bt_row = bt_ptr + row * stride_btb  # paged: this sequence's block table (stride_kb is 0)
     relk_rows = relk_ptr + row * stride_rb + h * stride_rh + (first + offs_m) * stride_rm
     slope2, table_row = _head_bias(slopes_ptr, table_ptr, stride_th, h, BIAS)
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
@@ -237,6 +265,9 @@ def _relbias_fwd_kernel(
             stride_kd,
             stride_vn,
             stride_vd,
+            bt_row,
+            stride_kp,
+            stride_vp,
             offs_m,
             mask_m,
             offs_d,
@@ -265,6 +296,7 @@ def _relbias_fwd_kernel(
             NB,
             UPCAST,
             F32,
+            PAGE,
             BLOCK_M,
             BLOCK_N,
         )

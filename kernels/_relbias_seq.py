@@ -34,13 +34,17 @@ MAX_SPLITS = 64
 class Sequences(NamedTuple):
     """mode: SELF, AT_END, CACHE or PACKED; lens: kv_lens (B,) or cu_seqlens (N + 1,) as the
     kernels read them (None otherwise); count: the sequences (B, or N documents), the grid's
-    batch; rows_q, rows_k: the longest sequence's query and key rows (the grid's blocks)."""
+    batch; rows_q, rows_k: the longest sequence's query and key rows (the grid's blocks);
+    block_table (B, max_blocks) and page_size: paged caches (CACHE; rows_k = max_blocks *
+    page_size), else None and 0."""
 
     mode: int
     lens: Tensor | None
     count: int
     rows_q: int
     rows_k: int
+    block_table: Tensor | None = None
+    page_size: int = 0
 
 
 def _integer_vector(name: str, t, length: int | None, device) -> Tensor:
@@ -99,6 +103,73 @@ def sequences(
     if causal and lq > lk:
         raise ValueError(f"causal needs Lq <= Lk (queries at the keys' end), got {lq} > {lk}")
     return Sequences(SELF if lq == lk else AT_END, None, bsz, lq, lk)
+
+
+def _check_caches(q: Tensor, k_cache, v_cache) -> None:
+    """q (B, H, Lq, D) float; the caches (num_blocks, block_size, Hk, D), contiguous, alike."""
+    if not isinstance(q, Tensor) or q.dim() != 4:
+        raise ValueError(f"q must be a 4-D tensor (B, H, Lq, D), got {_describe(q)}")
+    if q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"q must be float32, float16 or bfloat16, got {q.dtype}")
+    heads, d = q.shape[1], q.shape[3]
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(c, Tensor) or c.dim() != 4:
+            raise ValueError(
+                f"{name} (k, v with block_table) must be (num_blocks, block_size, Hk, D), got "
+                f"{_describe(c)}"
+            )
+        if c.dtype != q.dtype or c.device != q.device:
+            raise ValueError(f"{name} is {c.dtype} on {c.device}; q is {q.dtype} on {q.device}")
+        if c.shape[3] != d:
+            raise ValueError(f"{name} has head dim {c.shape[3]} but q has D={d}")
+        if not c.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (num_blocks, block_size, Hk, D)")
+        if min(c.shape[:3]) < 1:
+            raise ValueError(f"{name} is empty: shape {tuple(c.shape)}")
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"v_cache is {tuple(v_cache.shape)} but k_cache {tuple(k_cache.shape)}")
+    if heads % k_cache.shape[2]:
+        raise ValueError(f"k_cache's heads (Hk={k_cache.shape[2]}) must divide q's (H={heads})")
+
+
+def paged(q: Tensor, k_cache, v_cache, block_table, kv_lens, cu_seqlens, max_seqlen) -> Sequences:
+    """The checked layout of a call on paged caches: row b's keys 0 .. kv_lens[b] - 1, key j
+    in cache block block_table[b, j // block_size] at slot j % block_size, its queries at
+    their end. Values are checked on the device without a host sync (kv_lens within the blocks
+    given, the blocks it uses within num_blocks): a bad one fails there."""
+    _check_caches(q, k_cache, v_cache)
+    if cu_seqlens is not None or max_seqlen is not None:
+        raise ValueError("block_table reads paged caches of a batch: cu_seqlens does not apply")
+    bsz = q.shape[0]
+    if kv_lens is None:
+        raise ValueError("block_table needs kv_lens (B,): each row's keys in its blocks")
+    lens = _integer_vector("kv_lens", kv_lens, bsz, q.device)
+    if not isinstance(block_table, Tensor) or block_table.dim() != 2:
+        raise TypeError(
+            f"block_table must be a (B, max_blocks) int32 tensor, got {_describe(block_table)}"
+        )
+    if block_table.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"block_table must be int32 (or int64), got {block_table.dtype}")
+    if block_table.shape[0] != bsz or block_table.shape[1] < 1:
+        raise ValueError(
+            f"block_table must be (B={bsz}, max_blocks >= 1), got {tuple(block_table.shape)}"
+        )
+    if block_table.device != q.device:
+        raise ValueError(f"block_table is on {block_table.device} but q is on {q.device}")
+    table = block_table.contiguous()
+    num_blocks, page = k_cache.shape[:2]
+    max_keys = table.shape[1] * page
+    torch._assert_async(
+        ((lens >= 0) & (lens <= max_keys)).all(),
+        f"kv_lens must lie in 0 .. {max_keys} (block_table's {table.shape[1]} blocks of {page})",
+    )
+    used = torch.arange(table.shape[1], device=q.device)[None, :] * page < lens[:, None]
+    torch._assert_async(
+        (~used | ((table >= 0) & (table < num_blocks))).all(),
+        f"block_table's entries for the keys of kv_lens must lie in 0 .. {num_blocks - 1} "
+        "(num_blocks of k_cache)",
+    )
+    return Sequences(CACHE, lens, bsz, q.shape[2], max_keys, table, page)
 
 
 @functools.lru_cache(maxsize=8)

@@ -41,6 +41,7 @@ from kernels._relbias_seq import (
     check_num_splits,
     key_split,
     merge,
+    paged,
     sequences,
 )
 from kernels._relbias_tiles import (
@@ -94,16 +95,29 @@ def _grid(n_blocks: int, bsz: int, heads: int) -> tuple[int]:
     return (size,)
 
 
+def _kv_strides(k: Tensor, v: Tensor, seq: Sequences) -> tuple[int, ...]:
+    """The forward kernel's k and v strides (b, h, n, d each), their cache blocks' and the block
+    table's rows': paged caches (num_blocks, block_size, Hk, D) have no batch (stride 0) and
+    step from block to block through the table."""
+    if not seq.page_size:
+        return (*k.stride(), *v.stride(), 0, 0, 0)
+    (kp, kn, kh, kd), (vp, vn, vh, vd) = k.stride(), v.stride()
+    return (0, kh, kn, kd, 0, vh, vn, vd, kp, vp, seq.block_table.stride(0))
+
+
 def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec, seq: Sequences, splits=1):
     """-> out (like q), lse (B * H, Lq) float32 in base 2, pn (B * H, Lq, NR) or None.
     splits: 1, the count to split the keys into, or None (kernels._relbias_seq.num_splits);
     a split forward returns lse and pn as None (it is never differentiated)."""
     bsz, heads, lq, d = q.shape
-    lk = k.shape[2]
     out = torch.empty_like(q)
     c = _pointers(spec, q, slopes, table, gidx, relk)
     ev_ = ev if ev is not None else q
     kept = {}
+    lk, kv_heads = k.shape[2], k.shape[1]
+    if seq.page_size:  # caches (num_blocks, block_size, Hk, D): the table's keys, Hk heads
+        lk, kv_heads = seq.rows_k, k.shape[2]
+    kv = _kv_strides(k, v, seq)
 
     def launch(tiles: Tiles) -> None:
         t = spec.row_tiles(tiles) if spec.has_value else tiles
@@ -132,9 +146,9 @@ def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec, seq: Sequences
             ev_,
             pn if pn is not None else q,
             seq.lens if seq.lens is not None else q,
+            seq.block_table if seq.page_size else q,
             *q.stride(),
-            *k.stride(),
-            *v.stride(),
+            *kv,
             *o_strides,
             *c["table_strides"],
             *c["rel_strides"],
@@ -156,9 +170,10 @@ def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec, seq: Sequences
             # float32: 3xTF32; with Shaw's value term IEEE (its 3xTF32 spills at every tile)
             F32=(IEEE if spec.has_value else TF32X3) if q.dtype == torch.float32 else NATIVE,
             SPLIT=_split(q, ieee=spec.has_value),
-            GROUP=heads // k.shape[1],
+            GROUP=heads // kv_heads,
             SEQ=seq.mode,
             SPLIT_K=n_split > 1,
+            PAGE=seq.page_size,
             BLOCK_M=t.block_m,
             BLOCK_N=t.block_n,
             BLOCK_D=_block_d(d),
@@ -391,6 +406,7 @@ def relative_attention(
     cu_seqlens: Tensor | None = None,
     max_seqlen: int | None = None,
     num_splits: int | None = None,
+    block_table: Tensor | None = None,
     fwd_tiles: Tiles | None = None,
     bwd_tiles: Tiles | None = None,
 ) -> Tensor:
@@ -416,6 +432,11 @@ def relative_attention(
     num_splits: the forward splits the keys into this many parts, merged by their log-sum-exps
       (flash-decoding; not differentiable, not with cu_seqlens); None: split when the queries'
       programs would leave SMs idle and nothing needs a gradient (kernels._relbias_seq).
+    block_table (B, max_blocks) int32: k and v are paged caches (num_blocks, block_size, Hk,
+      D), contiguous (vLLM's layout; `kernels.apply_rope_with_cache` writes them), with
+      kv_lens: row b's key j lies in cache block block_table[b, j // block_size] at slot
+      j % block_size. Forward only (decoding), every family, grouped-query heads, the split.
+      kv_lens past the blocks given, or a block used past num_blocks, fails on the device.
     Differentiable in q, k, v and every table (slopes, T5 and Shaw tables, shaw_k, shaw_v).
     fwd_tiles, bwd_tiles: `Tiles` overriding the per-GPU defaults (for tuning); bwd_tiles are
       the dk/dv kernel's, the dq kernel runs their transpose; block_m of the dq kernel (and of
@@ -433,8 +454,11 @@ def relative_attention(
         raise ValueError("shaw_v needs shaw_k (Shaw's value term comes with the key term)")
     if len(given) != 1:
         raise ValueError(f"pass exactly one of {', '.join(FAMILIES)}; got {given}")
-    _check_qkv(q, k, v)
-    seq = sequences(q, k, causal, kv_lens, cu_seqlens, max_seqlen)
+    if block_table is None:
+        _check_qkv(q, k, v)
+        seq = sequences(q, k, causal, kv_lens, cu_seqlens, max_seqlen)
+    else:
+        seq = paged(q, k, v, block_table, kv_lens, cu_seqlens, max_seqlen)
     if q.device.type == "cpu" and not _interpreting():
         raise ValueError(
             "q is a CPU tensor: run on a GPU, or set TRITON_INTERPRET=1 before "
@@ -455,8 +479,13 @@ def relative_attention(
     spec, table, gidx, relk, ev = FAMILIES[given[0]](table, q, options)
     tensors = (q, k, v, table, relk, ev)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    if grad and seq.page_size:
+        raise ValueError(
+            "block_table: attention over paged caches is forward only (decoding); call it "
+            "under torch.no_grad() or with tensors that do not require grad"
+        )
     check_num_splits(num_splits, seq, grad)
-    if not grad and seq.mode != PACKED and num_splits != 1:  # may split the keys: no autograd
+    if not grad and (seq.page_size or seq.mode != PACKED and num_splits != 1):  # no autograd
         slopes = table if spec.bias == ALIBI else None
         return _forward(q, k, v, slopes, table, gidx, relk, ev, spec, seq, num_splits)[0]
     return RelativeBiasAttention.apply(q, k, v, table, gidx, relk, ev, spec, seq)

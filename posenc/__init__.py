@@ -4,7 +4,7 @@
 re-exported here are the corrected ones with the same names and compatible constructors.
 """
 
-from posenc import functional, seed
+from posenc import functional, seed, serving
 from posenc.absolute import LearnablePositionalEncoding, SinusoidalPositionalEncoding
 from posenc.attention import MultiHeadAttention
 from posenc.contextual import CoPEMultiHeadAttention
@@ -38,4 +38,5 @@ __all__ = [
     "SinusoidalPositionalEncoding",
     "functional",
     "seed",
+    "serving",
 ]
