@@ -6,9 +6,10 @@ Layout: q (B, H, Lq, D), k and v (B, Hk, Lk, D), any strides, or (the forward, P
 paged caches (num_blocks, PAGE, Hk, D) read through a block table (_load_kv); a flat grid
 (CUDA caps a grid's second dimension at 65535, the first at 2**31 - 1), one program per
 (query block, b * h) (forward, dq) or (key block, b * h) (dk/dv), blocks of one head adjacent
-so that they share its k and v in L2. Scores, softmax statistics and accumulators are float32; dot operands stay
-in the input dtype (tensor cores) with float32 accumulation; float32 inputs use 3xTF32 (about
-float32's accuracy on tensor cores, as SDPA does; the interpreter computes exact float32).
+so that they share its k and v in L2. Scores, softmax statistics and accumulators are float32;
+dot operands stay in the input dtype (tensor cores) with float32 accumulation; float32 inputs
+use 3xTF32 (about float32's accuracy on tensor cores, as SDPA does; the interpreter computes
+exact float32).
 UPCAST: bfloat16 operands to float32 under the interpreter, whose bfloat16 tl.dot is wrong.
 
 Logits are kept in base 2: s2 = (scale q k^T + bias) * log2(e), so a probability is one exp2

@@ -96,9 +96,9 @@ def _grid(n_blocks: int, bsz: int, heads: int) -> tuple[int]:
 
 
 def _kv_strides(k: Tensor, v: Tensor, seq: Sequences) -> tuple[int, ...]:
-    """The forward kernel's k and v strides (b, h, n, d each), their cache blocks' and the block
-    table's rows': paged caches (num_blocks, block_size, Hk, D) have no batch (stride 0) and
-    step from block to block through the table."""
+    """The forward kernel's k and v strides (b, h, n, d each), then their cache blocks' and the
+    block table's rows': paged caches (num_blocks, block_size, Hk, D) have no batch (stride 0)
+    and step from block to block through the table."""
     if not seq.page_size:
         return (*k.stride(), *v.stride(), 0, 0, 0)
     (kp, kn, kh, kd), (vp, vn, vh, vd) = k.stride(), v.stride()
@@ -146,9 +146,8 @@ def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec, seq: Sequences
             ev_,
             pn if pn is not None else q,
             seq.lens if seq.lens is not None else q,
-            seq.block_table if seq.page_size else q,
             *q.stride(),
-            *kv,
+            *kv[:8],
             *o_strides,
             *c["table_strides"],
             *c["rel_strides"],
@@ -163,6 +162,8 @@ def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec, seq: Sequences
             d,
             spec.n_rel,
             spec.scale * _LOG2E,
+            seq.block_table if seq.page_size else q,
+            *kv[8:],
             **spec.constexprs,
             NB=spec.nb,
             MASK_N=lk % t.block_n != 0 or seq.mode >= CACHE,

@@ -16,7 +16,7 @@ software pipeliner did not take (every loop without an inner loop must be, and a
 candidate tiles that spill are reported, not fatal. Writes
 results/gpu-compile/triton-<version>.{csv,md}.
 
-    python -m bench.audit [--targets sm_90a,sm_80] [--jobs 2] [--out DIR] [--only rope]
+    python -m bench.audit [--targets sm_90a,sm_80] [--jobs 2] [--out DIR] [--only rope_cache]
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", default="sm_90a,sm_80", help="comma-separated: sm_90a, sm_80")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compile processes")
     parser.add_argument("--out", type=Path, default=Path("results/gpu-compile"))
-    parser.add_argument("--only", choices=("rope", "relbias"), default=None)
+    parser.add_argument("--only", choices=("rope", "rope_cache", "relbias"), default=None)
     parser.add_argument("--no-candidates", action="store_true", help="default tiles only")
     parser.add_argument(
         "--compare",
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
     work = [(s, t) for t in targets for s in specs(args.only)]
-    if not args.no_candidates and "sm_90a" in targets and args.only != "rope":
+    if not args.no_candidates and "sm_90a" in targets and args.only in (None, "relbias"):
         work += [(s, "sm_90a") for s in tile_candidates()]
     # a fresh cache: every kernel compiled cold, so compile_s is what the GPU's JIT would pay
     start = time.perf_counter()

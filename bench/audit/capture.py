@@ -20,7 +20,7 @@ import torch
 class Spec:
     """One launcher call: RoPE (variant: layout / pairs / rotary / positions) or attention."""
 
-    kernel: str  # "rope" | "relbias"
+    kernel: str  # "rope" | "rope_cache" | "relbias"
     family: str = ""  # relbias: alibi, t5, shaw, shaw_kv
     dtype: str = "bfloat16"
     head_dim: int = 128
@@ -31,7 +31,7 @@ class Spec:
     positions: str = "none"  # none | per_seq | ids | table (per-token rows, M-RoPE's shape)
     xpos: bool = False
     kv_heads: int = 0  # relbias: grouped-query k and v with this many heads (0: H)
-    seq: str = ""  # relbias: "" one sequence a row; decode, decode_end, prefill, packed (SEQS)
+    seq: str = ""  # relbias: "" one sequence a row; decode, decode_end, prefill, packed, paged
     fwd_tiles: tuple | None = None  # a candidate (not the launcher's default)
     bwd_tiles: tuple | None = None
 
@@ -41,6 +41,9 @@ class Spec:
             pairs = "interleaved" if self.interleaved else "half-split"
             xpos = " xpos" if self.xpos else ""
             return f"{self.layout} {pairs} {self.rotary} pos={self.positions}{xpos}"
+        if self.kernel == "rope_cache":
+            pairs = "interleaved" if self.interleaved else "half-split"
+            return f"paged cache {pairs} {self.rotary} pos={self.positions}"
         gqa = f" gqa {self.kv_heads}" if self.kv_heads else ""
         seq = f" {self.seq}" if self.seq else ""
         return ("candidate" if self.fwd_tiles or self.bwd_tiles else "default") + gqa + seq
@@ -66,6 +69,15 @@ def specs(only: str | None = None) -> list[Spec]:
         Spec("rope", rotary="p_rope"),
         Spec("rope", xpos=True),
     ]
+    # the serving step's fused RoPE + cache write (Llama-3-8B-like: T=2048 tokens)
+    rope += [Spec("rope_cache", positions="ids")]
+    rope += [Spec("rope_cache", dtype=d, positions="ids") for d in ("float16", "float32")]
+    rope += [
+        Spec("rope_cache", interleaved=True, positions="ids"),
+        Spec("rope_cache", rotary="partial", positions="ids"),
+        Spec("rope_cache", rotary="p_rope", positions="ids"),
+        Spec("rope_cache", positions="table"),
+    ]
     families = tuple(f.kernel for f in _families())
     attn = [Spec("relbias", f, causal=c) for f in families for c in (False, True)]
     attn += [Spec("relbias", f, dtype=d) for f in families for d in ("float16", "float32")]
@@ -75,6 +87,9 @@ def specs(only: str | None = None) -> list[Spec]:
     seqs += [(f, 0, s) for f in ("alibi", "t5") for s in ("decode_end", "prefill")]
     attn += [Spec("relbias", f, causal=True, kv_heads=g, seq=s) for f, g, s in seqs]
     attn += [Spec("relbias", "alibi", "float32", causal=True, kv_heads=4, seq="decode")]
+    # decode steps over paged caches (block size 16), every family
+    attn += [Spec("relbias", f, causal=True, kv_heads=4, seq="paged") for f in families]
+    attn += [Spec("relbias", "alibi", "float16", causal=True, kv_heads=4, seq="paged")]
     out = [s for s in rope + attn if only in (None, s.kernel)]
     return out
 
@@ -177,16 +192,39 @@ def _launch_rope(spec: Spec) -> None:
         )
 
 
+def _launch_rope_cache(spec: Spec) -> None:
+    """kernels.rope_cache's launcher at a Llama-3-8B-like serving step: T=2048 tokens, Hq=32,
+    Hk=8, D=128, caches of 4096 blocks of 16 (per-token tables: M-RoPE's rows)."""
+    from kernels import rope_cache
+
+    dtype = getattr(torch, spec.dtype)
+    t, hq, hk, d, blocks, page = 2048, 32, 8, spec.head_dim, 4096, 16
+    rot = d if spec.rotary != "partial" else d // 4
+    n_freq = rot // 8 if spec.rotary == "p_rope" else rot // 2
+    qkv = _meta(t, hq + 2 * hk, d, dtype=dtype)  # one projection's output, split by views
+    q, k, v = qkv.split((hq, hk, hk), dim=1)
+    cache = _meta(blocks, page, hk, d, dtype=dtype)
+    rows = t if spec.positions == "table" else 32768
+    cos, sin = _meta(rows, n_freq), _meta(rows, n_freq)
+    pos = None if spec.positions == "table" else _meta(t, dtype=torch.int64)
+    slots = _meta(t, dtype=torch.int64)
+    args = (cos, sin, pos, cache, torch.empty_like(cache), slots, rot, spec.interleaved)
+    rope_cache._launch(q, k, v, torch.empty_like(q), *args)
+
+
 # relbias sequences: (B, Lq, Lk, differentiated); decode (a step against caches of kv_lens,
 # split), decode_end (Lq = 1 at the end of Lk, split), prefill (a chunk of 512 at the end of
-# 4096, forward and backward), packed (4 documents in a row of 4096, forward and backward)
+# 4096, forward and backward), packed (4 documents in a row of 4096, forward and backward),
+# paged (a step against paged caches of 4096 keys in blocks of 16, split)
 SEQS = {
     "": (4, 4096, 4096, True),
     "decode": (4, 1, 4096, False),
     "decode_end": (4, 1, 4096, False),
     "prefill": (4, 512, 4096, True),
     "packed": (1, 4096, 4096, True),
+    "paged": (4, 1, 4096, False),
 }
+PAGE = 16  # the paged caches' block size (vLLM's default)
 
 
 def _sequence_args(spec: Spec, b: int, n: int) -> dict:
@@ -195,6 +233,11 @@ def _sequence_args(spec: Spec, b: int, n: int) -> dict:
 
     if spec.seq == "decode":
         return {"kv_lens": _meta(b, dtype=torch.int32)}
+    if spec.seq == "paged":
+        return {
+            "kv_lens": _meta(b, dtype=torch.int32),
+            "block_table": _meta(b, n // PAGE, dtype=torch.int32),
+        }
     if spec.seq != "packed":
         return {}
     cu = _meta(5, dtype=torch.int32)
@@ -211,7 +254,10 @@ def _launch_relbias(spec: Spec) -> None:
     b, lq, n, grad = SEQS[spec.seq]
     h, d = 16, spec.head_dim
     q = _meta(b, h, lq, d, dtype=dtype, grad=grad)
-    k, v = (_meta(b, spec.kv_heads or h, n, d, dtype=dtype, grad=grad) for _ in range(2))
+    kv_shape = (b, spec.kv_heads or h, n, d)
+    if spec.seq == "paged":  # (num_blocks, block_size, Hk, D): every row's blocks
+        kv_shape = (b * n // PAGE, PAGE, spec.kv_heads or h, d)
+    k, v = (_meta(*kv_shape, dtype=dtype, grad=grad) for _ in range(2))
     family = _family(spec.family)
     tables = family.inputs(h, d, "meta", torch.float32)  # the kernel reads tables in float32
     for t in tables.get("params", {}).values():
@@ -230,6 +276,9 @@ def _launch_relbias(spec: Spec) -> None:
         torch.autograd.grad(out, [q, k, v], torch.empty_like(out))
 
 
+LAUNCHERS = {"rope": _launch_rope, "rope_cache": _launch_rope_cache, "relbias": _launch_relbias}
+
+
 def capture(spec: Spec, capability: int) -> list[dict]:
     """The launches of one spec, specialized for the target: plain data a worker compiles."""
     from triton.backends.compiler import GPUTarget
@@ -239,7 +288,7 @@ def capture(spec: Spec, capability: int) -> list[dict]:
     target = GPUTarget("cuda", capability, 32)
     backend = make_backend(target)
     with recording(capability) as launches:
-        (_launch_rope if spec.kernel == "rope" else _launch_relbias)(spec)
+        LAUNCHERS[spec.kernel](spec)
     jobs = []
     for fn, args, kwargs, _grid in launches:
         if spec.kernel == "relbias" and spec.bwd_tiles and "fwd" in fn.__name__:
@@ -294,7 +343,8 @@ def plan_launches(plan, capability: int = 90) -> dict[str, int]:
                 task = Task(case, "triton", mode, point, meta, DTYPES[dtype])
                 call = make_call(task, inputs)
                 leaves = leaves_of(call, inputs, case)
-                outs = tuple(torch.empty_like(o) for o in _as_tuple(call.fn()))
+                with torch.set_grad_enabled(task.grad):  # forward rows: no_grad, as timed
+                    outs = tuple(torch.empty_like(o) for o in _as_tuple(call.fn()))
                 run_for_check(call, leaves, task.grad, outs if task.grad else None)
     backend = make_backend(GPUTarget("cuda", capability, 32))
     keys: dict[str, set[str]] = {}

@@ -11,6 +11,7 @@ from bench.cases.multimodal import MROPE, ROPE_2D
 from bench.cases.relative import RELATIVE_TABLES
 from bench.cases.rope import ROPE, ROPE_MODULE
 from bench.cases.sequences import DECODE, PACKED
+from bench.cases.serving import PAGED_DECODE, ROPE_CACHE
 from bench.cases.tables import ROPE_TABLES
 from bench.registry import CASES, register_case
 
@@ -31,6 +32,8 @@ for _case in (
     *PACKED,
     *LAYER,
     *LAYER_DECODE,
+    ROPE_CACHE,
+    *PAGED_DECODE,
 ):
     if _case.name not in CASES:  # importing this module twice registers once
         register_case(_case)

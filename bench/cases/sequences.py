@@ -96,6 +96,11 @@ def _cost(family: BiasFamily, packed: bool):
     return cost
 
 
+def decode_cost(family: BiasFamily):
+    """A decode step's cost (q_len queries at the end of kv_lengths' caches), per mode."""
+    return _cost(family, packed=False)
+
+
 def _build(family: BiasFamily, packed: bool):
     tensors = B.build_inputs(family, q_len=None if packed else (lambda p: p.q_len))
 
@@ -261,7 +266,7 @@ def _packed_constraint(point: Point) -> str | None:
     return None
 
 
-def _decode_constraint(point: Point) -> str | None:
+def decode_constraint(point: Point) -> str | None:
     if point.q_len > point.seq_len:
         return f"q_len={point.q_len} > seq_len={point.seq_len} (the cache)"
     return None
@@ -306,7 +311,7 @@ def _case(family: BiasFamily, packed: bool) -> Case:
         grad_inputs=tables if packed else (),
         batched=() if packed else ("q", "k", "v", "kv_lens"),
         knobs=knobs,
-        constraint=_packed_constraint if packed else _decode_constraint,
+        constraint=_packed_constraint if packed else decode_constraint,
         truth_holds=4 * guard,
     )
 

@@ -7,7 +7,8 @@ results/reports/<time>-merged), never one of the runs'. `--compare`: bench/repor
 
 Cells carry marks (bench/report/flags.py): `~` an uncertain median (95% interval wider than +-10%),
 `#` measured while other processes held the CPU, `!` physically impossible as measured (past a
-copy or the matmul rate, forward+backward faster than forward): listed under "Suspect figures".
+copy or the matmul rate, forward+backward faster than forward): listed under "Suspect figures";
+`i` a Triton kernel under the interpreter (its time is not the kernel's speed).
 Speedups are taken within one run only; a row measured in several runs shows the latest.
 """
 
@@ -36,6 +37,7 @@ def build(dirs: list[Path], out: Path | None = None) -> Path:
     df.attrs["duplicates"] = dup
     df.attrs["runs"] = sorted(str(d) for d in dirs)
     df["uncertain"], df["contended"] = flags.uncertain(df), flags.contended(df)
+    df["interpreted"] = flags.interpreted(df)
     df["speedup_suspect"] = flags.speedup_suspect(df)
     df["cell"] = df.apply(cell, axis=1)
     (out / "report.md").write_text(markdown(df, envs))

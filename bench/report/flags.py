@@ -4,6 +4,8 @@
   by the runner: bench/run/machine.py; in rows from before that column, the process got under half
   a core while it was timed).
 - uncertain: the median's 95% interval is wider than +-UNCERTAIN_CI of it.
+- interpreted: a Triton kernel run under Triton's interpreter on a CPU (TRITON_INTERPRET=1): its
+  time checks the plumbing, it is not the kernel's speed (its row's message says so).
 - suspect: physically impossible as measured, so the measurement or its model is wrong:
   * faster than a copy of its modelled bytes timed beside it (pct_copy_bw over 100%): the
     bytes model counts more than the call moves, or the copy was slowed (the run's calibrated
@@ -41,6 +43,14 @@ def uncertain(df: pd.DataFrame) -> pd.Series:
         )
         flag |= half > UNCERTAIN_CI
     return flag & _ok(df)
+
+
+INTERPRETER = "Triton's interpreter"  # in the message of a row the interpreter ran
+
+
+def interpreted(df: pd.DataFrame) -> pd.Series:
+    message = df["message"].astype(object).where(df["message"].notna(), "")
+    return message.astype(str).str.contains(INTERPRETER, regex=False) & _ok(df)
 
 
 def contended(df: pd.DataFrame) -> pd.Series:

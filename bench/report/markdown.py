@@ -8,18 +8,19 @@ import pandas as pd
 
 from bench.cases import CASES
 from bench.registry import MODES
-from bench.report import flags, share
+from bench.report import flags, serving, share
 from bench.report.rows import SHAPE, knobs
 from bench.results import CONTENDED_CORES
 from bench.tables import markdown_table
 
 
 def cell(row) -> str:
-    """The median with its marks (`!` suspect, `#` contended, `~` uncertain) and its speedup
-    (`!` when it rests on a suspect row)."""
+    """The median with its marks (`!` suspect, `#` contended, `i` interpreted, `~` uncertain) and
+    its speedup (`!` when it rests on a suspect row)."""
     if row["status"] != "ok":
         return row["status"]
     marks = ("!" if row.get("suspect") else "") + ("#" if row.get("contended") else "")
+    marks += "i" if bool(row.get("interpreted", False)) else ""
     text = marks + ("~" if row.get("uncertain") else "") + f"{row['p50_ms']:.3g}"
     if pd.notna(row.get("speedup")):
         text += f" ({'!' if row.get('speedup_suspect') else ''}{row['speedup']:.2f}x)"
@@ -75,8 +76,14 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
         f"`!` suspect ({int((df['suspect'] != '').sum())} of {ok}): physically impossible as "
         'measured ("Suspect figures" below says why); a speedup on a suspect row is marked '
         "too and is not a result.",
-        "",
     ]
+    if "interpreted" in df and df["interpreted"].any():
+        lines += [
+            f"`i` interpreted ({int(df['interpreted'].sum())} of {ok}): a Triton kernel run by "
+            "Triton's interpreter on a CPU; its time checks the plumbing and is not the "
+            "kernel's speed, nor is its speedup.",
+        ]
+    lines += [""]
     if "pct_peak_bw" in df and (df["pct_peak_bw"] > 100).any():
         lines += [
             f"{int((df['pct_peak_bw'] > 100).sum())} ok rows pass the run's calibrated copy "
@@ -106,6 +113,7 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
         table = group.pivot_table(index=SHAPE, columns="column", values="cell", aggfunc="first")
         lines += [f"## {case} / {mode} / {dtype}", "", _to_markdown(table), ""]
     lines += share.section(df)
+    lines += serving.section(df)
     lines += suspect_table(df) + not_ok_table(df)
     return "\n".join(lines) + "\n"
 

@@ -12,11 +12,17 @@ from dataclasses import dataclass
 
 # The sweep's implementations that compile nothing but Triton kernels (eager PyTorch, SDPA,
 # Liger, the fused kernels): the core rows, measured before any torch.compile runs.
-CORE_IMPLS = "[reference,reference_out,triton,liger,liger_copy,sdpa,sdpa_nobias]"
-# sweep=gpu's cases of one sequence a row (the sweep part), and its decode and packed cases
-# (the sequences part, after the kernels' own figures)
-ROW_CASES = "[rope,alibi_attention,t5_attention,shaw_bias_attention,shaw_kv_attention]"
+CORE_IMPLS = "[reference,reference_out,eager,triton,triton_dense,liger,liger_copy,sdpa,sdpa_nobias]"
+# sweep=gpu's cases of one sequence a row and the serving path's (the sweep part), and its decode
+# and packed cases (the sequences part, after the kernels' own figures)
+ROW_CASES = (
+    "[rope,alibi_attention,t5_attention,shaw_bias_attention,shaw_kv_attention,"
+    "rope_cache,alibi_paged,t5_paged,shaw_kv_paged]"
+)
 SEQ_CASES = "[alibi_decode,t5_decode,shaw_kv_decode,alibi_packed,t5_packed]"
+# the serving path's compiled baselines (bench/cases/serving.py): torch.compile of the eager
+# step, FlexAttention's paged attention (the kernel's rows come with the sweep part)
+SERVING_CASES = "[rope_cache,alibi_paged,t5_paged]"
 # The targets' shapes for the compiled baselines: L=4096, forward and forward+backward; RoPE in
 # bshd memory, ALiBi and T5 attention not causal.
 TARGETS = ("seq_len=4096", "causal=false", "layout=bshd", "mode=[forward,forward+backward]")
@@ -54,7 +60,7 @@ def _bench(*args: str) -> tuple[str, ...]:
 PARTS = (
     Part(
         "tests",
-        105,
+        115,
         30,
         (
             "-m",
@@ -83,7 +89,7 @@ PARTS = (
     ),
     Part(
         "sweep",
-        165,
+        175,
         60,
         _bench(
             "sweep=gpu",
@@ -97,11 +103,13 @@ PARTS = (
             f"impls={CORE_IMPLS}",
             "seq_len=16",
             "causal=false",
-            "mode=forward+backward",
+            "mode=[forward,forward+backward]",
+            "prefill=1",  # smoke's batch of 1: one sequence prefilling a chunk of 4
+            "chunk=4",
             *SMOKE,
             "hydra.run.dir={res}/sweep-gpu",
         ),
-        "sweep=gpu without torch.compile: the fused kernels, eager, SDPA, Liger",
+        "sweep=gpu without torch.compile: the fused kernels, eager, SDPA, Liger; the serving path",
     ),
     Part(
         "audit",
@@ -159,6 +167,31 @@ PARTS = (
             "hydra.run.dir={res}/sweep-sequences",
         ),
         "decoding against ragged KV caches and packed documents: the kernel beside eager, SDPA",
+        reserved=False,  # after the kernels' own figures: in what is left
+    ),
+    Part(
+        "serving",
+        80,
+        30,
+        _bench(
+            "sweep=gpu",
+            f"cases={SERVING_CASES}",
+            "impls=[triton,compiled,flex_paged]",
+            "rope_form=half_split",
+            "hydra.run.dir={res}/sweep-serving",
+        ),
+        _bench(
+            "sweep=gpu",
+            "cases=[rope_cache,t5_paged]",
+            "impls=[triton,compiled,flex_paged]",
+            "rope_form=half_split",
+            "prefill=1",
+            "chunk=4",
+            *SMOKE,
+            "hydra.run.dir={res}/sweep-serving",
+        ),
+        "the serving step's compiled baselines: torch.compile of the eager step, FlexAttention's "
+        "paged attention, beside the kernels",
         reserved=False,  # after the kernels' own figures: in what is left
     ),
     Part(

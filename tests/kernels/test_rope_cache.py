@@ -269,3 +269,15 @@ def test_bad_input_names_the_argument(what, call, exc, text):
     with pytest.raises(exc) as info:
         call()
     assert text in str(info.value), str(info.value)
+
+
+def test_the_documented_serving_example_runs_as_written():
+    """docs/kernels.md's serving example (the fused step, then paged decode attention),
+    executed as it stands."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "kernels.md").read_text()
+    block = text.split("(the serving example)", 1)[1].split("```python\n", 1)[1]
+    scope = {}
+    exec(compile(block.split("```", 1)[0], "docs/kernels.md", "exec"), scope)  # noqa: S102
+    assert scope["out"].shape == (2, 8, 1, 64) and scope["q_rot"].shape == (21, 8, 64)

@@ -68,9 +68,17 @@ def test_smoke_visit_runs_every_part_in_order_into_one_archive(tmp_path):
         "t5_attention",
         "shaw_bias_attention",
         "shaw_kv_attention",
+        "rope_cache",
+        "alibi_paged",
+        "t5_paged",
+        "shaw_kv_paged",
     }
-    assert set(triton["status"]) == {"ok"}
-    assert not set(core["impl"]) & {"compiled", "flex"}  # those come after the audit
+    assert set(triton["status"]) == {"ok", "skipped"}  # the serving cases have no backward
+    assert set(triton[triton["mode"] == "forward"]["status"]) == {"ok"}
+    assert not set(core["impl"]) & {"compiled", "flex", "flex_paged"}  # after the audit
+    serving = pd.read_csv(res / "sweep-serving" / "results.csv")
+    assert set(serving["impl"]) == {"triton", "compiled", "flex_paged"}
+    assert set(serving["status"]) == {"ok"}
     flex = pd.read_csv(res / "sweep-flex" / "results.csv")
     assert set(flex["impl"]) == {"triton", "flex"} and set(flex["status"]) == {"ok"}
     seq = pd.read_csv(res / "sweep-sequences" / "results.csv")
@@ -130,8 +138,10 @@ def test_every_limit_covers_its_estimate_and_the_parts_fit_the_budget(plan):
 
 def test_the_sweep_estimate_counts_the_kernels_the_plan_launches():
     """sweep=gpu's Triton rows: 4 bias families x causal or not x (forward, dq, dk/dv), the
-    backward's delta kernel (one specialization for all), and RoPE's forward and backward (the
-    layouts and lengths share a specialization)."""
+    backward's delta kernel (one specialization for all), RoPE's forward and backward (the
+    layouts and lengths share a specialization); the serving path's paged decode forward (3
+    families; 64 x 32 programs fill the SMs: no split, no combine) and the fused RoPE + cache
+    write with shared and per-token (M-RoPE) tables."""
     out = _compiling(
         "from bench.visit import estimate; from bench.visit.parts import PARTS; "
         "from bench.audit.capture import plan_launches; "
@@ -139,11 +149,12 @@ def test_the_sweep_estimate_counts_the_kernels_the_plan_launches():
         "print(plan_launches(estimate.plan_of(part.argv)[0]))"
     )
     assert eval(out) == {
-        "_relbias_fwd_kernel": 8,
+        "_relbias_fwd_kernel": 8 + 3,
         "_relbias_bwd_dq_kernel": 8,
         "_relbias_bwd_dkdv_kernel": 8,
         "_relbias_bwd_delta_kernel": 1,
         "_rope_kernel": 2,
+        "_rope_cache_kernel": 2,
     }
 
 
