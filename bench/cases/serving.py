@@ -29,7 +29,11 @@ Every implementation of rope_cache writes its own copy of the caches (made outsi
 Cost: rope_cache reads q, k, v once and writes q and the cache's k and v once, plus each token's
 cos and sin rows (8 F bytes) and its position and slot; 3 FLOPs per rotated element. tokens: T.
 The attention: bench/cases/sequences.py's decode cost (the valid keys' bytes, 4 H D FLOPs per
-visible pair), plus the block table.
+visible pair), plus the block table; tokens: the queries.
+
+Why this file is long: two kinds of case (the step and the attention) that share the paged
+layout, each with its implementations as their libraries call them; split, the layout would be
+imported from one into the other.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from bench.cases._common import (
     TRITON_ELSEWHERE,
     TRITON_NOTE,
     compile_impl,
+    per_mode,
     triton_kernels,
 )
 from bench.cases.families import FAMILIES, BiasFamily
@@ -190,12 +195,15 @@ def _step_truth(inputs):
 
 
 def _step_cost(point: Point, dtype, mode: str) -> Cost:
+    """Forward only (a serving op); backward, never run, modelled as the forward (a rotation's
+    backward is the inverse rotation of the gradients: the same bytes)."""
     t = sum(new_tokens(point))
     hq, hk, d = point.num_heads, point.kv_heads, point.head_dim
     rotary = d // 2 if point.rope_form == "partial" else d
     moved = 2 * t * (hq + 2 * hk) * d * dtype.itemsize  # q, k, v read; q, k, v written
     tables = t * (8 * (rotary // 2) + 16)  # the token's cos and sin rows, position and slot
-    return Cost(moved + tables, 3 * t * (hq + hk) * rotary, t)
+    one = Cost(moved + tables, 3 * t * (hq + hk) * rotary, t)
+    return per_mode(one, one, mode)
 
 
 def _step_constraint(point: Point) -> str | None:
@@ -345,9 +353,13 @@ def _paged_cost(family: BiasFamily):
     decode = Seq.decode_cost(family)  # the valid keys' bytes and FLOPs
 
     def cost(point: Point, dtype, mode: str) -> Cost:
-        c = decode(point, dtype, mode)
         width = -(-point.seq_len // point.block_size)  # the block table's int32 entries
-        return Cost(c.bytes + 4 * point.batch * width, c.flops, point.batch * point.q_len)
+
+        def one(m: str) -> Cost:
+            c = decode(point, dtype, m)
+            return Cost(c.bytes + 4 * point.batch * width, c.flops, point.batch * point.q_len)
+
+        return per_mode(one("forward"), one("backward"), mode)
 
     return cost
 

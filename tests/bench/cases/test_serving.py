@@ -17,70 +17,36 @@ from tests.bench.cases.test_sequences import FAMILIES, _run
 STEP = dict(num_kv_heads=2, prefill=2, chunk=5, block_size=4, kv_cache="ragged")
 
 
-def test_rope_cache_gates_every_form(tmp_path):
-    """A mixed step (2 of 3 sequences prefilling 5 tokens, ragged caches, blocks of 4) in each
-    RoPE form: eager and the fused kernel against posenc's float64 reference."""
-    rows, ran = _run(
-        tmp_path,
-        "step",
-        "cases=[rope_cache]",
-        "impls=[eager,triton]",
-        "batch=3",
-        "seq_len=24",
-        "d_model=128",
-        "num_heads=4",
-        "num_kv_heads=2",
-        "prefill=2",
-        "chunk=5",
-        "block_size=4",
-        "kv_cache=ragged",
-        "rope_form=[half_split,interleaved,partial,mrope]",
-        "mode=forward",
+def test_the_serving_cases_gate_every_implementation(tmp_path):
+    """One run (one process: the cases' plumbing, the kernels gated elsewhere too):
+    - a mixed step (2 of 3 sequences prefilling 5 tokens, ragged caches, blocks of 4) in each
+      RoPE form, eager and the fused kernel against posenc's float64 reference;
+    - every family's decode over shuffled blocks of 8, ragged caches, 2 queries a sequence
+      (one: the kernel tests), the kernel on the pages;
+    - T5's on the gathered caches and through torch's PagedAttention over FlexAttention
+      (compiled on the CPU), its bias a score_mod at each row's query offset; Shaw's value
+      term is said to be inexpressible there."""
+    paged = ",".join(f"{f}_paged" for f in FAMILIES)
+    grids = (
+        "grids=[{cases:[rope_cache],batch:3,seq_len:24,d_model:128,num_heads:4,num_kv_heads:2,"
+        "prefill:2,chunk:5,block_size:4,kv_cache:ragged,"
+        "rope_form:[half_split,interleaved,partial,mrope],impls:[eager,triton]},"
+        f"{{cases:[{paged}],batch:2,seq_len:40,d_model:64,num_heads:2,num_kv_heads:1,"
+        "q_len:2,block_size:8,kv_cache:ragged,impls:[reference,triton]},"
+        "{cases:[t5_paged,shaw_kv_paged],batch:2,seq_len:48,d_model:64,num_heads:2,"
+        "kv_cache:ragged,impls:[reference,triton_dense,flex_paged]}]"
     )
-    assert len(ran) == 2 * 4
-    assert {json.loads(r["params"])["rope_form"] for r in ran} == {
+    impls = "impls=[eager,reference,triton,triton_dense,flex_paged]"  # each grid takes its own
+    rows, ran = _run(tmp_path, "serving", grids, impls, "mode=forward")
+    step = [r for r in ran if r["case"] == "rope_cache"]
+    assert len(step) == 2 * 4
+    assert {json.loads(r["params"])["rope_form"] for r in step} == {
         "half_split", "interleaved", "partial", "mrope"
     }  # fmt: skip
-    assert all(float(r["tokens_per_s"]) > 0 for r in ran)  # tokens: 2 chunks of 5 + 1 decode
-
-
-def test_paged_cases_gate_every_implementation(tmp_path):
-    """Every family over shuffled blocks of 8, ragged caches, 2 queries a sequence (one: the
-    kernel tests), the kernel on the pages and on the gathered caches."""
-    cases = ",".join(f"{f}_paged" for f in FAMILIES)
-    rows, ran = _run(
-        tmp_path,
-        "paged",
-        f"cases=[{cases}]",
-        "impls=[reference,triton,triton_dense]",
-        "batch=3",
-        "seq_len=40",
-        "d_model=64",
-        "num_heads=2",
-        "num_kv_heads=1",
-        "q_len=2",
-        "block_size=8",
-        "kv_cache=ragged",
-        "mode=forward",
-    )
-    assert len([r for r in ran if r["impl"] == "triton"]) == 4
-
-
-def test_flex_paged_attention_is_gated(tmp_path):
-    """torch's PagedAttention over FlexAttention (compiled on the CPU), T5's bias as its
-    score_mod at each row's query offset; Shaw's value term is said to be inexpressible."""
-    rows, ran = _run(
-        tmp_path,
-        "flex",
-        "cases=[t5_paged,shaw_kv_paged]",
-        "impls=[reference,flex_paged]",
-        "batch=2",
-        "seq_len=48",
-        "d_model=64",
-        "num_heads=2",
-        "kv_cache=ragged",
-        "mode=forward",
-    )
+    assert all(float(r["tokens_per_s"]) > 0 for r in step)  # tokens: 2 chunks of 5 + 1 decode
+    triton = {r["case"] for r in ran if r["impl"] == "triton" and r["case"] != "rope_cache"}
+    assert triton == {f"{f}_paged" for f in FAMILIES}
+    assert {r["case"] for r in ran if r["impl"] == "triton_dense"} == {"t5_paged", "shaw_kv_paged"}
     assert [r["case"] for r in ran if r["impl"] == "flex_paged"] == ["t5_paged"]
     skipped = [r for r in rows if r["impl"] == "flex_paged" and r["case"] == "shaw_kv_paged"]
     assert "not expressible" in skipped[0]["message"]
