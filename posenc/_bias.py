@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from posenc._checks import check_positive
+from posenc._schemes2025 import softmax_with_sinks
 
 
 def alibi_slopes(num_heads: int) -> Tensor:
@@ -139,6 +140,7 @@ def relative_attention(
     scale: float | None = None,
     kv_lens: Tensor | None = None,
     cu_seqlens: Tensor | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """softmax(scale q k^T + bias [causal mask]) v, the reference every attention kernel meets.
 
@@ -152,6 +154,8 @@ def relative_attention(
     kv_lens (B,): row b's cache holds keys 0 .. kv_lens[b] - 1 (1 .. Lk; >= Lq if causal),
       its queries at kv_lens[b] - Lq + i. cu_seqlens (N + 1,): documents packed into one row,
       attention, distances and the causal mask within each (`each_sequence`).
+    sinks (H,): each head's sink logit joins every row's softmax and adds no value (gpt-oss;
+      posenc._schemes2025.softmax_with_sinks).
     """
     if kv_lens is not None or cu_seqlens is not None:
 
@@ -160,7 +164,9 @@ def relative_attention(
             if isinstance(bias, Tensor):  # the sequence's block of a (B, H, Lq, Lk) bias
                 full = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
                 b = full[at[0], :, at[1], at[2]]
-            return relative_attention(q_s, k_s, v_s, bias=b, causal=causal, scale=scale)
+            return relative_attention(
+                q_s, k_s, v_s, bias=b, causal=causal, scale=scale, sinks=sinks
+            )
 
         return each_sequence(attend, q, k, v, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
     lq, lk = q.shape[-2], k.shape[-2]
@@ -177,7 +183,7 @@ def relative_attention(
     if causal:
         future = torch.ones(lq, lk, dtype=torch.bool, device=q.device).triu(1 + offset)
         logits = logits.masked_fill(future, -math.inf)
-    return torch.matmul(torch.softmax(logits, dim=-1), v)
+    return torch.matmul(softmax_with_sinks(logits, sinks), v)
 
 
 def fire_distances(

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from posenc._bias import apply_mask, grouped_kv
 from posenc._checks import check_positive
+from posenc._schemes2025 import softmax_with_sinks
 
 
 def relative_positions(
@@ -42,6 +43,7 @@ def shaw_attention(
     mask: Tensor | None = None,
     scale: float | None = None,
     offset: int = 0,
+    sinks: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Shaw et al. relative attention, without ever building a (B, H, Lq, Lk, D) tensor.
 
@@ -50,6 +52,8 @@ def shaw_attention(
     mask: broadcastable to (B, H, Lq, Lk); boolean (True = attend) or additive float.
     offset: query i sits at position offset + i (0: the tutorial's; Lk - Lq: at the keys' end,
     as kernels.relative_attention and relative_attention place them).
+    sinks (H,): each head's sink logit joins every row's softmax (gpt-oss); the weights then
+    sum to less than 1, and the value term uses them as they are.
     Returns (out (B, H, Lq, D), weights (B, H, Lq, Lk)) with
         e_ij  = scale * (q_i . k_j + q_i . a^K[idx_ij])          (eq. 4, scale = 1/sqrt(D))
         out_i = sum_j alpha_ij (v_j + a^V[idx_ij])               (eq. 3)
@@ -74,7 +78,7 @@ def shaw_attention(
     _add_relative_logits_(logits, rel, max_relative_position, offset)
     if mask is not None:
         logits = apply_mask(logits, mask)
-    weights = torch.softmax(logits, dim=-1)
+    weights = softmax_with_sinks(logits, sinks)
     out = torch.matmul(weights, v)  # (B, H, Lq, D)
     if emb_v is not None:
         lq, lk, clip = q.shape[-2], k.shape[-2], max_relative_position

@@ -40,6 +40,12 @@ from posenc._multiaxis import (
 from posenc._positions import randomized_positions
 from posenc._rotate import rotate_into
 from posenc._scaling import rope_frequencies
+from posenc._schemes2025 import (
+    forgetting_bias,
+    irope_rope_layers,
+    irope_temperature,
+    softmax_with_sinks,
+)
 from posenc._shaw import relative_positions, shaw_attention
 
 # ---------------------------------------------------------------------------------------------
@@ -208,7 +214,10 @@ __all__ = [
     "cope_positions",
     "each_sequence",
     "fire_distances",
+    "forgetting_bias",
     "grouped_kv",
+    "irope_rope_layers",
+    "irope_temperature",
     "kerple_log_bias",
     "mrope_axes",
     "mrope_cos_sin",
@@ -224,5 +233,6 @@ __all__ = [
     "rope_inv_freq",
     "shaw_attention",
     "sinusoidal_table",
+    "softmax_with_sinks",
     "t5_relative_bucket",
 ]
