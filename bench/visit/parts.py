@@ -4,6 +4,9 @@ Each part is a command with a time limit, and skipped when less than its minimum
 limits are checked against the estimates of what each part launches (bench/visit/estimate.py,
 `python -m bench.visit --plan`; docs/gpu.md has the table). Standard library only: the driver
 runs on the GPU box before anything it carries is unpacked.
+
+Why this file is long: it is one table, each part's command and its smoke rehearsal's written
+out argument by argument, so that what the GPU runs can be read here as it runs.
 """
 
 from __future__ import annotations
