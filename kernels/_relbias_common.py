@@ -21,7 +21,10 @@ Biases of r = j - i, with idx = clip(r, -K, K) + K the relative index:
            buckets, no logarithm in the kernel), or Shaw's scalar table (gidx[idx] = idx); its
            gradient is summed per bucket gidx[idx];
   SHAW_KV  Shaw's key term gathered from relk = scale * Q E_K^T (B, H, Lq, 2K + 1), and with
-           HAS_VALUE the value term: per-row sums of the probabilities per index.
+           HAS_VALUE the value term: per-row sums of the probabilities per index;
+  + COL    a per-key term subtracted (_key_col): FoX's D_i - D_j is SHAW_KV with K = 0 whose
+           relk is each query's D_i (B, H, Lq, 1), and whose column term is D_j (B, H, Lk), the
+           cumulative sums of the log forget gates (Lin et al. 2025).
 
 The key loop runs in three parts (the query loop of dk/dv likewise), because Triton's software
 pipeliner skips a loop that holds another loop: the blocks entirely at r <= -K ("before": every
@@ -106,6 +109,17 @@ def _load_kv(
         k = _load_block(k_base, rows_k, mask_n, 1, offs_d, mask_d, stride_kd, UPCAST)
         v = _load_block(v_base, rows_v, mask_n, 1, offs_d, mask_d, stride_vd, UPCAST)
     return k, v
+
+
+@triton.jit
+def _key_col(col_base, offs_n, mask_n, stride_cn, COL: tl.constexpr):
+    """FoX's per-key bias term in base 2, c_j log2(e) (BLOCK_N,), which every query's logit
+    subtracts: the bias is c_i - c_j, its per-query term c_i read as Shaw's key term at index
+    0 (K = 0). 0.0 without COL."""
+    col = 0.0
+    if COL:
+        col = tl.load(col_base + offs_n * stride_cn, mask=mask_n, other=0.0) * LOG2E
+    return col
 
 
 @triton.jit

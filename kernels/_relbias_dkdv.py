@@ -19,6 +19,7 @@ from kernels._relbias_common import (
     _dot,
     _far_logits,
     _head_bias,
+    _key_col,
     _load_block,
     _part_bias,
     _part_span,
@@ -81,6 +82,8 @@ def _relbias_bwd_delta_kernel(
 def _dkdv_part(
     dk,
     dv,
+    dcol,
+    ck,
     k,
     v,
     q_base,
@@ -119,11 +122,13 @@ def _dkdv_part(
     HAS_VALUE: tl.constexpr,
     UPCAST: tl.constexpr,
     F32: tl.constexpr,
+    COL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
     """dk, dv of the held keys over the query blocks [lo, hi) of one part: dv += p^T do,
-    dk += ds^T q (scaled by the caller). The tile is computed transposed, keys by queries, so
+    dk += ds^T q (scaled by the caller); with COL (FoX: the held keys' D_j, ck, subtracted)
+    dcol += the keys' sums of ds. The tile is computed transposed, keys by queries, so
     that every dot has this program's BLOCK_N keys as its M (wgmma's >= 64 whatever BLOCK_M)
     and p, ds need no transpose. Query rows past LQ read lse = +inf: p = 0, no mask needed."""
     a, z = _part_span(PART, LOW, start, lo, hi, end)
@@ -158,6 +163,8 @@ def _dkdv_part(
                 relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
             )
             s_t = _far_logits(qk_t, bias[None, :], rel_t, mask_m, slope2, PART, BIAS, False)
+        if COL:
+            s_t -= ck[:, None]
         p_t = tl.exp2(s_t - lse[None, :])  # 0 where masked
         dp_t = _dot(v, tl.trans(do), F32)
         if HAS_VALUE:
@@ -169,7 +176,9 @@ def _dkdv_part(
         ds_t = p_t * (dp_t - delta[None, :])
         dv += _dot(p_t.to(do.dtype), do, F32)
         dk += _dot(ds_t.to(q.dtype), q, F32)
-    return dk, dv
+        if COL:
+            dcol += tl.sum(ds_t, 1)
+    return dk, dv, dcol
 
 
 @triton.jit
@@ -224,6 +233,11 @@ def _relbias_bwd_dkdv_kernel(
     LG,
     D,
     qk_scale,
+    col_ptr,
+    stride_cb,
+    stride_ch,
+    stride_cn,
+    dcol_ptr,
     BIAS: tl.constexpr,
     CAUSAL: tl.constexpr,
     K: tl.constexpr,
@@ -233,6 +247,7 @@ def _relbias_bwd_dkdv_kernel(
     SPLIT: tl.constexpr,
     GROUP: tl.constexpr,
     SEQ: tl.constexpr,
+    COL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -242,7 +257,8 @@ def _relbias_bwd_dkdv_kernel(
     (stride_x*, shared: both are allocated alike). Grouped-query heads (GROUP > 1): k and v
     are read from kv head h // GROUP and dk, dv written per query head into float32 buffers
     (B, H, Lk, D) that the host sums over each group (as FlashAttention 2 does: an outer loop
-    over the group in this kernel spills at every tile tried, 255 registers)."""
+    over the group in this kernel spills at every tile tried, 255 registers). COL (FoX): the
+    gradient of the keys' D_j, minus their sums of ds, into dcol (B * H, LK) float32."""
     pid_n, _, _, _, h, row, first, lq, lk, q_off = _program_of(
         seq_ptr, H, LQ, LK, LG, LK, BLOCK_N, SEQ
     )
@@ -279,6 +295,9 @@ def _relbias_bwd_dkdv_kernel(
     delta_rows = delta_ptr + (row * H + h) * LQ + first
     dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+    dcol = tl.zeros((BLOCK_N,), tl.float32)
+    col_base = col_ptr + row * stride_cb + h * stride_ch + first * stride_cn
+    ck = _key_col(col_base, offs_n, mask_n, stride_cn, COL)  # FoX: the held keys' D_j
     end = lq
     if SEQ >= CACHE:  # a key block past its sequence's keys: no queries (dk, dv stored as 0)
         end = tl.where(n0 < lk, end, 0)
@@ -289,9 +308,11 @@ def _relbias_bwd_dkdv_kernel(
     lo, hi = _parts(n0 - q_off, start, end, K, not CAUSAL, True, BLOCK_N, BLOCK_M, SPLIT)
     # after [start, lo) (queries K or more before the keys), before [hi, end), the band
     for i in tl.static_range(3):
-        dk, dv = _dkdv_part(
+        dk, dv, dcol = _dkdv_part(
             dk,
             dv,
+            dcol,
+            ck,
             k,
             v,
             q_base,
@@ -330,9 +351,12 @@ def _relbias_bwd_dkdv_kernel(
             HAS_VALUE,
             UPCAST,
             F32,
+            COL,
             BLOCK_M,
             BLOCK_N,
         )
+    if COL:  # d D_j = - sum_i ds_ij (the key's sums; keys past its sequence: not stored)
+        tl.store(dcol_ptr + (row * H + h) * LK + first + offs_n, -dcol, mask=mask_n)
     rows = first + offs_n[:, None]
     out = row * stride_xb + h * stride_xh + rows * stride_xm + offs_d[None, :] * stride_xd
     mask = mask_n[:, None] & mask_d[None, :]

@@ -23,6 +23,7 @@ from kernels._relbias_common import (
     _far_logits,
     _head_bias,
     _index_range,
+    _key_col,
     _key_end,
     _load_block,
     _part_bias,
@@ -70,6 +71,8 @@ def _dq_part(
     stride_rr,
     g_rows,
     stride_gr,
+    col_base,
+    stride_cn,
     PART: tl.constexpr,
     LOW: tl.constexpr,
     BIAS: tl.constexpr,
@@ -81,6 +84,7 @@ def _dq_part(
     NB: tl.constexpr,
     UPCAST: tl.constexpr,
     F32: tl.constexpr,
+    COL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -120,6 +124,8 @@ def _dq_part(
             )
         else:
             s = _far_logits(qk, bias, rel, mask_n[None, :], slope2, PART, BIAS, MASK_N)
+        if COL:  # FoX: - D_j
+            s -= _key_col(col_base, offs_n, mask_n, stride_cn, COL)[None, :]
         p = tl.exp2(s - lse[:, None])  # 0 where masked (s = -inf) and past LQ (lse = +inf)
         dp = _dot(do, tl.trans(v), F32)
         if HAS_VALUE:
@@ -204,6 +210,10 @@ def _relbias_bwd_dq_kernel(
     D,
     NR,
     qk_scale,
+    col_ptr,
+    stride_cb,
+    stride_ch,
+    stride_cn,
     BIAS: tl.constexpr,
     CAUSAL: tl.constexpr,
     K: tl.constexpr,
@@ -216,6 +226,7 @@ def _relbias_bwd_dq_kernel(
     SPLIT: tl.constexpr,
     GROUP: tl.constexpr,
     SEQ: tl.constexpr,
+    COL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -227,7 +238,8 @@ def _relbias_bwd_dq_kernel(
       - TABLE (TABLE_GRAD): sums of ds per bucket gidx[idx] into part, one (NB,) vector per
         program (no per-row sums);
       - SHAW_KV: per-row sums of ds per index into drel (B * H, LQ, NR): the gradient of
-        relk = scale * Q E_K^T (the host turns it into dq and dE_K)."""
+        relk = scale * Q E_K^T (the host turns it into dq and dE_K); with COL (FoX) that of
+        each query's D_i (NR = 1), its keys' D_j being the dk/dv kernel's."""
     pid_m, _, pid_bh, n_blocks, h, row, first, lq, lk, q_off = _program_of(
         seq_ptr, H, LQ, LK, LG, LQ, BLOCK_M, SEQ
     )
@@ -257,6 +269,7 @@ def _relbias_bwd_dq_kernel(
     )
     relk_rows = relk_ptr + row * stride_rb + h * stride_rh + (first + offs_m) * stride_rm
     g_rows = g_ptr + row * stride_gb + h * stride_gh + (first + offs_m) * stride_gm
+    col_base = col_ptr + row * stride_cb + h * stride_ch + first * stride_cn
     rows = (row * H + h) * LQ + first + offs_m  # lse's, delta's and drel's rows
     lse = tl.load(lse_ptr + rows, mask=mask_m, other=float("inf"))
     delta = tl.load(delta_ptr + rows, mask=mask_m, other=0.0)
@@ -309,6 +322,8 @@ def _relbias_bwd_dq_kernel(
             stride_rr,
             g_rows,
             stride_gr,
+            col_base,
+            stride_cn,
             (i + 1) % 3,
             BEFORE,
             BIAS,
@@ -320,6 +335,7 @@ def _relbias_bwd_dq_kernel(
             NB,
             UPCAST,
             F32,
+            COL,
             BLOCK_M,
             BLOCK_N,
         )

@@ -54,11 +54,13 @@ class _Spec:
         table_grad=False,
         fwd_tiles=None,
         bwd_tiles=None,
+        col=False,
     ):
         self.bias, self.causal, self.scale, self.clip = bias, causal, scale, clip
         self.n_rel, self.has_value, self.table_grad = n_rel, has_value, table_grad
+        self.col = col  # a per-key term (FoX's D_j) subtracted from every logit
         self.nb = max(16, triton.next_power_of_2(n_rel))
-        self.constexprs = dict(BIAS=bias, CAUSAL=causal, K=clip, HAS_VALUE=has_value)
+        self.constexprs = dict(BIAS=bias, CAUSAL=causal, K=clip, HAS_VALUE=has_value, COL=col)
         self.user_tiles = {False: fwd_tiles, True: bwd_tiles}
 
     def tiles(self, q: Tensor, backward: bool) -> tuple[Tiles, Tiles | None]:
@@ -66,7 +68,8 @@ class _Spec:
         _SAFE as the fallback (block_m capped per kernel by row_tiles)."""
         if self.user_tiles[backward] is not None:
             return self.user_tiles[backward], None
-        value = self.bias == SHAW_KV if backward else self.has_value
+        # the backward's "value" tiles: Shaw's per-index gathers (not FoX's single index)
+        value = (self.bias == SHAW_KV and not self.col) if backward else self.has_value
         return default_tiles(q, backward, "value" if value else "plain")
 
     def row_tiles(self, tiles: Tiles) -> Tiles:
@@ -81,13 +84,16 @@ class Prepared(NamedTuple):
     T5's (num_buckets, H) as its (H, num_buckets) view; a view, so autograd returns its
     gradient to the caller's table), gidx (2K + 1,) int32 (the bucket of each relative index),
     relk = scale * Q E_K^T (B, H, Lq, 2K + 1) float32 and ev = E_V float32 (Shaw's terms,
-    computed with torch so that autograd carries their gradients on to q, E_K and E_V)."""
+    computed with torch so that autograd carries their gradients on to q, E_K and E_V); FoX:
+    relk = each query's D_i (B, H, Lq, 1) and col = D (B, H, Lk), D the cumulative sum of the
+    log forget gates (autograd carries both gradients on to the gates)."""
 
     spec: _Spec
     table: Tensor | None = None
     gidx: Tensor | None = None
     relk: Tensor | None = None
     ev: Tensor | None = None
+    col: Tensor | None = None  # FoX: D (B, H, Lk) float32, the keys' per-key term
 
 
 class Options(NamedTuple):
@@ -99,6 +105,8 @@ class Options(NamedTuple):
     tiles: dict  # fwd_tiles, bwd_tiles (checked) for _Spec
     t5: tuple  # (bidirectional, num_buckets, max_distance)
     shaw_v: Tensor | None
+    queries: Tensor | None = None  # (B, Lq) each query's key position (FoX reads D there)
+    keys: int = 0  # the key positions of a row (Lk; paged: the block table's)
 
 
 def _t5_buckets(rel: Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
@@ -188,10 +196,32 @@ def _shaw_kv(shaw_k: Tensor, q: Tensor, o: Options) -> Prepared:
     return Prepared(spec, relk=relk, ev=o.shaw_v.float() if has_value else None)
 
 
+def _fox(log_f: Tensor, q: Tensor, o: Options) -> Prepared:
+    """FoX (Lin et al. 2025): the logit of query i for key j <= i gains D_i - D_j, D the
+    cumulative sum of log_f over key positions: Shaw's key-term path with K = 0 (relk: each
+    query's D_i) and a per-key column D_j. The sums are float32: |D| grows with the length
+    (about L |log f|), so far-apart differences lose digits, as in the authors' kernel."""
+    _on_q("fox_log_f", log_f, q)
+    shape = (q.shape[0], q.shape[1], o.keys)
+    if tuple(log_f.shape) != shape or not log_f.is_floating_point():
+        raise ValueError(
+            f"fox_log_f must be (B, H, Lk) = {shape}, the keys' log forget gates, got "
+            f"{tuple(log_f.shape)} {log_f.dtype}"
+        )
+    if not o.causal:
+        raise ValueError("fox_log_f: forgetting attention is causal; pass causal=True")
+    d = torch.cumsum(log_f.float(), dim=-1)  # (B, H, Lk)
+    pos = o.queries[:, None, :].expand(shape[0], shape[1], -1)  # (B, H, Lq)
+    relk = torch.gather(d, 2, pos).unsqueeze(-1)  # (B, H, Lq, 1): each query's D_i
+    spec = _Spec(SHAW_KV, o.causal, o.scale, 0, 1, col=True, **o.tiles)
+    return Prepared(spec, relk=relk, col=d)
+
+
 # The public argument of each family -> its preparation (relative_attention takes exactly one).
 FAMILIES: dict[str, Callable[[Tensor, Tensor, Options], Prepared]] = {
     "alibi_slopes": _alibi,
     "t5_table": _t5,
     "shaw_bias": _shaw_bias,
     "shaw_k": _shaw_kv,
+    "fox_log_f": _fox,
 }

@@ -13,12 +13,14 @@ from kernels._relbias_common import (
     BAND,
     BEFORE,
     CACHE,
+    LOG2E,
     NATIVE,
     _band_logits,
     _dot,
     _far_logits,
     _head_bias,
     _index_range,
+    _key_col,
     _key_end,
     _load_block,
     _load_kv,
@@ -67,6 +69,8 @@ def _fwd_part(
     gidx_ptr,
     relk_rows,
     stride_rr,
+    col_base,
+    stride_cn,
     PART: tl.constexpr,
     LOW: tl.constexpr,
     BIAS: tl.constexpr,
@@ -78,6 +82,7 @@ def _fwd_part(
     UPCAST: tl.constexpr,
     F32: tl.constexpr,
     PAGE: tl.constexpr,
+    COL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -127,6 +132,8 @@ def _fwd_part(
             )
         else:
             s = _far_logits(qk, bias, rel, mask_n[None, :], slope2, PART, BIAS, MASK_N)
+        if COL:  # FoX: - D_j
+            s -= _key_col(col_base, offs_n, mask_n, stride_cn, COL)[None, :]
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing yet
         p = tl.exp2(s - m_safe[:, None])
@@ -144,6 +151,18 @@ def _fwd_part(
                 side1 += tl.sum(p, 1)
         m_i = m_new
     return acc, l_i, m_i, sums, side0, side1
+
+
+@triton.jit
+def _fold_sink(acc, l_i, m_i, sinks_ptr, h, use):
+    """One more column of every row's softmax at the head's sink logit (base 2), where `use`:
+    the running max and sum take it in, acc is rescaled like them and gains nothing (a sink
+    has no value). -> acc, l_i, m_i, and the rescale factor (for other running sums)."""
+    sink2 = tl.where(use, tl.load(sinks_ptr + h).to(tl.float32) * LOG2E, float("-inf"))
+    m_new = tl.maximum(m_i, sink2)
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    return acc * alpha[:, None], l_i * alpha + tl.exp2(sink2 - m_safe), m_new, alpha
 
 
 @triton.jit
@@ -200,6 +219,11 @@ def _relbias_fwd_kernel(
     stride_kp,
     stride_vp,
     stride_btb,
+    col_ptr,
+    stride_cb,
+    stride_ch,
+    stride_cn,
+    sinks_ptr,
     BIAS: tl.constexpr,
     CAUSAL: tl.constexpr,
     K: tl.constexpr,
@@ -213,6 +237,8 @@ def _relbias_fwd_kernel(
     SEQ: tl.constexpr,
     SPLIT_K: tl.constexpr,
     PAGE: tl.constexpr,
+    COL: tl.constexpr,
+    SINKS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -223,7 +249,9 @@ def _relbias_fwd_kernel(
     (B * H, LQ, NR), also for the backward, added to out as sums @ E_V. qk_scale: scale *
     log2(e); MASK_N: LK is not a multiple of BLOCK_N (the last key block has bounds). PAGE > 0:
     k and v are paged caches (num_blocks, PAGE, Hk, D), stride_kb 0, row b's cache blocks at
-    bt_ptr + b * stride_btb (a decode step's kv_lens: SEQ == CACHE)."""
+    bt_ptr + b * stride_btb (a decode step's kv_lens: SEQ == CACHE). COL: FoX's per-key term
+    (col_ptr, (B, H, LK) strides stride_c*). SINKS: each head's sink logit (sinks_ptr, (H,))
+    joins the softmax once (split 0 of a split forward) and adds no value."""
     pid_m, split, _, _, h, row, first, lq, lk, q_off = _program_of(
         seq_ptr, H, LQ, LK, LG, LQ, BLOCK_M, SEQ, NUM_SPLITS
     )
@@ -238,6 +266,7 @@ def _relbias_fwd_kernel(
     v_base = v_ptr + row * stride_vb + (h // GROUP) * stride_vh + first * stride_vn
     bt_row = bt_ptr + row * stride_btb  # paged: this sequence's block table (stride_kb is 0)
     relk_rows = relk_ptr + row * stride_rb + h * stride_rh + (first + offs_m) * stride_rm
+    col_base = col_ptr + row * stride_cb + h * stride_ch + first * stride_cn
     slope2, table_row = _head_bias(slopes_ptr, table_ptr, stride_th, h, BIAS)
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
@@ -288,6 +317,8 @@ def _relbias_fwd_kernel(
             gidx_ptr,
             relk_rows,
             stride_rr,
+            col_base,
+            stride_cn,
             (i + 1) % 3,
             BEFORE,
             BIAS,
@@ -299,9 +330,14 @@ def _relbias_fwd_kernel(
             UPCAST,
             F32,
             PAGE,
+            COL,
             BLOCK_M,
             BLOCK_N,
         )
+    if SINKS:  # the sink's column: mass, no value (once: in split 0 of a split forward)
+        acc, l_i, m_i, alpha = _fold_sink(acc, l_i, m_i, sinks_ptr, h, split == 0)
+        if HAS_VALUE:
+            sums, side0, side1 = sums * alpha[:, None], side0 * alpha, side1 * alpha
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows past LQ, or that see no key
     rows = ((row * H + h) * NUM_SPLITS + split) * LQ + first + offs_m  # lse's, pn's rows
     if HAS_VALUE:

@@ -172,6 +172,18 @@ def paged(q: Tensor, k_cache, v_cache, block_table, kv_lens, cu_seqlens, max_seq
     return Sequences(CACHE, lens, bsz, q.shape[2], max_keys, table, page)
 
 
+def query_positions(seq: Sequences, bsz: int, lq: int, lk: int, device) -> Tensor:
+    """(B, Lq) int64: each query's key position (where FoX reads its D_i): Lk - Lq + i; with
+    kv_lens, kv_lens[b] - Lq + i (0 for a query that sees no key); packed, its own row."""
+    i = torch.arange(lq, device=device)
+    if seq.mode == CACHE:
+        first = seq.lens.long().clamp(0, lk) - lq
+        return (first[:, None] + i).clamp(min=0)
+    if seq.mode == PACKED:
+        return i[None]
+    return (lk - lq + i).expand(bsz, lq)
+
+
 @functools.lru_cache(maxsize=8)
 def _sm_count(device: torch.device) -> int:
     if device.type != "cuda":

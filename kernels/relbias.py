@@ -31,7 +31,7 @@ from kernels._relbias_families import (
     SHAW_KV,
     TABLE,
     Options,
-    _Spec,
+    Prepared,
 )
 from kernels._relbias_fwd import _relbias_fwd_kernel
 from kernels._relbias_seq import (
@@ -42,6 +42,7 @@ from kernels._relbias_seq import (
     key_split,
     merge,
     paged,
+    query_positions,
     sequences,
 )
 from kernels._relbias_tiles import (
@@ -71,18 +72,21 @@ def _split(q: Tensor, ieee: bool) -> bool:
     return _interpreting() or not (ieee and q.dtype == torch.float32)
 
 
-def _pointers(spec: _Spec, q: Tensor, slopes, table, gidx, relk) -> dict:
-    """The pointers and strides each family reads; an unused one points at q (never read:
-    its branch is compiled out). TABLE: the (H, n) table is read as table[h, bucket] through
-    its strides, its bucket per index from gidx."""
+def _pointers(p: Prepared, q: Tensor) -> dict:
+    """The pointers and strides a family's kernels read (p: its Prepared tensors); an unused
+    one points at q (never read: its branch is compiled out). TABLE: the (H, n) table is read
+    as table[h, bucket] through its strides, its bucket per index from gidx. FoX: col, D
+    (B, H, Lk), per key."""
+    spec, table, relk, col = p.spec, p.table, p.relk, p.col
     is_table = spec.bias == TABLE
     return dict(
-        slopes=slopes if spec.bias == ALIBI else q,
+        slopes=table if spec.bias == ALIBI else q,
         table=table if is_table else q,
-        gidx=gidx if gidx is not None else q,
+        gidx=p.gidx if p.gidx is not None else q,
         table_strides=table.stride() if is_table else (0, 0),
         relk=relk if relk is not None else q,
         rel_strides=relk.stride() if relk is not None else (0, 0, 0, 0),
+        col=(col if col is not None else q, *(col.stride() if col is not None else (0, 0, 0))),
     )
 
 
@@ -105,14 +109,16 @@ def _kv_strides(k: Tensor, v: Tensor, seq: Sequences) -> tuple[int, ...]:
     return (0, kh, kn, kd, 0, vh, vn, vd, kp, vp, seq.block_table.stride(0))
 
 
-def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec, seq: Sequences, splits=1):
+def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
     """-> out (like q), lse (B * H, Lq) float32 in base 2, pn (B * H, Lq, NR) or None.
+    p: the family's Prepared tensors; sinks: (H,) float32 or None.
     splits: 1, the count to split the keys into, or None (kernels._relbias_seq.num_splits);
     a split forward returns lse and pn as None (it is never differentiated)."""
     bsz, heads, lq, d = q.shape
+    spec = p.spec
     out = torch.empty_like(q)
-    c = _pointers(spec, q, slopes, table, gidx, relk)
-    ev_ = ev if ev is not None else q
+    c = _pointers(p, q)
+    ev_ = p.ev if p.ev is not None else q
     kept = {}
     lk, kv_heads = k.shape[2], k.shape[1]
     if seq.page_size:  # caches (num_blocks, block_size, Hk, D): the table's keys, Hk heads
@@ -164,6 +170,8 @@ def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec, seq: Sequences
             spec.scale * _LOG2E,
             seq.block_table if seq.page_size else q,
             *kv[8:],
+            *c["col"],
+            sinks if sinks is not None else q,
             **spec.constexprs,
             NB=spec.nb,
             MASK_N=lk % t.block_n != 0 or seq.mode >= CACHE,
@@ -175,6 +183,7 @@ def _forward(q, k, v, slopes, table, gidx, relk, ev, spec: _Spec, seq: Sequences
             SEQ=seq.mode,
             SPLIT_K=n_split > 1,
             PAGE=seq.page_size,
+            SINKS=sinks is not None,
             BLOCK_M=t.block_m,
             BLOCK_N=t.block_n,
             BLOCK_D=_block_d(d),
@@ -211,15 +220,16 @@ def _delta(do: Tensor, out: Tensor) -> Tensor:
     return delta
 
 
-def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _Spec, seq):
+def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
     """-> dq, dk, dv (in q's dtype), the per-bucket table gradient (H, n_rel) or None, d relk,
-    d E_V (None where unused)."""
+    d E_V, d col (FoX's D_j) and d sinks (None where unused)."""
     bsz, heads, lq, d = q.shape
+    spec = p.spec
     lk = k.shape[2]
     delta = _delta(do, out)
     g = None
     if spec.has_value:  # dp_ij gains do_i . E_V[idx(i, j)]: gathered from do E_V^T
-        g = torch.matmul(do.float(), ev.t())  # (B, H, Lq, NR)
+        g = torch.matmul(do.float(), p.ev.t())  # (B, H, Lq, NR)
     dq = torch.empty_like(q)
     group = heads // k.shape[1]  # grouped-query heads per kv head
     if group == 1:
@@ -227,7 +237,8 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
     else:  # per query head in float32, summed over each group below (2 B H Lk D floats)
         dk = torch.empty(bsz, heads, lk, d, device=q.device, dtype=torch.float32)
     dv = torch.empty_like(dk)  # dk's strides: the dk/dv kernel writes both with one set
-    c = _pointers(spec, q, slopes, table, gidx, relk)
+    c = _pointers(p, q)
+    dcol = torch.zeros(bsz * heads, lk, device=q.device) if spec.col else None
     drel = (
         torch.empty(bsz * heads, lq, spec.n_rel, device=q.device) if spec.bias == SHAW_KV else None
     )
@@ -273,6 +284,8 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
             seq.rows_k,
             d,
             spec.scale * _LOG2E,
+            *c["col"],
+            dcol if dcol is not None else q,
             **shared,
             BLOCK_M=tiles.block_m,
             BLOCK_N=tiles.block_n,
@@ -314,6 +327,7 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
             d,
             spec.n_rel,
             spec.scale * _LOG2E,
+            *c["col"],
             TABLE_GRAD=spec.table_grad,
             NB=spec.nb,
             MASK_N=lk % t.block_n != 0 or seq.mode >= CACHE,
@@ -336,37 +350,40 @@ def _backward(do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec: _S
     if spec.has_value:  # out_i gains sum_r pn_ir E_V[r]
         dev = torch.einsum("nlr,nld->rd", pn, do.float().reshape(bsz * heads, lq, d))
     drel = drel.view(bsz, heads, lq, spec.n_rel) if drel is not None else None
-    return dq, dk, dv, dtable, drel, dev
+    dcol = dcol.view(bsz, heads, lk) if dcol is not None else None
+    dsinks = None
+    if sinks is not None:  # d sink_h = -sum_i p(sink)_i delta_i, p(sink)_i = 2^(sink2 - lse_i)
+        lse_b = lse.view(-1, heads, lq)[:bsz]  # packed: row 0's documents
+        p_sink = torch.exp2(sinks[None, :, None] * _LOG2E - lse_b)
+        dsinks = -(p_sink * delta.view(bsz, heads, lq)).sum((0, 2))
+    return dq, dk, dv, dtable, drel, dev, dcol, dsinks
 
 
 class RelativeBiasAttention(torch.autograd.Function):
-    """Autograd around the kernels: (q, k, v, table, gidx, relk, ev, spec, seq) -> out.
-
-    table: ALiBi's slopes (H,), T5's bucket table (num_buckets, H) or Shaw's (H, 2K + 1),
-    float32, read by the kernels as they are; gidx (2K + 1,) int32: the bucket of each
-    relative index (T5; Shaw: the index), built once per configuration and device; relk:
-    scale * Q E_K^T (B, H, Lq, 2K + 1) float32 for Shaw's key term, computed by the caller
-    with torch so that autograd carries d relk on to q and E_K; ev: float32 E_V."""
+    """Autograd around the kernels: (q, k, v, table, gidx, relk, ev, col, sinks, spec, seq)
+    -> out, the family's tensors as `Prepared` describes them (kernels/_relbias_families.py),
+    each an input so that autograd carries its gradient on (to q and E_K through relk, to the
+    gates through FoX's relk and col); sinks (H,) float32 or None."""
 
     @staticmethod
-    def forward(ctx, q, k, v, table, gidx, relk, ev, spec, seq):
-        slopes = table if spec.bias == ALIBI else None
-        out, lse, pn = _forward(q, k, v, slopes, table, gidx, relk, ev, spec, seq)
-        ctx.save_for_backward(q, k, v, out, lse, table, gidx, relk, ev, pn, seq.lens)
+    def forward(ctx, q, k, v, table, gidx, relk, ev, col, sinks, spec, seq):
+        p = Prepared(spec, table, gidx, relk, ev, col)
+        out, lse, pn = _forward(q, k, v, p, sinks, seq)
+        ctx.save_for_backward(q, k, v, out, lse, table, gidx, relk, ev, col, sinks, pn, seq.lens)
         ctx.spec, ctx.seq = spec, seq._replace(lens=None)  # lens: saved above
         return out
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, out, lse, table, gidx, relk, ev, pn, lens = ctx.saved_tensors
+        q, k, v, out, lse, table, gidx, relk, ev, col, sinks, pn, lens = ctx.saved_tensors
         spec, seq = ctx.spec, ctx.seq._replace(lens=lens)
-        slopes = table if spec.bias == ALIBI else None
-        dq, dk, dv, dtable, drel, dev = _backward(
-            do, q, k, v, out, lse, slopes, table, gidx, relk, ev, pn, spec, seq
+        p = Prepared(spec, table, gidx, relk, ev, col)
+        dq, dk, dv, dtable, drel, dev, dcol, dsinks = _backward(
+            do, q, k, v, out, lse, p, sinks, pn, seq
         )
         if dtable is not None and spec.bias == ALIBI:  # (H, 1) -> the slopes' (H,)
             dtable = dtable[:, 0]
-        return dq, dk, dv, dtable, None, drel, dev, None, None
+        return dq, dk, dv, dtable, None, drel, dev, dcol, dsinks, None, None
 
 
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
@@ -408,10 +425,12 @@ def relative_attention(
     max_seqlen: int | None = None,
     num_splits: int | None = None,
     block_table: Tensor | None = None,
+    fox_log_f: Tensor | None = None,
+    sinks: Tensor | None = None,
     fwd_tiles: Tiles | None = None,
     bwd_tiles: Tiles | None = None,
 ) -> Tensor:
-    """softmax(scale q k^T + bias(j - i) [causal]) v with exactly one bias family.
+    """softmax(scale q k^T + bias [causal]) v with exactly one bias family.
 
     q: (B, H, Lq, D); k, v: (B, Hk, Lk, D) with Hk dividing H (grouped-query attention: query
     head h reads kv head h // (H / Hk); dk and dv per query head in float32, summed per group);
@@ -420,6 +439,11 @@ def relative_attention(
     shaw_bias (H, 2K + 1): bias shaw_bias[h, clip(j - i, -K, K) + K].
     shaw_k (2K + 1, D) and optional shaw_v (2K + 1, D), shared by all heads (Shaw et al.):
       logits scale q_i . (k_j + shaw_k[clip(j - i) + K]), output sum_j a_ij (v_j + shaw_v[...]).
+    fox_log_f (B, H, Lk): the keys' log forget gates (FoX, Lin et al. 2025; log sigmoid of a
+      per-head projection): bias D_p - D_j for key j <= p, p the query's position, D the
+      cumulative sum over positions; causal only. Gradients reach the gates.
+    sinks (H,), with any family: each head's sink logit joins every row's softmax and adds no
+      value (gpt-oss); differentiable.
     Query i sits at position Lk - Lq + i (Lq <= Lk: the last Lq tokens of a cache of Lk, as in
     decoding; Lq == Lk: self-attention): every bias takes its distance j - (Lk - Lq + i), and
     causal masks j > Lk - Lq + i.
@@ -438,7 +462,8 @@ def relative_attention(
       kv_lens: row b's key j lies in cache block block_table[b, j // block_size] at slot
       j % block_size. Forward only (decoding), every family, grouped-query heads, the split.
       kv_lens past the blocks given, or a block used past num_blocks, fails on the device.
-    Differentiable in q, k, v and every table (slopes, T5 and Shaw tables, shaw_k, shaw_v).
+    Differentiable in q, k, v and every table (slopes, T5 and Shaw tables, shaw_k, shaw_v,
+    FoX's gates, sinks).
     fwd_tiles, bwd_tiles: `Tiles` overriding the per-GPU defaults (for tuning); bwd_tiles are
       the dk/dv kernel's, the dq kernel runs their transpose; block_m of the dq kernel (and of
       the forward with shaw_v) is capped at 4096 / NB, NB the table's entries rounded up to a
@@ -449,6 +474,7 @@ def relative_attention(
         "t5_table": t5_table,
         "shaw_bias": shaw_bias,
         "shaw_k": shaw_k,
+        "fox_log_f": fox_log_f,
     }
     given = [name for name, t in tables.items() if t is not None]
     if shaw_v is not None and shaw_k is None:
@@ -466,6 +492,7 @@ def relative_attention(
             "triton is imported to use Triton's interpreter"
         )
     table = tables[given[0]]
+    keys = seq.rows_k if seq.page_size else k.shape[2]
     options = Options(
         causal=causal,
         scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale),
@@ -476,9 +503,14 @@ def relative_attention(
         ),
         t5=(t5_bidirectional, t5_num_buckets, t5_max_distance),
         shaw_v=shaw_v,
+        queries=query_positions(seq, q.shape[0], q.shape[2], keys, q.device)
+        if fox_log_f is not None
+        else None,
+        keys=keys,
     )
-    spec, table, gidx, relk, ev = FAMILIES[given[0]](table, q, options)
-    tensors = (q, k, v, table, relk, ev)
+    p = FAMILIES[given[0]](table, q, options)
+    sinks = _check_sinks(sinks, q)
+    tensors = (q, k, v, p.table, p.relk, p.ev, p.col, sinks)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
     if grad and seq.page_size:
         raise ValueError(
@@ -487,6 +519,17 @@ def relative_attention(
         )
     check_num_splits(num_splits, seq, grad)
     if not grad and (seq.page_size or seq.mode != PACKED and num_splits != 1):  # no autograd
-        slopes = table if spec.bias == ALIBI else None
-        return _forward(q, k, v, slopes, table, gidx, relk, ev, spec, seq, num_splits)[0]
-    return RelativeBiasAttention.apply(q, k, v, table, gidx, relk, ev, spec, seq)
+        return _forward(q, k, v, p, sinks, seq, num_splits)[0]
+    return RelativeBiasAttention.apply(q, k, v, *p[1:], sinks, p.spec, seq)
+
+
+def _check_sinks(sinks, q: Tensor) -> Tensor | None:
+    """sinks (H,) floating point on q's device -> float32 (autograd keeps the caller's)."""
+    if sinks is None:
+        return None
+    heads = q.shape[1]
+    if not isinstance(sinks, Tensor) or tuple(sinks.shape) != (heads,):
+        raise ValueError(f"sinks must be (H={heads},), got {getattr(sinks, 'shape', sinks)}")
+    if not sinks.is_floating_point() or sinks.device != q.device:
+        raise ValueError(f"sinks must be floating point on {q.device}, got {sinks.dtype}")
+    return sinks.float()

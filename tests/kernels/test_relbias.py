@@ -15,6 +15,7 @@ from triton.runtime.errors import OutOfResources
 
 import posenc
 from kernels import _relbias_families, _relbias_tiles, relbias
+from kernels._relbias_families import _Spec
 from posenc import functional as F
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -498,14 +499,14 @@ def test_default_tiles_are_valid_on_every_gpu(monkeypatch):
             for d in (32, 64, 80, 128):
                 q = torch.empty(1, 1, 1, d, dtype=dtype)
                 for backward in (False, True):
-                    spec = relbias._Spec(relbias.SHAW_KV, False, 1.0, 40, 81, has_value=True)
+                    spec = _Spec(relbias.SHAW_KV, False, 1.0, 40, 81, has_value=True)
                     tiles, fallback = spec.tiles(q, backward)
                     assert (
                         relbias.check_tiles("tiles", tiles) == tiles
                         and fallback == _relbias_tiles._SAFE
                     )
                     assert spec.row_tiles(tiles).block_m <= 4096 // spec.nb
-    spec = relbias._Spec(relbias.ALIBI, False, 1.0, 0, 1, fwd_tiles=relbias.Tiles(32, 16))
+    spec = _Spec(relbias.ALIBI, False, 1.0, 0, 1, fwd_tiles=relbias.Tiles(32, 16))
     assert spec.tiles(q, False) == (relbias.Tiles(32, 16), None)  # the user's: no fallback
 
 
@@ -576,7 +577,7 @@ def test_gpus_with_99_kib_of_shared_memory_get_tiles_that_fit(monkeypatch):
         for dtype in (torch.float32, torch.bfloat16):
             q = torch.empty(1, 1, 1, 128, dtype=dtype)
             for backward in (False, True):
-                spec = relbias._Spec(relbias.ALIBI, False, 1.0, 0, 1)
+                spec = _Spec(relbias.ALIBI, False, 1.0, 0, 1)
                 tiles, _ = spec.tiles(q, backward)
                 table = _relbias_tiles._BWD_TILES if backward else _relbias_tiles._FWD_TILES
                 assert tiles == table[arch][(q.element_size(), 128, "plain")]
@@ -599,9 +600,10 @@ def test_key_term_strides_are_read_as_given():
     relk = torch.matmul(q2 * scale, ek2.t())
     relk = relk.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, other strides
     assert relk.stride()[-1] != 1
-    spec = relbias._Spec(relbias.SHAW_KV, False, scale, 3, 7, has_value=True)
+    spec = _Spec(relbias.SHAW_KV, False, scale, 3, 7, has_value=True)
     seq = relbias.sequences(q2, k2, False, None, None)
-    got = relbias.RelativeBiasAttention.apply(q2, k2, v2, None, None, relk, ev2, spec, seq)
+    apply = relbias.RelativeBiasAttention.apply
+    got = apply(q2, k2, v2, None, None, relk, ev2, None, None, spec, seq)
     assert_close(got, want, atol=2e-5, rtol=2e-5)
     for a, b in zip(torch.autograd.grad(got, [q2, k2, v2, ek2, ev2], up), want_grads, strict=True):
         assert_close(a, b, atol=2e-5, rtol=2e-5)
