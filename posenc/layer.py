@@ -13,7 +13,11 @@ Where an encoding goes, the three ways the families act:
           network, at the embedding; here before the one layer);
   rotate  (q, k) -> (q, k): RoPE and its variants, after the projections;
   attend  (q, k, v) -> out: the attention itself, where a relative bias lives (ALiBi, T5,
-          Shaw); default `causal_attention` (SDPA, no positions).
+          Shaw); default `causal_attention` (SDPA, no positions);
+  gate    h -> per-token tables from the attention's normed input, passed to attend as its
+          fourth argument: FoX's forget gates (posenc.ForgettingGate: log f (B, H, L));
+  q_scale (Lq,) or (B, Lq): each query multiplied by a factor after rotate, Llama 4's
+          temperature in its NoPE layers (posenc.functional.irope_temperature of the positions).
 With none of them the layer has no positional information at all (NoPE).
 
 A decode step passes `cache`: x holds the Lq new tokens of each sequence, their k and v are
@@ -123,6 +127,8 @@ class DecoderLayer(nn.Module):
         rotate: Rotate | None = None,
         attend: Attend | None = None,
         cache: KVCache | None = None,
+        gate: Callable[[Tensor], Tensor] | None = None,
+        q_scale: Tensor | None = None,
     ) -> Tensor:
         if x.dim() != 3:
             raise ValueError(f"x must be (B, L, d_model), got shape {tuple(x.shape)}")
@@ -133,9 +139,15 @@ class DecoderLayer(nn.Module):
         q = self._heads(self.w_q(h), self.num_heads)
         k = self._heads(self.w_k(h), self.num_kv_heads)
         v = self._heads(self.w_v(h), self.num_kv_heads)
-        if rotate is not None:
+        tables = None
+        if rotate is not None or gate is not None or q_scale is not None:
             with record_function(REGIONS["position"]):
-                q, k = rotate(q, k)
+                if rotate is not None:
+                    q, k = rotate(q, k)
+                if q_scale is not None:  # (Lq,) or (B, Lq) over (B, H, Lq, D)
+                    q = q * q_scale.to(q.dtype).view(-1, 1, q.shape[2], 1)
+                if gate is not None:
+                    tables = gate(h)
         if cache is not None:
             k, v = _write(cache, k, v)
         region = REGIONS["attention" if attend is None else "encoded_attention"]
@@ -143,7 +155,7 @@ class DecoderLayer(nn.Module):
             lens, mask = (None, None) if cache is None else (cache.lens, cache.mask)
             attend = lambda q, k, v: causal_attention(q, k, v, lens, mask)  # noqa: E731
         with record_function(region):
-            o = attend(q, k, v)  # (B, H, Lq, D)
+            o = attend(q, k, v) if tables is None else attend(q, k, v, tables)  # (B, H, Lq, D)
         x = x + self.w_o(o.transpose(1, 2).reshape(x.shape))
         h = self.mlp_norm(x)
         return x + self.w_down(nnf.silu(self.w_gate(h)) * self.w_up(h))

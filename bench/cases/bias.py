@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as nnf
+from torch import nn
 
 from bench import tiles
 from bench.cases._common import (
@@ -43,7 +44,7 @@ from bench.cases._common import (
     per_mode,
     triton_kernels,
 )
-from bench.cases.families import FAMILIES, BiasFamily
+from bench.cases.families import FAMILIES, BiasFamily, sinks_of
 from bench.checks import bools
 from bench.registry import Case, Cost, Impl, Knob, Level, Point
 from bench.tiles import parse_tiles
@@ -56,11 +57,14 @@ FWD_TILES = Knob(
     tiles.check,
 )
 BWD_TILES = Knob("bwd_tiles", "default", "its backward tiles, likewise", tiles.check)
+SINKS = Knob(
+    "sinks", False, "attention sinks: a learned logit per head joins each softmax (gpt-oss)", bools
+)
 
 
 def build_inputs(family: BiasFamily, q_len=None):
-    """inputs: q (B, H, Lq, D), k and v (B, Hk, L, D) (Lq: q_len(point), or L) and the
-    family's tables."""
+    """inputs: q (B, H, Lq, D), k and v (B, Hk, L, D) (Lq: q_len(point), or L), the family's
+    tables, and the sinks (H,) when the point has them (`sinks`: {"sinks": parameter} or {})."""
 
     def build(point: Point, device, dtype):
         lq = point.seq_len if q_len is None else q_len(point)
@@ -69,9 +73,23 @@ def build_inputs(family: BiasFamily, q_len=None):
         inputs = {
             n: torch.randn(shape if n == "q" else kv_shape, device=device).to(dtype) for n in "qkv"
         }
-        return dict(inputs, **family.inputs(point.num_heads, point.head_dim, device, dtype))
+        h, d = point.num_heads, point.head_dim
+        tables = family.inputs(h, d, device, dtype, batch=point.batch, keys=point.seq_len)
+        return dict(inputs, **tables, sinks=sinks_input(point, device, dtype))
 
     return build
+
+
+def sinks_input(point: Point, device, dtype) -> dict:
+    """{"sinks": (H,) parameter} (N(0, 1) logits, seeded by the runner) or {} without them."""
+    if not point.sinks:
+        return {}
+    return {"sinks": nn.Parameter(torch.randn(point.num_heads, device=device).to(dtype))}
+
+
+def plain_softmax(point: Point) -> str | None:
+    """supports() of SDPA and FlexAttention rows: no softmax column for sinks in either."""
+    return "sinks: neither SDPA nor a score_mod adds a softmax column" if point.sinks else None
 
 
 def on_qkv(attention):
@@ -176,7 +194,8 @@ def _triton(family: BiasFamily):
             bwd_tiles=parse_tiles(inputs.get("bwd_tiles", "default")),
         )
         attend = triton_kernels().relative_attention
-        return lambda q, k, v: attend(q, k, v, **kwargs)
+        sinks = sinks_of(inputs)
+        return lambda q, k, v: attend(q, k, v, sinks=sinks, **kwargs)
 
     return attention
 
@@ -229,13 +248,13 @@ def _with_knobs(build):
     return wrapped
 
 
-def _either(first, second):
+def either(first, second):
     """supports(point): the first reason not to run, of two checks."""
     return lambda point: first(point) or second(point)
 
 
 def _case(family: BiasFamily) -> Case:
-    expressible = _either(family.expressible, _default_tiles)
+    expressible = either(either(family.expressible, _default_tiles), plain_softmax)
     impls = {
         "reference": Impl(on_qkv(_reference(family)), supports=_default_tiles, holds=4),
         "compiled": Impl(
@@ -253,7 +272,7 @@ def _case(family: BiasFamily) -> Case:
         "sdpa_nobias": Impl(
             on_qkv(_sdpa_nobias),
             reference=_nobias_truth,
-            supports=_default_tiles,
+            supports=either(_default_tiles, plain_softmax),
             note="no bias: the ceiling",
         ),
         "flex": Impl(
@@ -277,9 +296,12 @@ def _case(family: BiasFamily) -> Case:
         impls=impls,
         baseline="reference",
         cost=_cost(family),
-        grad_inputs=("q", "k", "v", "params") if family.trains else ("q", "k", "v"),
-        batched=("q", "k", "v"),
-        knobs=(CAUSAL, NUM_KV_HEADS, FWD_TILES, BWD_TILES),
+        grad_inputs=("q", "k", "v", "params", "sinks")
+        if family.trains
+        else ("q", "k", "v", "sinks"),
+        batched=("q", "k", "v", "params") if family.per_token else ("q", "k", "v"),
+        knobs=(CAUSAL, NUM_KV_HEADS, FWD_TILES, BWD_TILES, SINKS),
+        constraint=family.refuses,
         truth_holds=4,
     )
 

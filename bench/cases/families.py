@@ -53,7 +53,14 @@ class BiasFamily:
                sequences' kv_lens / cu_seqlens; None: posenc's relative_attention with module;
     inexpressible  why SDPA and FlexAttention cannot run it (with module None);
     tile_kind  the kernel's tile table it runs with ("value": the forward keeps per-row sums per
-               relative index, Shaw's value term; kernels/relbias.py), for the tile search.
+               relative index, Shaw's value term; kernels/relbias.py), for the tile search;
+    per_token  (batch, heads, keys) -> its tables of one value per key (FoX's log forget gates
+               (B, H, Lk)), learned parameters like `learned`'s (they are a model's gate
+               outputs: the backward modes differentiate them), or None;
+    gated      in a layer its per-token tables come from a gate of the layer's input
+               (`learned` is that gate: (heads, head_dim) -> module x -> tables);
+    needs_causal  defined for causal attention only (its cases refuse causal=false).
+    Every family takes `sinks` (H,) beside its tables: bench/cases/bias.py's knob.
     """
 
     name: str
@@ -68,31 +75,44 @@ class BiasFamily:
     eager: Callable[[dict, bool, dict], Attention] | None = None
     inexpressible: str = ""
     tile_kind: str = "plain"
+    per_token: Callable[[int, int, int], dict[str, torch.Tensor]] | None = None
+    gated: bool = False
+    needs_causal: bool = False
 
     @property
     def trains(self) -> bool:
         """Whether its tables are learned (the backward modes differentiate `params`)."""
-        return self.learned is not None
+        return self.learned is not None or self.per_token is not None
 
     def expressible(self, point=None) -> str | None:
         """None where SDPA's attn_mask and a score_mod can express it (an additive bias), else
         why not: an Impl's `supports` for those implementations."""
         return None if self.module is not None else self.inexpressible
 
-    def inputs(self, heads: int, head_dim: int, device, dtype) -> dict:
+    def inputs(self, heads: int, head_dim: int, device, dtype, batch: int = 1, keys: int = 1):
         """Its tables for a point: the fixed ones on `device`, the learned ones as parameters in
-        the row's dtype (seeded by the caller)."""
+        the row's dtype (seeded by the caller); per-token ones for batch rows of keys keys."""
         out = {n: t.to(device) for n, t in self.fixed(heads).items()}
-        if self.learned is not None:
+        if self.per_token is not None:
+            tables = nn.ParameterDict(self.per_token(batch, heads, keys))
+            out["params"] = parameters(tables, device, dtype)
+        elif self.learned is not None:
             out["params"] = parameters(self.learned(heads, head_dim), device, dtype)
         return out
 
+    def refuses(self, point) -> str | None:
+        """Why the family does not apply at a point (its causality), or None."""
+        if self.needs_causal and not point.causal:
+            return f"{self.name} is defined for causal attention only: causal=true"
+        return None
+
     def attention(self, inputs: dict, causal: bool, seq: dict | None = None) -> Attention:
-        """The reference attention as a function of (q, k, v)."""
+        """The reference attention as a function of (q, k, v), with the point's sinks."""
+        seq = dict(seq or {}, sinks=sinks_of(inputs))
         if self.eager is not None:
-            return self.eager(inputs, causal, seq or {})
+            return self.eager(inputs, causal, seq)
         bias = self.module(inputs)
-        return lambda q, k, v: F.relative_attention(q, k, v, bias=bias, causal=causal, **seq or {})
+        return lambda q, k, v: F.relative_attention(q, k, v, bias=bias, causal=causal, **seq)
 
     def score_mod(self, inputs: dict, offsets: torch.Tensor | None = None):
         """FlexAttention's score_mod: score + bias at query position i (or offsets[b] + i, the
@@ -102,6 +122,11 @@ class BiasFamily:
         if offsets is None:
             return lambda score, b, h, i, j: score + bias(b, h, i, j)
         return lambda score, b, h, i, j: score + bias(b, h, offsets[b] + i, j)
+
+
+def sinks_of(inputs: dict) -> torch.Tensor | None:
+    """The point's sink logits (H,) (inputs["sinks"]: {"sinks": parameter} or {}), or None."""
+    return inputs.get("sinks", {}).get("sinks")
 
 
 def _bound(factory: Callable[[int], nn.Module]) -> Callable[[dict], nn.Module]:
@@ -150,15 +175,35 @@ def _shaw_tables(heads: int, head_dim: int) -> nn.Module:
 
 def _shaw_kv_eager(inputs, causal, seq):
     """posenc's Shaw attention on each sequence: queries at the end of its keys."""
-    p = inputs["params"]
+    p, sinks = inputs["params"], seq.pop("sinks", None)
 
     def attend(q_s, k_s, v_s, _at):
         lq, lk = q_s.shape[2], k_s.shape[2]
         mask = torch.ones(lq, lk, dtype=torch.bool, device=q_s.device).tril(lk - lq)
         ek, ev, mask = p["emb_k"], p["emb_v"], mask if causal else None
-        return F.shaw_attention(q_s, k_s, v_s, ek, ev, SHAW_K, mask=mask, offset=lk - lq)[0]
+        return F.shaw_attention(
+            q_s, k_s, v_s, ek, ev, SHAW_K, mask=mask, offset=lk - lq, sinks=sinks
+        )[0]
 
     return lambda q, k, v: F.each_sequence(attend, q, k, v, **seq)
+
+
+def _fox_eager(inputs, causal, seq):
+    """posenc's FoX attention on each sequence: the bias from the gates of its own keys, its
+    queries at their end (causal: FoX is defined so)."""
+    log_f, sinks = inputs["params"]["log_f"], seq.pop("sinks", None)
+
+    def attend(q_s, k_s, v_s, at):
+        bias = F.forgetting_bias(log_f[at[0], :, at[2]], q_s.shape[2])
+        return F.relative_attention(q_s, k_s, v_s, bias=bias, causal=True, sinks=sinks)
+
+    return lambda q, k, v: F.each_sequence(attend, q, k, v, **seq)
+
+
+def _fox_gates(batch: int, heads: int, keys: int) -> dict[str, torch.Tensor]:
+    """Log forget gates log sigmoid(N(2.5, 1)): gates near 0.9 (Lin et al. report trained FoX
+    gates mostly close to 1, some heads forgetting fast)."""
+    return {"log_f": torch.nn.functional.logsigmoid(2.5 + torch.randn(batch, heads, keys))}
 
 
 ALIBI = BiasFamily(
@@ -214,4 +259,22 @@ SHAW_KV = BiasFamily(
     inexpressible="Shaw's value term adds to the output: not expressible",
     tile_kind="value",
 )
-FAMILIES = {f.name: f for f in (ALIBI, T5, SHAW_BIAS, SHAW_KV)}
+FOX = BiasFamily(
+    name="fox",
+    kernel="fox",
+    learned=lambda heads, head_dim: posenc.ForgettingGate(heads * head_dim, heads),
+    fixed=lambda heads: {},
+    module=None,  # a per-row, data-dependent bias: no (H, L, L) table or position score_mod
+    kernel_args=lambda inputs: {"fox_log_f": inputs["params"]["log_f"]},
+    score=None,
+    table_bytes=lambda heads, head_dim, dtype: 0,  # B H Lk gates: next to nothing beside k, v
+    eager=_fox_eager,
+    inexpressible=(
+        "FoX's bias is each row's cumulative gates (data, not positions): this harness builds "
+        "attn_masks and score_mods from position tables"
+    ),
+    per_token=_fox_gates,
+    gated=True,
+    needs_causal=True,
+)
+FAMILIES = {f.name: f for f in (ALIBI, T5, SHAW_BIAS, SHAW_KV, FOX)}

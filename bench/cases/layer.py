@@ -21,9 +21,18 @@ Implementations of the positional part, each as bench/cases/rope.py and bias.py 
                          (kernels.apply_rope on the projections' (B, L, H, D) memory);
   alibi, t5, shaw_bias, shaw_kv  every family of bench/cases/families.py, by the attention
                          factories of bias.py (decode: sequences.py): reference, compiled
-                         (prefill), sdpa, flex, triton.
+                         (prefill), sdpa, flex, triton;
+  fox                    a gated family: its gate over the layer's normed input (the
+                         encoding's parameters) gives the tables attend computes with
+                         (reference, compiled, triton); prefill only;
+  irope                  Llama 4's NoPE layer: its queries times the temperature of their
+                         positions (1 below 8191: at these lengths, the multiply's cost).
 Knobs: num_kv_heads, d_ff (null: 3.5 d_model, Llama 3's ratio), rope_scaling (layer_rope:
-RoPE with a long-context schedule), mrope_style, kv_cache.
+RoPE with a long-context schedule), mrope_style, kv_cache, sinks (the bias families: a sink
+logit per head, part of the measured share).
+
+Why this file is long: one case per encoding kind, each kind's hooks built here from the
+shared factories (bias.py, sequences.py), beside the layer's cost model.
 
 Cost: FLOPs of the projections and the MLP (2 per multiply-add per token), attention 4 H D per
 (query, visible key) pair, Shaw's relative terms (bias.py); backward twice the matmuls' and 2.5x
@@ -66,7 +75,8 @@ D_FF = Knob(
 KIND = {  # where each encoding acts in the layer
     **dict.fromkeys(("sinusoidal", "learnable"), "embed"),
     **dict.fromkeys(("rope", "mrope"), "rotate"),
-    **dict.fromkeys(FAMILIES, "bias"),
+    **{name: "gate" if f.gated else "bias" for name, f in FAMILIES.items()},
+    "irope": "temperature",  # a NoPE layer of Llama 4: its queries scaled by position
 }
 PREFIX = "position."  # the encoding's own parameters among the layer's
 
@@ -115,9 +125,14 @@ def _builder(encoding: str, decode: bool):
         if KIND[encoding] == "rotate":
             inputs["cos"], inputs["sin"] = _rope_tables(encoding, point, device, torch.float32)
             inputs["cos64"], inputs["sin64"] = _rope_tables(encoding, point, device, torch.float64)
-        if encoding in FAMILIES:  # its fixed tables (ALiBi's slopes)
+        if encoding in FAMILIES:  # its fixed tables (ALiBi's slopes), the sinks if any
             fixed = FAMILIES[encoding].fixed(point.num_heads)
             inputs["fixed"] = {n: t.to(device) for n, t in fixed.items()}
+        inputs["sinks"] = Bias.sinks_input(point, device, dtype)
+        if KIND[encoding] == "temperature":  # Llama 4's factors at the tokens' positions
+            scale = F.irope_temperature(n)  # its floor_scale 8192 and attn_scale 0.1
+            inputs["q_scale"] = scale.to(device, torch.float32)
+            inputs["q_scale64"] = scale.to(device)
         if decode:
             cache = (b, point.kv_heads, n, point.head_dim)
             inputs["cache_k"], inputs["cache_v"] = (
@@ -156,6 +171,7 @@ def _attention_inputs(inputs) -> dict:
 
     att = {"q": like(heads, x.shape[1]), "k": like(kv_heads, keys), "v": like(kv_heads, keys)}
     att.update(causal=True, params=_position_params(inputs), **inputs.get("fixed", {}))
+    att["sinks"] = inputs["sinks"]
     if "cache_k" in inputs:
         att.update(kv_lens=inputs["kv_lens"], ragged=inputs["ragged"])
     return att
@@ -209,9 +225,42 @@ def _hooks(encoding: str, impl: str, inputs, truth: bool = False) -> dict:
         return {"embed": _embedding(encoding, impl, inputs)}
     if kind == "rotate":
         return {"rotate": _rotation(impl, inputs, truth)}
+    if kind == "temperature":
+        return {"q_scale": inputs["q_scale64" if truth else "q_scale"]}
     family = FAMILIES[encoding]
+    if kind == "gate":
+        return _gated(family, impl, inputs)
     factories = Seq.attentions(family) if "cache_k" in inputs else Bias.attentions(family)
     return {"attend": factories[impl](_attention_inputs(inputs))}
+
+
+def _gated(family, impl: str, inputs) -> dict:
+    """A gated family's hooks (FoX): its gate over the layer's normed input (the encoding's
+    parameters), and attend(q, k, v, tables) computing with the tables the gate gives."""
+    _, heads = inputs["shape"][:2]
+    with torch.device("meta"):
+        gate = family.learned(heads, inputs["shape"][0] // heads)
+    gate, att = bind(gate, _position_params(inputs)), _attention_inputs(inputs)
+    name = next(iter(family.per_token(1, 1, 1)))  # the gate's table, as the kernel names it
+
+    def tables(t):
+        return dict(att, params={name: t})
+
+    if impl == "triton":
+        kernel = triton_kernels().relative_attention
+        sinks = att["sinks"].get("sinks")
+
+        def attend(q, k, v, t):
+            return kernel(q, k, v, causal=True, sinks=sinks, **family.kernel_args(tables(t)))
+
+    else:
+
+        def attend(q, k, v, t):
+            return family.attention(tables(t), True)(q, k, v)
+
+        if impl == "compiled":
+            attend = compile_impl(attend)
+    return {"gate": gate, "attend": attend}
 
 
 def _call(encoding: str, impl: str, truth: bool = False):
@@ -255,7 +304,12 @@ def _cost(encoding: str, decode: bool):
 
 def _impls(encoding: str, decode: bool) -> dict[str, Impl]:
     kind, grad = KIND[encoding], not decode
-    names = {"embed": ("reference", "compiled"), "rotate": ("reference", "compiled", "triton")}
+    names = {
+        "embed": ("reference", "compiled"),
+        "rotate": ("reference", "compiled", "triton"),
+        "gate": ("reference", "compiled", "triton"),
+        "temperature": ("reference", "compiled"),
+    }
     names = names.get(
         kind,
         ("reference", "sdpa", "flex", "triton")
@@ -278,7 +332,7 @@ def _impls(encoding: str, decode: bool) -> dict[str, Impl]:
         if name in ("compiled", "flex"):
             opts["compiled"] = True
         if name in ("sdpa", "flex"):
-            opts["supports"] = family.expressible
+            opts["supports"] = Bias.either(family.expressible, Bias.plain_softmax)
         if kind == "bias" and not decode:
             opts["holds"] = {"reference": 4, "compiled": 2, "sdpa": 3}.get(name, 0)
         impls[name] = Impl(_call(encoding, name), grad=grad, **opts)
@@ -297,6 +351,7 @@ def _constraint(encoding: str):
 def _case(encoding: str, decode: bool) -> Case:
     knobs = [NUM_KV_HEADS, D_FF]
     knobs += {"rope": [ROPE_SCALING], "mrope": [MROPE_STYLE]}.get(encoding, [])
+    knobs += [Bias.SINKS] if KIND[encoding] in ("bias", "gate") else []
     knobs += [Seq.KV_CACHE] if decode else []
     batched = ("x", "cache_k", "cache_v", "kv_lens") if decode else ("x",)
     if encoding == "mrope":
@@ -309,7 +364,7 @@ def _case(encoding: str, decode: bool) -> Case:
         impls=_impls(encoding, decode),
         baseline="reference",
         cost=_cost(encoding, decode),
-        grad_inputs=() if decode else ("x", "params"),
+        grad_inputs=() if decode else ("x", "params", "sinks"),
         batched=batched,
         knobs=tuple(knobs),
         constraint=_constraint(encoding),
@@ -319,4 +374,6 @@ def _case(encoding: str, decode: bool) -> Case:
 
 
 PREFILL = [_case(e, False) for e in KIND]
-DECODE = [_case(e, True) for e in ("rope", *FAMILIES)]
+# decode steps: not a gated family's (its gates of the cached keys would need a cache of
+# their own), nor iRoPE's temperature (a factor per query: its prefill rows say its cost)
+DECODE = [_case(e, True) for e in ("rope", *(n for n, f in FAMILIES.items() if not f.gated))]

@@ -299,6 +299,7 @@ def _case(family: BiasFamily, packed: bool) -> Case:
         for name in opts
     }
     tables = ("q", "k", "v", "params") if family.trains else ("q", "k", "v")
+    per_token = family.per_token is not None  # (B, H, L) tables: checked on the batch's rows
     knobs = (B.CAUSAL, NUM_KV_HEADS, DOCUMENTS) if packed else (NUM_KV_HEADS, Q_LEN, KV_CACHE)
     return Case(
         name=f"{family.name}_{'packed' if packed else 'decode'}",
@@ -309,9 +310,10 @@ def _case(family: BiasFamily, packed: bool) -> Case:
         baseline="reference",
         cost=_cost(family, packed),
         grad_inputs=tables if packed else (),
-        batched=() if packed else ("q", "k", "v", "kv_lens"),
+        batched=() if packed else ("q", "k", "v", "kv_lens", *(("params",) * per_token)),
         knobs=knobs,
-        constraint=_packed_constraint if packed else decode_constraint,
+        # a decode step is causal whatever the knob says: only packed rows can refuse
+        constraint=B.either(_packed_constraint, family.refuses) if packed else decode_constraint,
         truth_holds=4 * guard,
     )
 

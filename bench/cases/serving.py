@@ -252,7 +252,8 @@ def _build_paged(family: BiasFamily):
         shape = (num_blocks, point.block_size, hk, d)
         q = torch.randn(point.batch, point.num_heads, point.q_len, d, device=device).to(dtype)
         kc, vc = (torch.randn(shape, device=device).to(dtype) for _ in range(2))
-        tables = family.inputs(point.num_heads, d, device, dtype)
+        keys = table.shape[1] * point.block_size  # per-token tables: the table's positions
+        tables = family.inputs(point.num_heads, d, device, dtype, batch=point.batch, keys=keys)
         lens_t = torch.tensor(lens, device=device)
         return dict(q=q, k_cache=kc, v_cache=vc, block_table=table, kv_lens=lens_t, **tables)
 
@@ -285,6 +286,10 @@ def _triton_paged(family: BiasFamily, dense: bool):
         kwargs = dict(family.kernel_args(inputs), causal=True, kv_lens=inputs["kv_lens"])
         if dense:  # caches gathered once, here: the kernel on contiguous keys
             full = _gathered(inputs)
+            if family.per_token is not None:  # its per-key tables, to the gathered keys
+                lk = full["k"].shape[2]
+                params = {n: t[..., :lk] for n, t in full["params"].items()}
+                kwargs.update(family.kernel_args(dict(full, params=params)))
             return lambda: attend(full["q"], full["k"], full["v"], **kwargs)
         q, kc, vc = inputs["q"], inputs["k_cache"], inputs["v_cache"]
         return lambda: attend(q, kc, vc, block_table=inputs["block_table"], **kwargs)
@@ -387,7 +392,7 @@ def _paged_case(family: BiasFamily) -> Case:
         },  # fmt: skip
         baseline="reference",
         cost=_paged_cost(family),
-        batched=("q", "block_table", "kv_lens"),
+        batched=("q", "block_table", "kv_lens", *(("params",) * (family.per_token is not None))),
         knobs=(NUM_KV_HEADS, Seq.Q_LEN, Seq.KV_CACHE, BLOCK_SIZE),
         constraint=Seq.decode_constraint,
     )

@@ -84,9 +84,17 @@ def leaves(inputs: dict, names: tuple[str, ...]) -> dict[str, Tensor]:
 
 
 def select(inputs: dict, case: Case, rows: Tensor | None) -> dict:
+    """The checked rows of the batched inputs (a dict of them, e.g. per-token parameters:
+    each entry's rows)."""
     if rows is None:
         return inputs
-    return {k: v.index_select(0, rows) if k in case.batched else v for k, v in inputs.items()}
+
+    def pick(v):
+        if isinstance(v, dict):
+            return {name: t.index_select(0, rows) for name, t in v.items()}
+        return v.index_select(0, rows)
+
+    return {k: pick(v) if k in case.batched else v for k, v in inputs.items()}
 
 
 def float64_inputs(inputs: dict, case: Case, rows: Tensor | None, grad: bool) -> dict:

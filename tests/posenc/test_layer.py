@@ -22,9 +22,10 @@ def _layer(seed=0):
     return layer
 
 
-def _by_hand(layer, x, tables=None, bias=None):
-    """The block written out: RMSNorm, projections, RoPE, causal softmax with k and v repeated
-    per group, output projection, RMSNorm, SwiGLU."""
+def _by_hand(layer, x, tables=None, bias=None, q_scale=None, gate=None):
+    """The block written out: RMSNorm, projections, RoPE, the queries scaled, causal softmax
+    with k and v repeated per group (and a bias, or FoX's from a gate of the normed input),
+    output projection, RMSNorm, SwiGLU."""
 
     def rms(t, w):
         return t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + 1e-5) * w
@@ -37,6 +38,12 @@ def _by_hand(layer, x, tables=None, bias=None):
     v = (h @ layer.w_v.weight.T).view(b, n, HK, hd).transpose(1, 2)
     if tables is not None:
         q, k = F.apply_rope(q, *tables), F.apply_rope(k, *tables)
+    if q_scale is not None:
+        q = q * q_scale[:, None]  # (L,) per query position
+    if gate is not None:  # log f_l of each head, summed over j < l <= i
+        log_f = torch.nn.functional.logsigmoid(h @ gate.proj.weight.T + gate.proj.bias)
+        c = torch.cumsum(log_f, 1).transpose(1, 2)  # (B, H, L)
+        bias = c[..., :, None] - c[..., None, :]
     k, v = (t.repeat_interleave(H // HK, dim=1) for t in (k, v))
     s = q @ k.transpose(-1, -2) / math.sqrt(hd) + (0 if bias is None else bias)
     s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -math.inf)
@@ -71,6 +78,26 @@ def test_bias_layer_attends_with_the_bias():
         return F.relative_attention(q, k, v, bias=alibi, causal=True)
 
     assert_close(layer(x, attend=attend), _by_hand(layer, x, bias=alibi.bias(L, L)))
+
+
+def test_irope_layer_scales_its_queries_by_position():
+    """Llama 4's NoPE layer: q times 1 + 0.5 log(1 + floor((p + 1) / 4)) (a small floor_scale,
+    so that the factor moves within 12 positions)."""
+    layer, x = _layer(), torch.randn(B, L, D_MODEL, dtype=torch.float64)
+    scale = F.irope_temperature(L, floor_scale=4.0, attn_scale=0.5)
+    assert_close(layer(x, q_scale=scale), _by_hand(layer, x, q_scale=scale))
+    assert not torch.allclose(layer(x, q_scale=scale), layer(x))
+
+
+def test_fox_layer_gates_the_normed_input():
+    """attend gets FoX's log gates of the attention's normed input as its fourth argument."""
+    layer, x = _layer(), torch.randn(B, L, D_MODEL, dtype=torch.float64)
+    gate = posenc.ForgettingGate(D_MODEL, H).double()
+
+    def attend(q, k, v, log_f):
+        return F.relative_attention(q, k, v, bias=F.forgetting_bias(log_f), causal=True)
+
+    assert_close(layer(x, gate=gate, attend=attend), _by_hand(layer, x, gate=gate))
 
 
 def test_embed_adds_to_the_input_before_the_norm():
