@@ -139,8 +139,8 @@ def _dq_part(
             w = ds
             if BIAS == ALIBI:  # d/d slope of -slope |r|
                 w = ds * -tl.abs(rel).to(tl.float32)
-            if PART == BEFORE or (BIAS == ALIBI and PART == BAND):
-                side0 += tl.sum(w, 1)
+            if PART == BEFORE or (BIAS == ALIBI and PART == BAND) or (COL and PART == BAND):
+                side0 += tl.sum(w, 1)  # (FoX, K = 0: its one index, no loop over the band's)
             elif PART == AFTER:
                 side1 += tl.sum(w, 1)
             elif BIAS == SHAW_KV:

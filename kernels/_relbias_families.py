@@ -68,9 +68,15 @@ class _Spec:
         _SAFE as the fallback (block_m capped per kernel by row_tiles)."""
         if self.user_tiles[backward] is not None:
             return self.user_tiles[backward], None
-        # the backward's "value" tiles: Shaw's per-index gathers (not FoX's single index)
+        # "value" tiles: the backward's for Shaw's per-index gathers (not FoX's one index),
+        # the forward's for Shaw's value term
         value = (self.bias == SHAW_KV and not self.col) if backward else self.has_value
-        return default_tiles(q, backward, "value" if value else "plain")
+        tiles, fallback = default_tiles(q, backward, "value" if value else "plain")
+        if self.col and not backward and q.element_size() == 4:
+            # FoX's float32 forward (3xTF32): 8 warps; with 4, 32 x 32 at D=128 spilled 16
+            # local stores on sm_90a (8: 244 registers, no spill, both loops pipelined)
+            tiles = tiles._replace(num_warps=8)
+        return tiles, fallback
 
     def row_tiles(self, tiles: Tiles) -> Tiles:
         """tiles for a kernel that keeps (block_m, NB) float32 per-row bucket sums in registers

@@ -80,8 +80,9 @@ def _groups():
 def _passes(direction, dtype, d, families, tiles, target, pool) -> tuple[bool, str]:
     cap = TARGETS[target]
     jobs = []
+    causal_only = {f.kernel for f in DECLARED.values() if f.needs_causal}
     for family in families:
-        for causal in (False, True):
+        for causal in (True,) if family in causal_only else (False, True):
             key = "fwd_tiles" if direction == "fwd" else "bwd_tiles"
             spec = Spec("relbias", family, dtype=dtype, head_dim=d, causal=causal, **{key: tiles})
             jobs += [(family, causal, j) for j in capture(spec, cap)]

@@ -34,6 +34,7 @@ class Spec:
     seq: str = ""  # relbias: "" one sequence a row; decode, decode_end, prefill, packed, paged
     fwd_tiles: tuple | None = None  # a candidate (not the launcher's default)
     bwd_tiles: tuple | None = None
+    sinks: bool = False  # relbias: a sink logit per head
 
     @property
     def variant(self) -> str:
@@ -46,7 +47,9 @@ class Spec:
             return f"paged cache {pairs} {self.rotary} pos={self.positions}"
         gqa = f" gqa {self.kv_heads}" if self.kv_heads else ""
         seq = f" {self.seq}" if self.seq else ""
-        return ("candidate" if self.fwd_tiles or self.bwd_tiles else "default") + gqa + seq
+        sinks = " sinks" if self.sinks else ""
+        kind = "candidate" if self.fwd_tiles or self.bwd_tiles else "default"
+        return kind + gqa + seq + sinks
 
 
 TARGETS = {"sm_90a": 90, "sm_80": 80}
@@ -78,10 +81,25 @@ def specs(only: str | None = None) -> list[Spec]:
         Spec("rope_cache", rotary="p_rope", positions="ids"),
         Spec("rope_cache", positions="table"),
     ]
-    families = tuple(f.kernel for f in _families())
-    attn = [Spec("relbias", f, causal=c) for f in families for c in (False, True)]
-    attn += [Spec("relbias", f, dtype=d) for f in families for d in ("float16", "float32")]
-    attn += [Spec("relbias", f, head_dim=64) for f in families]
+    every = [f for f in _families()]
+    families = tuple(f.kernel for f in every)
+    # each family causal or not (where it is defined so), then other dtypes and D=64
+    attn = [
+        Spec("relbias", f.kernel, causal=c)
+        for f in every
+        for c in (False, True)
+        if c or not f.needs_causal
+    ]
+    causal = {f.kernel: f.needs_causal for f in every}
+    attn += [
+        Spec("relbias", f, dtype=d, causal=causal[f])
+        for f in families
+        for d in ("float16", "float32")
+    ]
+    attn += [Spec("relbias", f, head_dim=64, causal=causal[f]) for f in families]
+    # sinks: on ALiBi's and FoX's forward and backward, and a split decode step
+    attn += [Spec("relbias", f, causal=True, sinks=True) for f in ("alibi", "fox")]
+    attn += [Spec("relbias", "alibi", causal=True, kv_heads=4, seq="decode", sinks=True)]
     attn += [Spec("relbias", f, kv_heads=4) for f in ("alibi", "t5")]  # 16 query heads, 4 kv
     seqs = [(f, 4, s) for f in families for s in ("decode", "packed")]  # causal, as models run
     seqs += [(f, 0, s) for f in ("alibi", "t5") for s in ("decode_end", "prefill")]
@@ -259,10 +277,14 @@ def _launch_relbias(spec: Spec) -> None:
         kv_shape = (b * n // PAGE, PAGE, spec.kv_heads or h, d)
     k, v = (_meta(*kv_shape, dtype=dtype, grad=grad) for _ in range(2))
     family = _family(spec.family)
-    tables = family.inputs(h, d, "meta", torch.float32)  # the kernel reads tables in float32
+    keys = k.shape[0] * k.shape[1] // b if spec.seq == "paged" else n  # a row's key positions
+    # the kernel reads tables in float32
+    tables = family.inputs(h, d, "meta", torch.float32, batch=b, keys=keys)
     for t in tables.get("params", {}).values():
         t.requires_grad_(grad)
     kwargs = family.kernel_args(tables)
+    if spec.sinks:
+        kwargs["sinks"] = _meta(h, grad=grad)
     tiles = {
         "fwd_tiles": spec.fwd_tiles and relbias.Tiles(*spec.fwd_tiles),
         "bwd_tiles": spec.bwd_tiles and relbias.Tiles(*spec.bwd_tiles),
