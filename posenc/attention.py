@@ -86,10 +86,14 @@ class MultiHeadProjections(nn.Module):
 class MultiHeadAttention(MultiHeadProjections):
     """Plain multi-head attention (no position encoding): the baseline the others add to.
 
-    forward(query, key, value, mask=None, need_weights=True) -> (out, weights or None).
+    forward(query, key, value, mask=None, need_weights=True, q_scale=None) -> (out, weights
+    or None). q_scale (Lq,) or (B, Lq): each query multiplied by a factor after its projection
+    (Llama 4's temperature in its NoPE layers: posenc.functional.irope_temperature).
     """
 
-    def forward(self, query, key, value, mask=None, need_weights=True):
+    def forward(self, query, key, value, mask=None, need_weights=True, q_scale=None):
         q, k, v = self.project(query, key, value)
+        if q_scale is not None:
+            q = q * q_scale.to(q.dtype).view(-1, 1, q.shape[2], 1)  # (B | 1, 1, Lq, 1)
         out, weights = attend(q, k, v, mask, need_weights)
         return self.output(out), weights

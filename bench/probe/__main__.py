@@ -13,6 +13,7 @@ default; gpu; tiny: the tests'). Examples:
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import shutil
@@ -154,16 +155,19 @@ def main(cfg: DictConfig) -> None:
     finally:
         writer.close()
     wall = time.perf_counter() - start
-    write_env(
-        out_dir / "env.json",
-        {
-            "run_id": out_dir.name,
-            "git_sha": sha,
-            "wall_s": round(wall, 1),
-            "workers": workers,
-            "overrides": list(hydra_cfg.overrides.task),
-        },
-    )
+    extra = {
+        "run_id": out_dir.name,
+        "git_sha": sha,
+        "wall_s": round(wall, 1),
+        "workers": workers,
+        "overrides": list(hydra_cfg.overrides.task),
+    }
+    env_path = out_dir / "env.json"
+    if cfg.resume and env_path.exists():  # the earlier parts' provenance, kept
+        before = json.loads(env_path.read_text())
+        extra["earlier"] = [{k: v for k, v in before.items() if k != "earlier"}]
+        extra["earlier"] += before.get("earlier", [])
+    write_env(env_path, extra)
     report.build(out_dir)
     print(f"{len(cells)} cells in {wall:.0f} s; table: {out_dir / 'probe.md'}")
 

@@ -11,6 +11,11 @@ A new encoding is one `Encoding(...)` line if posenc has its parts; the fields s
   randomized the positions of each sequence drawn sorted from a range 4x the longest evaluated
              (Ruoss et al. 2023), in training and in evaluation, for the table or the rotation
   plain_last the last layer attends without positions (the RoPE/NoPE interleave)
+  temperature  those position-free layers scale each query by Llama 4's temperature of its
+             position, floor_scale the training length (Llama 4's 8192, the span of its chunked
+             RoPE layers, lies far past the probe's lengths), attn_scale 0.1 as Llama 4's
+  gate       every layer's logits gain FoX's forget-gate bias (posenc.ForgettingGate of the
+             layer's normed input; Lin et al. 2025)
   needs_causal  defined for causal attention only (refused with causal=false)
 """
 
@@ -29,6 +34,8 @@ class Encoding:
     rope: dict = field(default_factory=dict)
     randomized: bool = False
     plain_last: bool = False
+    temperature: bool = False
+    gate: bool = False
     needs_causal: bool = False
     modern: bool = False  # proposed since 2022: in probe=modern and probe=gpu, not the default
 
@@ -96,6 +103,29 @@ SPECS = {
             "RoPE/NoPE interleave (Llama 4, Command A): last layer NoPE",
             attention="rope",
             plain_last=True,
+            modern=True,
+        ),
+        Encoding(
+            "irope",
+            "Llama 4 (iRoPE): last layer NoPE, its queries scaled by position",
+            attention="rope",
+            plain_last=True,
+            temperature=True,
+            modern=True,
+        ),
+        Encoding(
+            "fox",
+            "Lin et al. 2025 (Forgetting Transformer, no positional embedding)",
+            gate=True,
+            needs_causal=True,
+            modern=True,
+        ),
+        Encoding(
+            "fox_rope",
+            "Lin et al. 2025 (Forgetting Transformer with RoPE)",
+            attention="rope",
+            gate=True,
+            needs_causal=True,
             modern=True,
         ),
     )

@@ -16,26 +16,34 @@ from bench.probe.encodings import ENCODINGS, SPECS, Encoding
 RANDOMIZED_RANGE = 4
 
 
-def _attend(attn: nn.Module, h: Tensor, mask: Tensor | None, positions: Tensor | None) -> Tensor:
+def _attend(attn: nn.Module, h: Tensor, mask, positions, q_scale) -> Tensor:
     """One call for posenc's attention modules, whose signatures differ in what they take."""
     if isinstance(attn, posenc.RelativeMultiHeadAttention):
         return attn(h, h, h, mask=mask)[0]  # Shaw's terms need its own attention
     if isinstance(attn, posenc.RoPEMultiHeadAttention):
         return attn(h, h, h, mask=mask, positions=positions, need_weights=False)[0]
+    if q_scale is not None:  # plain attention with iRoPE's temperature
+        return attn(h, h, h, mask=mask, need_weights=False, q_scale=q_scale)[0]
     return attn(h, h, h, mask=mask, need_weights=False)[0]
 
 
 class Block(nn.Module):
-    def __init__(self, attn: nn.Module, d_model: int, bias: nn.Module | None):
+    """Pre-norm attention and MLP; gate: FoX's forget gate, whose bias (with the causal mask)
+    replaces the block's mask; temperature: the queries scaled by q_scale."""
+
+    def __init__(self, attn, d_model: int, bias, gate=None, temperature: bool = False):
         super().__init__()
-        self.attn, self.bias = attn, bias
+        self.attn, self.bias, self.gate, self.temperature = attn, bias, gate, temperature
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(
             nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
         )
 
-    def forward(self, x: Tensor, mask: Tensor | None, positions: Tensor | None) -> Tensor:
-        x = x + _attend(self.attn, self.norm1(x), mask, positions)
+    def forward(self, x: Tensor, mask, positions, q_scale: Tensor | None = None) -> Tensor:
+        h = self.norm1(x)
+        if self.gate is not None:  # (B, H, n, n): D_i - D_j below the diagonal, -inf above
+            mask = posenc.functional.forgetting_bias(self.gate(h))
+        x = x + _attend(self.attn, h, mask, positions, q_scale if self.temperature else None)
         return x + self.mlp(self.norm2(x))
 
 
@@ -74,6 +82,7 @@ class ProbeModel(nn.Module):
         if spec.needs_causal and not causal:
             raise ValueError(f"encodings: {encoding} needs causal attention (causal=true)")
         self.encoding, self.causal, self.num_heads = encoding, causal, num_heads
+        self.train_len = train_len + (1 if bos else 0)  # iRoPE's floor_scale: trained tokens
         self.bos = vocab if bos else None  # the BOS token's id: one past the task's symbols
         if bos:
             vocab, train_len, max_len = vocab + 1, train_len + 1, max_len + 1
@@ -86,9 +95,11 @@ class ProbeModel(nn.Module):
 
         def block(last: bool) -> Block:
             bias = share if share is not None else self._bias(spec, num_heads, train_len)
-            kind = "plain" if last and spec.plain_last else spec.attention
+            plain = last and spec.plain_last
+            kind = "plain" if plain else spec.attention
             attn = self._attention(kind, spec, d_model, num_heads, train_len, rope_scaling)
-            return Block(attn, d_model, bias)
+            gate = posenc.ForgettingGate(d_model, num_heads) if spec.gate else None
+            return Block(attn, d_model, bias, gate, temperature=plain and spec.temperature)
 
         self.blocks = nn.ModuleList(block(i == layers - 1) for i in range(layers))
         self.norm, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, vocab)
@@ -164,11 +175,15 @@ class ProbeModel(nn.Module):
         if self.absolute is not None:
             x = self.absolute(x) if positions is None else self.absolute(x, positions=positions)
         masks = {}  # one per bias module: shared ones are computed once
+        q_scale = None
+        if self.spec.temperature:  # Llama 4's formula, floor_scale at the trained length
+            scale = posenc.functional.irope_temperature(n, floor_scale=float(self.train_len))
+            q_scale = scale.to(tokens.device, x.dtype)
         for block in self.blocks:
             key = id(block.bias)
             if key not in masks:
                 masks[key] = self.mask(block.bias, n, tokens.device)
-            x = block(x, masks[key], positions)
+            x = block(x, masks[key], positions, q_scale)
         logits = self.head(self.norm(x))
         if self.bos is not None:  # no prediction at BOS, and BOS is never a prediction
             logits = logits[:, 1:, : self.bos]

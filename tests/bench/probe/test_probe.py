@@ -339,3 +339,37 @@ def test_the_committed_probe_table_is_made_from_its_csv(tmp_path):
     rows = read_rows(ref / "probe.csv")
     assert len(rows) == (6 + 4) * 3 * 4 * 3  # (6 encodings + rope x 4 schedules) x tasks x ...
     assert {r["status"] for r in rows} == {"ok", "n/a"}
+
+
+def test_irope_scales_the_nope_layers_queries_only_past_the_trained_length():
+    """irope is rope_nope_last with Llama 4's temperature on the last layer's queries,
+    floor_scale the trained length (with BOS): the same weights give the same logits up to
+    it, and different ones past it."""
+    tokens = torch.randint(0, 8, (2, 48))
+    logits = {}
+    for name in ("rope_nope_last", "irope"):
+        torch.manual_seed(0)
+        model = ProbeModel(name, 8, d_model=16, num_heads=2, layers=2, train_len=15, max_len=48)
+        logits[name] = model(tokens).detach()
+    same, later = slice(0, 14), slice(20, 48)  # positions 1 .. 14 (BOS at 0): p + 1 < 16
+    torch.testing.assert_close(logits["irope"][:, same], logits["rope_nope_last"][:, same])
+    assert not torch.allclose(logits["irope"][:, later], logits["rope_nope_last"][:, later])
+
+
+def test_fox_gates_every_layer_and_is_causal():
+    """fox: each layer's logits gain its forget gate's bias (a gate that forgets nothing,
+    log f = 0, is NoPE); a token's output does not depend on later tokens."""
+    torch.manual_seed(0)
+    model = ProbeModel("fox", 8, d_model=16, num_heads=2, layers=2, train_len=16, max_len=16)
+    tokens = torch.randint(0, 8, (2, 16))
+    out = model(tokens).detach()
+    changed = tokens.clone()
+    changed[:, 10:] = (changed[:, 10:] + 1) % 8
+    torch.testing.assert_close(model(changed).detach()[:, :10], out[:, :10])
+    torch.manual_seed(0)
+    nope = ProbeModel("nope", 8, d_model=16, num_heads=2, layers=2, train_len=16, max_len=16)
+    for block in model.blocks:  # log sigmoid(large) = 0: no forgetting
+        block.gate.proj.weight.data.zero_()
+        block.gate.proj.bias.data.fill_(50.0)
+    nope.load_state_dict({k: v for k, v in model.state_dict().items() if ".gate." not in k})
+    torch.testing.assert_close(model(tokens), nope(tokens), atol=1e-5, rtol=1e-5)
