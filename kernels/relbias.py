@@ -129,6 +129,8 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
         t = spec.row_tiles(tiles) if spec.has_value else tiles
         if spec.user_tiles[False] is None:
             t = _fit_rows(t, seq.rows_q)
+            if spec.col and seq.page_size:  # FoX over pages: on 4 warps 16 x 64 spilled 2
+                t = t._replace(num_warps=8)  # local stores (sm_90a, Triton 3.6); 8: 92 regs
         n_split, chunk = key_split(seq, splits, t.block_m, t.block_n, heads, q.device)
         if n_split > 1:  # float32 partials, merged below
             o = torch.empty(seq.count, heads, n_split, lq, d, device=q.device)

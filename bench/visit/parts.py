@@ -274,6 +274,27 @@ PARTS = (
         reserved=False,
     ),
     Part(
+        "schemes2025",
+        30,
+        15,
+        _bench(
+            "sweep=gpu",
+            "cases=[fox_attention]",
+            "impls=[sdpa_nobias,triton]",
+            "hydra.run.dir={res}/sweep-2025",
+        ),
+        _bench(
+            "sweep=gpu",
+            "cases=[fox_attention]",
+            "impls=[sdpa_nobias,triton]",
+            "seq_len=16",
+            *SMOKE,
+            "hydra.run.dir={res}/sweep-2025",
+        ),
+        "forgetting attention (FoX), with and without sinks: the kernel beside SDPA without bias",
+        reserved=False,
+    ),
+    Part(
         "profile-rope",
         20,
         10,

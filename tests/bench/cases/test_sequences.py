@@ -13,7 +13,7 @@ from bench.registry import Point
 from tests.helpers import read_rows, run_bench
 
 FAST = ["timing.warmup_s=0", "timing.min_reps=1", "timing.max_reps=1", "timing.budget_s=0"]
-FAMILIES = ("alibi", "t5", "shaw_bias", "shaw_kv")
+FAMILIES = ("alibi", "t5", "shaw_bias", "shaw_kv", "fox")
 
 
 def _run(tmp_path, name, *args):
@@ -46,10 +46,10 @@ def test_decode_cases_gate_every_implementation(tmp_path):
         "mode=forward",
     )
     triton = [r for r in ran if r["impl"] == "triton"]
-    assert len(triton) == 4 * 2  # every family at every point
+    assert len(triton) == len(FAMILIES) * 2  # every family at every point
     params = {r["params"] for r in triton}
     assert {json.loads(p)["kv_cache"] for p in params} == {"full", "ragged"}
-    assert len([r for r in ran if r["impl"] == "sdpa"]) == 3 * 2  # not Shaw's value term
+    assert len([r for r in ran if r["impl"] == "sdpa"]) == 3 * 2  # not Shaw's value term, FoX
 
 
 def test_packed_cases_gate_forward_and_backward(tmp_path):
@@ -68,7 +68,7 @@ def test_packed_cases_gate_forward_and_backward(tmp_path):
         "causal=true",
         "mode=forward+backward",
     )
-    assert len([r for r in ran if r["impl"] == "triton"]) == 4
+    assert len([r for r in ran if r["impl"] == "triton"]) == len(FAMILIES)
 
 
 def test_flex_takes_the_sequences_as_block_masks(tmp_path):
