@@ -34,6 +34,9 @@ and a row term (ALIBI), no mask but the last key block's bounds (MASK_N), and th
 sums are one vector per row: no inner loop, so those loops get multi-buffered async copies and
 async wgmma. Only the band (at most (BLOCK_M + 2K) / BLOCK_N + 1 blocks) masks, gathers and
 loops over its tile's indices [lo, hi], taken from the tile's corners.
+
+Why this file is long: this docstring is the three passes' shared specification (layout,
+logits, each family's bias, the three-part loop), written once here rather than in each pass.
 """
 
 import triton

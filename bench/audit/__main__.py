@@ -32,8 +32,9 @@ from pathlib import Path
 
 import triton
 
-from bench.audit.capture import TARGETS, capture, specs, tile_candidates
+from bench.audit.capture import capture
 from bench.audit.compile import compile_job
+from bench.audit.specs import TARGETS, specs, tile_candidates
 from bench.audit.tables import COLUMNS, compare, markdown, rows_for
 
 

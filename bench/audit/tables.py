@@ -7,8 +7,8 @@ from pathlib import Path
 
 import triton
 
-from bench.audit.capture import TARGETS, Spec
 from bench.audit.compile import blocks_per_sm, problems
+from bench.audit.specs import TARGETS, Spec
 from bench.tables import markdown_table
 
 COLUMNS = (

@@ -302,7 +302,7 @@ def test_table_gradient_is_deterministic():
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = (
-        "from bench.audit.capture import Spec, capture;"
+        "from bench.audit.capture import capture; from bench.audit.specs import Spec;"
         "from bench.audit.compile import compile_job;"
         "jobs = capture(Spec('relbias', 't5'), 90);"
         "dq = [j for j in jobs if j['name'] == '_relbias_bwd_dq_kernel'];"

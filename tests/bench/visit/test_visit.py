@@ -141,7 +141,8 @@ def test_the_sweep_estimate_counts_the_kernels_the_plan_launches():
     backward's delta kernel (one specialization for all), RoPE's forward and backward (the
     layouts and lengths share a specialization); the serving path's paged decode forward (3
     families; 64 x 32 programs fill the SMs: no split, no combine) and the fused RoPE + cache
-    write with shared and per-token (M-RoPE) tables."""
+    write with shared and per-token (M-RoPE) tables; ALiBi's forward with a sink per head (its
+    backward's kernels are those without: the sinks' gradient is the host's)."""
     out = _compiling(
         "from bench.visit import estimate; from bench.visit.parts import PARTS; "
         "from bench.audit.capture import plan_launches; "
@@ -149,7 +150,7 @@ def test_the_sweep_estimate_counts_the_kernels_the_plan_launches():
         "print(plan_launches(estimate.plan_of(part.argv)[0]))"
     )
     assert eval(out) == {
-        "_relbias_fwd_kernel": 8 + 3,
+        "_relbias_fwd_kernel": 8 + 3 + 1,
         "_relbias_bwd_dq_kernel": 8,
         "_relbias_bwd_dkdv_kernel": 8,
         "_relbias_bwd_delta_kernel": 1,
