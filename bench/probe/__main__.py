@@ -86,6 +86,17 @@ def _unlike(cfg: DictConfig, out_dir: Path) -> str | None:
     return None
 
 
+def _with_earlier_cells(cfg: DictConfig, path: Path) -> DictConfig:
+    """The configuration a run saves: cfg, and on resuming, the encodings, tasks and seeds of the
+    earlier parts kept before its own, so that config.yaml names every cell in probe.csv."""
+    if not cfg.resume or not path.exists():
+        return cfg
+    earlier, merged = OmegaConf.load(path), OmegaConf.to_container(cfg)
+    for key in ("encodings", "tasks", "seeds"):
+        merged[key] = list(dict.fromkeys([*earlier[key], *cfg[key]]))
+    return OmegaConf.create(merged)
+
+
 def _execute(cells: list[dict], workers: int, writer: ResultsWriter) -> int:
     """Runs the cells, `workers` at a time, writing each one's rows as it ends."""
     done = 0
@@ -141,8 +152,7 @@ def main(cfg: DictConfig) -> None:
         flush=True,
     )
     start, sha = time.perf_counter(), git_sha()  # the code that trains, not the code at the end
-    if not cfg.resume or not (out_dir / "config.yaml").exists():
-        OmegaConf.save(cfg, out_dir / "config.yaml")
+    OmegaConf.save(_with_earlier_cells(cfg, out_dir / "config.yaml"), out_dir / "config.yaml")
     try:
         _execute(cells, workers, writer)
     except KeyboardInterrupt:

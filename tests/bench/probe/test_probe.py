@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 
 from bench.probe.encodings import ENCODINGS
@@ -292,6 +293,11 @@ def test_a_resumed_probe_trains_only_what_is_missing(tmp_path):
     assert "1 cells" in again.stdout
     rows = read_rows(out / "probe.csv")
     assert sorted(r["encoding"] for r in rows) == ["alibi", "alibi", "nope", "nope"]
+    saved = OmegaConf.load(out / "config.yaml")  # names every cell of the CSV
+    assert list(saved.encodings) == ["alibi", "nope"] and saved.resume
+    again = _probe("encodings=[nope]", "tasks=[lookback]", "resume=true", f"hydra.run.dir={out}")
+    assert again.returncode == 0 and "0 cells" in again.stdout, again.stderr[-2000:]
+    assert list(OmegaConf.load(out / "config.yaml").encodings) == ["alibi", "nope"]
     other = _probe(
         "encodings=[alibi]",
         "tasks=[lookback]",
