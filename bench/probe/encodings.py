@@ -16,6 +16,7 @@ A new encoding is one `Encoding(...)` line if posenc has its parts; the fields s
              RoPE layers, lies far past the probe's lengths), attn_scale 0.1 as Llama 4's
   gate       every layer's logits gain FoX's forget-gate bias (posenc.ForgettingGate of the
              layer's normed input; Lin et al. 2025)
+  gate_bias  the gates' biases start spread over this range across the heads (None: near 0)
   needs_causal  defined for causal attention only (refused with causal=false)
 """
 
@@ -36,6 +37,7 @@ class Encoding:
     plain_last: bool = False
     temperature: bool = False
     gate: bool = False
+    gate_bias: tuple[float, float] | None = None
     needs_causal: bool = False
     modern: bool = False  # proposed since 2022: in probe=modern and probe=gpu, not the default
 
@@ -117,6 +119,14 @@ SPECS = {
             "fox",
             "Lin et al. 2025 (Forgetting Transformer, no positional embedding)",
             gate=True,
+            needs_causal=True,
+            modern=True,
+        ),
+        Encoding(
+            "fox_open",
+            "Lin et al. 2025 (Forgetting Transformer, gates starting open)",
+            gate=True,
+            gate_bias=(3.0, 6.0),
             needs_causal=True,
             modern=True,
         ),

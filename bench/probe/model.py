@@ -98,7 +98,9 @@ class ProbeModel(nn.Module):
             plain = last and spec.plain_last
             kind = "plain" if plain else spec.attention
             attn = self._attention(kind, spec, d_model, num_heads, train_len, rope_scaling)
-            gate = posenc.ForgettingGate(d_model, num_heads) if spec.gate else None
+            gate = None
+            if spec.gate:
+                gate = posenc.ForgettingGate(d_model, num_heads, bias_range=spec.gate_bias)
             return Block(attn, d_model, bias, gate, temperature=plain and spec.temperature)
 
         self.blocks = nn.ModuleList(block(i == layers - 1) for i in range(layers))

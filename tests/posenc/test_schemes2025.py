@@ -116,3 +116,19 @@ def test_bad_input_names_the_argument():
         F.forgetting_bias(torch.zeros(1, 2, 4), 5)
     with pytest.raises(ValueError, match="floor_scale must be > 0"):
         F.irope_temperature(4, floor_scale=0)
+
+
+def test_an_open_gate_starts_at_its_bias_range_and_bad_ranges_are_named():
+    gate = posenc.ForgettingGate(8, 4, bias_range=(3.0, 6.0)).double()
+    with torch.no_grad():
+        gate.proj.weight.zero_()
+    log_f = gate(torch.randn(1, 5, 8, dtype=torch.float64))
+    want = torch.nn.functional.logsigmoid(torch.tensor([3.0, 4.0, 5.0, 6.0], dtype=torch.float64))
+    assert_close(log_f, want[None, :, None].expand(1, 4, 5))
+    decay = -1 / want  # tokens per factor e forgotten
+    assert 20 < decay[0] < 22 and 400 < decay[-1] < 410
+    default = posenc.ForgettingGate(64, 4).proj.bias  # nn.Linear's: within 1 / sqrt(64)
+    assert default.abs().max() <= 0.125
+    for bad in ((6.0, 3.0), (1.0,), (0.0, math.inf), "3,6"):
+        with pytest.raises(ValueError, match="bias_range"):
+            posenc.ForgettingGate(8, 4, bias_range=bad)

@@ -379,3 +379,14 @@ def test_fox_gates_every_layer_and_is_causal():
         block.gate.proj.bias.data.fill_(50.0)
     nope.load_state_dict({k: v for k, v in model.state_dict().items() if ".gate." not in k})
     torch.testing.assert_close(model(tokens), nope(tokens), atol=1e-5, rtol=1e-5)
+
+
+def test_fox_open_starts_its_gates_open_and_fox_near_a_half():
+    """fox_open's gate biases start at 3 .. 6 over the heads in every layer (f 0.95 .. 0.998);
+    fox's keep nn.Linear's start near 0 (f near 0.5, the authors' data-dependent gate)."""
+    kw = dict(d_model=16, num_heads=4, layers=2, train_len=16, max_len=16)
+    opened = ProbeModel("fox_open", 8, **kw)
+    for block in opened.blocks:
+        torch.testing.assert_close(block.gate.proj.bias, torch.tensor([3.0, 4.0, 5.0, 6.0]))
+    for block in ProbeModel("fox", 8, **kw).blocks:
+        assert block.gate.proj.bias.abs().max() <= 0.25  # 1 / sqrt(16)
