@@ -3,6 +3,7 @@ the exact-match scoring, determinism, the permutation sanity check, and `python 
 end to end on the tiny size (rows, n/a past the learned table, report files, bad keys)."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -323,11 +324,24 @@ def test_a_resumed_probe_trains_only_what_is_missing(tmp_path):
         ("train.check_every=0", "train.check_every"),
     ],
 )
-def test_a_bad_key_is_named_and_nothing_runs(tmp_path, override, key):
+def test_a_bad_key_is_named(override, key):
+    from hydra import compose, initialize_config_dir
+
+    from bench.probe.config import register, validate
+
+    register()
+    with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("probe", ["probe=tiny", override])
+    with pytest.raises(ValueError, match=re.escape(key)):
+        validate(cfg)
+
+
+def test_the_command_line_names_a_bad_key_and_runs_nothing(tmp_path):
+    """The command line's side of the check above (one process; the keys are checked in it)."""
     out = tmp_path / "bad"
-    proc = _probe(override, f"hydra.run.dir={out}")
+    proc = _probe("encodings=[rope,xpos2]", f"hydra.run.dir={out}")
     assert proc.returncode == 2
-    assert "invalid configuration" in proc.stderr and key in proc.stderr
+    assert "invalid configuration" in proc.stderr and "encodings" in proc.stderr
     assert not out.exists()
 
 
