@@ -17,7 +17,7 @@ PYTEST_ARGS ?= -n auto --dist loadfile  # one worker per core, each test file on
 
 help:
 	@echo "make test    create/reuse $(VENV), install, run the whole test suite"
-	@echo "make rehearse  the GPU visit rehearsed on this CPU (CI runs it after make test)"
+	@echo "make rehearse  the GPU visit rehearsed on this CPU, on the box's stack (CI runs it)"
 	@echo "make bench   same set-up, then python -m bench \$$ARGS (the default sweep; results/runs/)"
 	@echo "make probe   same set-up, then python -m bench.probe \$$ARGS: the length-generalization probe (about 9 min)"
 	@echo "make gpu-compile  every kernel the GPU runs launch, compiled for sm_90a and sm_80 here (Triton 3.9 and 3.6)"
@@ -27,7 +27,7 @@ help:
 	@echo "make gpu-wheels  wheels of hydra-core, omegaconf, antlr4, liger-kernel (Python 3.12) into .whl/"
 	@echo "make regress  the CPU timing suite vs results/baselines/cpu.json (exit 1 on regression)"
 	@echo "make regress-update  re-measure the baseline (review the diff before committing it)"
-	@echo "make compat  the kernel tests under Triton $(COMPAT_TRITON) (the GPU box's version), interpreted"
+	@echo "make compat  the kernel tests on the GPU box's stack (torch 2.11, Triton $(COMPAT_TRITON)), interpreted"
 	@echo "make lint    ruff check + format check"
 	@echo "make clean   remove the venv, caches and scratch outputs (keeps committed results)"
 
@@ -48,25 +48,36 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -m "not rehearsal" $(PYTEST_ARGS)
 
-# The GPU visit rehearsed on this CPU (python3 -m bench.visit --smoke: every part, in order, under
-# Triton's interpreter; about two minutes): CI runs it after make test (docs/gpu.md).
-rehearse: $(STAMP)
-	$(PY) -m pytest -q -m rehearsal tests/bench/visit
-
-# The lent GPU box runs an older Triton (3.6) than CI (3.9). The kernel tests under that version's
-# interpreter catch a language feature it lacks before any GPU time is spent. numpy < 2.3: Triton
-# 3.6's interpreter turns 1-element arrays into ints, which newer numpy refuses.
+# The lent GPU box's stack (docs/gpu.md): Python 3.12, torch 2.11, Triton 3.6 and the packages its
+# image has, older than CI's torch 2.13 and Triton 3.9. The kernel tests run there under Triton
+# 3.6's interpreter (make compat), the GPU visit is rehearsed there (make rehearse), and the
+# compile audit compiles there too, so a language feature, an API or a package the box lacks fails
+# here before any GPU time is spent. hydra-core, omegaconf and liger-kernel are not installed: the
+# visit unpacks them from the carried wheels, as on the box. torch 2.11 from PyPI is a CUDA build
+# (about 5 GB with its libraries; it runs on a CPU). numpy < 2.3: Triton 3.6's interpreter turns
+# 1-element arrays into ints, which newer numpy refuses (the box runs no interpreter).
 COMPAT_VENV   ?= .venv-compat
+COMPAT_TORCH  ?= torch==2.11.0
 COMPAT_TRITON ?= 3.6.0
+COMPAT_PYTHON ?= $(shell for p in $$HOME/.pyenv/versions/3.12*/bin/python3.12 python3.12; do \
+	$$p -c "" >/dev/null 2>&1 && { echo $$p; exit; }; done; echo $(PYTHON))
 
 $(COMPAT_VENV)/.installed:
-	@test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
-	$(COMPAT_VENV)/bin/python -m pip install -q $(TORCH_PIN) triton==$(COMPAT_TRITON) 'numpy<2.3' \
-		pytest pyyaml
+	@test -x $(COMPAT_VENV)/bin/python || $(COMPAT_PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install -q $(COMPAT_TORCH) triton==$(COMPAT_TRITON) 'numpy<2.3' \
+		pandas matplotlib tqdm pyyaml scipy pytest pytest-xdist pytest-benchmark
+	@$(COMPAT_VENV)/bin/python -c "import platform, torch, triton; \
+		print('[compat]', 'python', platform.python_version(), 'torch', torch.__version__, 'triton', triton.__version__)"
 	@touch $@
 
 compat: $(COMPAT_VENV)/.installed
 	TRITON_INTERPRET=1 $(COMPAT_VENV)/bin/python -m pytest -q -p no:cacheprovider -p no:warnings tests/kernels
+
+# The GPU visit rehearsed on this CPU on the box's stack (python3 -m bench.visit --smoke: every
+# part, in order, under Triton's interpreter, the carried wheels unpacked; about six minutes): CI
+# runs it after make test (docs/gpu.md). The test itself runs in $(VENV), the visit in the box's.
+rehearse: $(STAMP) $(COMPAT_VENV)/.installed gpu-wheels
+	REHEARSE_PYTHON=$(COMPAT_VENV)/bin/python $(PY) -m pytest -q -m rehearsal tests/bench/visit
 
 # Every kernel specialization the GPU runs launch, compiled for sm_90a and sm_80 on this CPU
 # under CI's Triton and the GPU box's, read from the cubins (docs/kernels.md): exit 1 on a

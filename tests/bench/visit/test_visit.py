@@ -26,14 +26,15 @@ a = p.parse_args(); assert a.dry
 
 
 def _visit(tmp_path, *args, audit=None):
-    """The smoke visit; the audit a stand-in that writes its CSV (the shared one is not in the
-    repository), or absent."""
+    """The smoke visit, on the box's stack under make rehearse (REHEARSE_PYTHON: Python 3.12,
+    torch 2.11, Triton 3.6, the carried wheels), else this interpreter; the audit a stand-in
+    that writes its CSV (the shared one is not in the repository), or absent."""
     out = tmp_path / "out"
     if audit is None:
         audit = tmp_path / "audit.py"
         audit.write_text(FAKE_AUDIT)
     cmd = [
-        sys.executable,
+        os.environ.get("REHEARSE_PYTHON") or sys.executable,
         "-m",
         "bench.visit",
         "--smoke",
@@ -92,7 +93,8 @@ def test_smoke_visit_runs_every_part_in_order_into_one_archive(tmp_path):
     assert (res / "sweep-gpu" / "report.md").exists()
     assert (res / "profile-rope" / "top_ops.md").exists()
     assert (res / "tests.xml").read_text().count("<testcase") >= 3
-    assert "torch" in (res / "versions.txt").read_text()
+    versions = (res / "versions.txt").read_text()
+    assert "torch" in versions and "MISSING" not in versions, versions  # the wheels unpacked
 
 
 def test_a_short_budget_skips_parts_and_still_returns_the_archive(tmp_path):
