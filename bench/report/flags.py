@@ -93,4 +93,4 @@ def speedup_suspect(df: pd.DataFrame) -> pd.Series:
     """A speedup whose row or whose baseline row (same point, mode, device, run) is suspect."""
     if "suspect" not in df or "base_suspect" not in df:
         return pd.Series(False, index=df.index)
-    return (df["suspect"] != "") | df["base_suspect"].fillna(False)
+    return (df["suspect"] != "") | df["base_suspect"].eq(True)  # no baseline row (NaN): False
