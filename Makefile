@@ -13,7 +13,7 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 PYTEST_ARGS ?= -n auto --dist loadfile  # one worker per core, each test file on one worker
 
-.PHONY: help venv test rehearse compat bench probe gpu-compile gpu-check gpu-run gpu-prep gpu-wheels regress regress-update lint format clean
+.PHONY: help venv test rehearse compat bench probe gpu-compile gpu-check gpu-run gpu-prep gpu-cache gpu-wheels regress regress-update lint format clean
 
 help:
 	@echo "make test    create/reuse $(VENV), install, run the whole test suite"
@@ -23,7 +23,8 @@ help:
 	@echo "make gpu-compile  every kernel the GPU runs launch, compiled for sm_90a and sm_80 here (Triton 3.9 and 3.6)"
 	@echo "make gpu-check  on a CUDA machine: the kernel tests on the GPU, then python -m bench sweep=gpu"
 	@echo "make gpu-run   the whole GPU visit in one call: python3 -m bench.visit (docs/gpu.md)"
-	@echo "make gpu-prep  what that call carries: .whl/ (make gpu-wheels) and .audit/audit.py"
+	@echo "make gpu-prep  what that call carries: .whl/ (make gpu-wheels), .triton-cache/ (make gpu-cache), .audit/"
+	@echo "make gpu-cache  the visit's harness kernels compiled for sm_90a on the box's stack (a warm Triton cache)"
 	@echo "make gpu-wheels  wheels of hydra-core, omegaconf, antlr4, liger-kernel (Python 3.12) into .whl/"
 	@echo "make regress  the CPU timing suite vs results/baselines/cpu.json (exit 1 on regression)"
 	@echo "make regress-update  re-measure the baseline (review the diff before committing it)"
@@ -96,13 +97,20 @@ gpu-check: $(STAMP)
 gpu-run:
 	$(PYTHON) -m bench.visit
 
-# What a device call carries besides the working tree (docs/gpu.md): the wheels, and a copy of
-# the shared independent audit (../shared does not travel).
+# What a device call carries besides the working tree (docs/gpu.md): the wheels, a warm Triton
+# cache of the visit's harness kernels, and a copy of the shared independent audit (../shared
+# does not travel).
 AUDIT_SRC ?= ../shared/gpu/audit.py
-gpu-prep: gpu-wheels
+gpu-prep: gpu-wheels gpu-cache
 	@mkdir -p .audit
 	@if [ -f $(AUDIT_SRC) ]; then cp $(AUDIT_SRC) .audit/ && echo "copied $(AUDIT_SRC) to .audit/"; \
 	else echo "no $(AUDIT_SRC): the GPU visit will skip the audit"; fi
+
+# The visit's harness kernels compiled for sm_90a on the box's stack, each part replayed through
+# Triton's JIT in a process of its own, then replayed on the archive (exit 1 on a miss): about
+# 3 minutes on 2 cores, .triton-cache/cache.tgz (about 3 MB; bench/visit/warm.py).
+gpu-cache: $(COMPAT_VENV)/.installed gpu-wheels
+	$(COMPAT_VENV)/bin/python -m bench.visit.warm --jobs $(GPU_COMPILE_JOBS)
 
 # What an offline GPU box with torch, pandas and matplotlib (e.g. the lent H200: Python 3.12)
 # lacks for `python -m bench`, as pure-Python wheels in .whl/ (ignored by git); there:

@@ -4,7 +4,8 @@ shapes with `torch.cuda.get_device_capability` answering the target's and Triton
 target (pointer and integer divisibility, unit strides as constants: what the JIT would give on
 that GPU, allocations being 16-byte aligned). `capture` records one `Spec`'s launches
 (bench/audit/specs.py: the audit's curated cover of the axes), `plan_launches` counts the
-distinct compiles of any harness plan (the GPU visit's estimates)."""
+distinct compiles of any harness plan (the GPU visit's estimates); `record_plan` is also what
+the visit's warm cache replays through the JIT (bench/visit/warm.py)."""
 
 from __future__ import annotations
 
@@ -174,55 +175,55 @@ def _launch_relbias(spec: Spec) -> None:
 LAUNCHERS = {"rope": _launch_rope, "rope_cache": _launch_rope_cache, "relbias": _launch_relbias}
 
 
+def bind_job(fn, args, kwargs, backend, capability: int) -> dict:
+    """One recorded launch bound by Triton's binder for the target and packed as the JIT packs
+    it: plain data that `triton.compile` takes (ASTSource's signature, constexprs, attrs and the
+    options), so a compile from it lands under the key the GPU's JIT looks up."""
+    from triton.runtime.jit import create_function_from_signature
+
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    bound, specialization, opts = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = fn._pack_args(
+        backend, kwargs, bound, specialization, opts
+    )
+    return dict(
+        module=fn.fn.__module__,
+        name=fn.__name__,
+        signature=signature,
+        constexprs={k: _plain(v) for k, v in constexprs.items()},
+        attrs=attrs,
+        options=dict(options.__dict__),
+        capability=capability,
+    )
+
+
 def capture(spec: Spec, capability: int) -> list[dict]:
     """The launches of one spec, specialized for the target: plain data a worker compiles."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import make_backend
-    from triton.runtime.jit import create_function_from_signature
 
-    target = GPUTarget("cuda", capability, 32)
-    backend = make_backend(target)
+    backend = make_backend(GPUTarget("cuda", capability, 32))
     with recording(capability) as launches:
         LAUNCHERS[spec.kernel](spec)
     jobs = []
     for fn, args, kwargs, _grid in launches:
         if spec.kernel == "relbias" and spec.bwd_tiles and "fwd" in fn.__name__:
             continue  # a backward candidate: its forward is the default's
-        binder = create_function_from_signature(fn.signature, fn.params, backend)
-        bound, specialization, opts = binder(*args, **kwargs)
-        options, signature, constexprs, attrs = fn._pack_args(
-            backend, kwargs, bound, specialization, opts
-        )
-        jobs.append(
-            dict(
-                module=fn.fn.__module__,
-                name=fn.__name__,
-                signature=signature,
-                constexprs={k: _plain(v) for k, v in constexprs.items()},
-                attrs=attrs,
-                options=dict(options.__dict__),
-                capability=capability,
-                block=(kwargs.get("BLOCK_M"), kwargs.get("BLOCK_N")),
-            )
-        )
+        job = bind_job(fn, args, kwargs, backend, capability)
+        jobs.append(dict(job, block=(kwargs.get("BLOCK_M"), kwargs.get("BLOCK_N"))))
     return jobs
 
 
-def plan_launches(plan, capability: int = 90) -> dict[str, int]:
-    """Distinct Triton compiles per kernel that the `triton` rows of a harness plan launch on a
-    GPU of `capability`: each row's call (and its gradient, in the backward modes) run on meta
-    tensors at its real shape, every launch bound by Triton's binder as the JIT keys it."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import make_backend
-    from triton.runtime.jit import create_function_from_signature
-
+def record_plan(plan, capability: int = 90) -> list:
+    """The launches the `triton` rows of a harness plan make on a GPU of `capability`: each
+    row's call (and its gradient, in the backward modes) run on meta tensors at its real shape."""
     from bench.cases import CASES
     from bench.registry import DTYPES
     from bench.run import check
     from bench.run.tasks import Task, leaves_of, make_call, run_for_check
 
     if os.environ.get("TRITON_INTERPRET") == "1":
-        raise RuntimeError("plan_launches records the JIT's launches: unset TRITON_INTERPRET")
+        raise RuntimeError("record_plan records the JIT's launches: unset TRITON_INTERPRET")
     meta = torch.device("meta")
     with recording(capability) as launches:  # kernels.rope launches itself outside torch.compile
         for entry in plan.entries:
@@ -241,9 +242,19 @@ def plan_launches(plan, capability: int = 90) -> dict[str, int]:
                 with torch.set_grad_enabled(task.grad):  # forward rows: no_grad, as timed
                     outs = tuple(torch.empty_like(o) for o in _as_tuple(call.fn()))
                 run_for_check(call, leaves, task.grad, outs if task.grad else None)
+    return launches
+
+
+def plan_launches(plan, capability: int = 90) -> dict[str, int]:
+    """Distinct Triton compiles per kernel that a harness plan's `triton` rows launch: every
+    launch bound by Triton's binder as the JIT keys it (the GPU visit's estimates)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
     backend = make_backend(GPUTarget("cuda", capability, 32))
     keys: dict[str, set[str]] = {}
-    for fn, args, kwargs, _grid in launches:
+    for fn, args, kwargs, _grid in record_plan(plan, capability):
         binder = create_function_from_signature(fn.signature, fn.params, backend)
         _bound, specialization, options = binder(*args, **kwargs)
         keys.setdefault(fn.__name__, set()).add(repr((specialization, options)))

@@ -19,10 +19,10 @@ import tarfile
 import tempfile
 import threading
 import time
-import zipfile
 from pathlib import Path
 
 from bench.visit.parts import BUDGET_S, PARTS, SMOKE, Part
+from bench.visit.warm import CARRIED, compiled_kernels, unpack, unpack_wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 PACK_S = 15  # seconds between archives while a part runs
@@ -41,9 +41,11 @@ for name in ("hydra", "omegaconf", "liger_kernel", "pandas", "matplotlib", "xdis
 
 
 class Visit:
-    def __init__(self, out: Path, budget_s: int, smoke: bool, python: str, audit: Path):
+    def __init__(
+        self, out: Path, budget_s: int, smoke: bool, python: str, audit: Path, cache: Path
+    ):
         self.out, self.budget_s, self.smoke, self.python = out, budget_s, smoke, python
-        self.audit = audit
+        self.audit, self.cache = audit, cache
         self.start = time.monotonic()
         self.work = Path(tempfile.mkdtemp(prefix="visit-"))
         self.res = self.work / "gpu"  # what the archive holds
@@ -92,16 +94,18 @@ class Visit:
     # -- parts -----------------------------------------------------------------------------------
 
     def env_part(self) -> None:
-        """nvidia-smi, the carried wheels unpacked onto PYTHONPATH, the versions."""
+        """nvidia-smi, the carried wheels unpacked onto PYTHONPATH, the carried Triton cache
+        unpacked into the visit's (bench/visit/warm.py), the versions."""
         self._run_quiet(["nvidia-smi"], 15)
         wheels = sorted((ROOT / ".whl").glob("*.whl"))
-        if wheels:  # pure-Python wheels: unpacking one onto the path installs it
+        if wheels:
             site = self.work / "site"
-            for wheel in wheels:
-                with zipfile.ZipFile(wheel) as z:
-                    z.extractall(site)
+            unpack_wheels(wheels, site)
             self.env["PYTHONPATH"] = os.pathsep.join([str(site), self.env["PYTHONPATH"]])
             self.say("wheels: " + ", ".join(w.name for w in wheels))
+        if self.cache.is_file():  # a part's "kernels compiled" is then what missed
+            n = unpack(self.cache, Path(self.env["TRITON_CACHE_DIR"]))
+            self.status(f"== warm Triton cache: {n} kernels carried in {self.cache.name}")
         out = self._run_quiet([self.python, "-c", VERSIONS], 90)
         (self.res / "versions.txt").write_text(out)
         self.status(f"== env: done after {self.elapsed()}s")
@@ -187,10 +191,9 @@ class Visit:
                 continue
 
     def _cached_kernels(self) -> int:
-        """Entries in the visit's own Triton cache: each is a kernel compiled during the visit
-        (a hit on an earlier part's entry adds none)."""
-        cache = Path(self.env["TRITON_CACHE_DIR"])
-        return sum(1 for _ in cache.iterdir()) if cache.is_dir() else 0
+        """Kernels compiled into the visit's own Triton cache (bench/visit/warm.py): a hit on an
+        earlier part's entry, or on a carried one, adds none."""
+        return compiled_kernels(Path(self.env["TRITON_CACHE_DIR"]))
 
     def elapsed(self) -> int:
         return int(time.monotonic() - self.start)
@@ -243,6 +246,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the independent audit's copy (make gpu-prep)",
     )
     parser.add_argument(
+        "--triton-cache",
+        type=Path,
+        default=CARRIED,
+        help="the carried warm Triton cache (make gpu-cache), unpacked when present",
+    )
+    parser.add_argument(
         "--plan",
         action="store_true",
         help="print what each part launches, its estimate and limit; exit",
@@ -259,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(
         os.environ.get("OUT") or ROOT / "results" / "gpu-run" / time.strftime("%Y%m%d-%H%M%S")
     )
-    Visit(out.resolve(), budget, args.smoke, args.python, args.audit.resolve()).run()
+    audit, cache = args.audit.resolve(), args.triton_cache.resolve()
+    Visit(out.resolve(), budget, args.smoke, args.python, audit, cache).run()
     return 0
 
 

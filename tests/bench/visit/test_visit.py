@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from bench.visit.parts import BUDGET_S, ENV_S, PARTS
+from bench.visit.warm import CARRIED
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -93,6 +94,8 @@ def test_smoke_visit_runs_every_part_in_order_into_one_archive(tmp_path):
     assert (res / "sweep-gpu" / "report.md").exists()
     assert (res / "profile-rope" / "top_ops.md").exists()
     assert (res / "tests.xml").read_text().count("<testcase") >= 3
+    if CARRIED.is_file():  # make gpu-cache ran (CI: before make rehearse): unpacked first
+        assert "== warm Triton cache: " in status.splitlines()[0], status
     versions = (res / "versions.txt").read_text()
     assert "torch" in versions and "MISSING" not in versions, versions  # the wheels unpacked
 
