@@ -104,8 +104,11 @@ class Visit:
             self.env["PYTHONPATH"] = os.pathsep.join([str(site), self.env["PYTHONPATH"]])
             self.say("wheels: " + ", ".join(w.name for w in wheels))
         if self.cache.is_file():  # a part's "kernels compiled" is then what missed
-            n = unpack(self.cache, Path(self.env["TRITON_CACHE_DIR"]))
-            self.status(f"== warm Triton cache: {n} kernels carried in {self.cache.name}")
+            try:
+                n = unpack(self.cache, Path(self.env["TRITON_CACHE_DIR"]))
+                self.status(f"== warm Triton cache: {n} kernels carried in {self.cache.name}")
+            except (OSError, tarfile.TarError, ValueError) as exc:  # cold, not fatal
+                self.status(f"== warm Triton cache: not unpacked ({exc}); compiling cold")
         out = self._run_quiet([self.python, "-c", VERSIONS], 90)
         (self.res / "versions.txt").write_text(out)
         self.status(f"== env: done after {self.elapsed()}s")

@@ -108,6 +108,15 @@ def test_a_short_budget_skips_parts_and_still_returns_the_archive(tmp_path):
     assert (res / "versions.txt").exists()
 
 
+def test_a_broken_carried_cache_leaves_the_visit_cold_not_stopped(tmp_path):
+    junk = tmp_path / "cache.tgz"
+    junk.write_bytes(b"not a tar archive")
+    _out, res, _ = _visit(tmp_path, "--budget", "20", "--triton-cache", str(junk))
+    status = (res / "status.txt").read_text()
+    assert "== warm Triton cache: not unpacked" in status and "== env: done" in status, status
+    assert (res / "versions.txt").exists()
+
+
 def _compiling(code: str) -> str:
     """Runs code in a process with Triton's JIT (the estimate records launches that the
     interpreter, on in this session, would run)."""
