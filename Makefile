@@ -75,8 +75,8 @@ compat: $(COMPAT_VENV)/.installed
 	TRITON_INTERPRET=1 $(COMPAT_VENV)/bin/python -m pytest -q -p no:cacheprovider -p no:warnings tests/kernels
 
 # The GPU visit rehearsed on this CPU on the box's stack (python3 -m bench.visit --smoke: every
-# part, in order, under Triton's interpreter, the carried wheels unpacked; about six minutes): CI
-# runs it after make test (docs/gpu.md). The test itself runs in $(VENV), the visit in the box's.
+# part, in order, under Triton's interpreter, the carried wheels and cache unpacked; 4-5 minutes):
+# CI runs it after make gpu-cache (docs/gpu.md). The test runs in $(VENV), the visit in the box's.
 rehearse: $(STAMP) $(COMPAT_VENV)/.installed gpu-wheels
 	REHEARSE_PYTHON=$(COMPAT_VENV)/bin/python $(PY) -m pytest -q -m rehearsal tests/bench/visit
 

@@ -163,10 +163,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if triton.__version__ != BOX_TRITON:
         print(f"warning: Triton {triton.__version__}; the box runs {BOX_TRITON}: no key will hit")
-    site = Path(tempfile.mkdtemp(prefix="visit-site-"))  # hydra, omegaconf: as on the box
-    unpack_wheels(sorted((ROOT / ".whl").glob("*.whl")), site)
     start = time.perf_counter()
-    misses = build(args.out, args.jobs, site, names)
+    with tempfile.TemporaryDirectory(prefix="visit-site-") as site:  # hydra, as on the box
+        unpack_wheels(sorted((ROOT / ".whl").glob("*.whl")), Path(site))
+        misses = build(args.out, args.jobs, Path(site), names)
     with tarfile.open(args.out) as tar:
         kernels = len({m.name.split("/")[0] for m in tar.getmembers()})
     print(
