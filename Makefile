@@ -72,7 +72,7 @@ $(COMPAT_VENV)/.installed:
 	@touch $@
 
 compat: $(COMPAT_VENV)/.installed
-	TRITON_INTERPRET=1 $(COMPAT_VENV)/bin/python -m pytest -q -p no:cacheprovider -p no:warnings tests/kernels
+	TRITON_INTERPRET=1 $(COMPAT_VENV)/bin/python -m pytest -q -p no:cacheprovider -p no:warnings tests/posenc_kernels
 
 # The GPU visit rehearsed on this CPU on the box's stack (python3 -m bench.visit --smoke: every
 # part, in order, under Triton's interpreter, the carried wheels and cache unpacked; 4-5 minutes):
@@ -91,7 +91,7 @@ gpu-compile: $(STAMP) $(COMPAT_VENV)/.installed
 # On a CUDA machine: the kernel tests (the same CI runs under the interpreter, plus the long
 # half-precision cases that only a GPU runs), then the GPU sweep (configs/sweep/gpu.yaml).
 gpu-check: $(STAMP)
-	$(PY) -m pytest -q tests/kernels
+	$(PY) -m pytest -q tests/posenc_kernels
 	$(PY) -m bench sweep=gpu
 
 gpu-run:

@@ -8,11 +8,11 @@ TILES = re.compile(r"^\d+x\d+x\d+x\d+$")  # block_m x block_n x warps x stages
 
 
 def parse_tiles(text: str):
-    """ "MxNxWARPSxSTAGES" -> kernels.relbias.Tiles, checked by the kernel's own rule; "default"
-    -> None. The one parser of the tiles knob (config, the cases, the compile audit)."""
+    """ "MxNxWARPSxSTAGES" -> posenc_kernels.relbias.Tiles, checked by the kernel's own rule;
+    "default" -> None. The one parser of the tiles knob (config, the cases, the compile audit)."""
     if text == "default":  # no kernel import: a run without the triton rows needs none
         return None
-    from kernels.relbias import Tiles, check_tiles
+    from posenc_kernels.relbias import Tiles, check_tiles
 
     if not TILES.match(text):
         raise ValueError(f"expected 'default' or MxNxWARPSxSTAGES (e.g. 128x64x8x3), got {text!r}")

@@ -86,7 +86,7 @@ def forgetting_bias(log_f: Tensor, q_len: int | None = None) -> Tensor:
 class ForgettingGate(nn.Module):
     """FoX's forget gate: x (B, L, d_model) -> log f (B, H, L) = log sigmoid(W x + b), one
     scalar gate per head and token (the log taken stably: logsigmoid). Feed it to
-    `forgetting_bias`, or to kernels.relative_attention(fox_log_f=...).
+    `forgetting_bias`, or to posenc_kernels.relative_attention(fox_log_f=...).
 
     bias_range (lo, hi): b starts spaced evenly from lo to hi over the heads, so that the gates
     start open (b = 3 forgets a factor e per 21 tokens, b = 6 per 404: -1 / log sigmoid(b));

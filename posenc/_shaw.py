@@ -51,7 +51,7 @@ def shaw_attention(
     emb_k, emb_v: (2K + 1, D) tables a^K, a^V.
     mask: broadcastable to (B, H, Lq, Lk); boolean (True = attend) or additive float.
     offset: query i sits at position offset + i (0: the tutorial's; Lk - Lq: at the keys' end,
-    as kernels.relative_attention and relative_attention place them).
+    as posenc_kernels.relative_attention and relative_attention place them).
     sinks (H,): each head's sink logit joins every row's softmax (gpt-oss); the weights then
     sum to less than 1, and the value term uses them as they are.
     Returns (out (B, H, Lq, D), weights (B, H, Lq, Lk)) with

@@ -70,7 +70,7 @@ def rope_with_cache(
 ) -> Tensor:
     """Rotate q and k by their tokens' positions, write the rotated k and the plain v into the
     caches (`write_kv_cache`); returns the rotated q. The reference of
-    kernels.apply_rope_with_cache, with the same arguments.
+    posenc_kernels.apply_rope_with_cache, with the same arguments.
 
     q: (T, Hq, D); k, v: (T, Hk, D); cos, sin: (L_max, F) tables read at positions (T,), or
     per-token (T, F) with positions=None (M-RoPE); rotary_dim R >= 2F: dims R .. D - 1 pass
@@ -109,6 +109,6 @@ def paged_attention(
 ) -> Tensor:
     """posenc.functional.relative_attention over paged caches: q (B, H, Lq, D), row b's keys
     0 .. kv_lens[b] - 1 gathered from its blocks (`gather_pages`), its queries at their end.
-    The reference of kernels.relative_attention(..., block_table=, kv_lens=)."""
+    The reference of posenc_kernels.relative_attention(..., block_table=, kv_lens=)."""
     k, v = (gather_pages(c, block_table, kv_lens) for c in (k_cache, v_cache))
     return relative_attention(q, k, v, bias=bias, causal=causal, scale=scale, kv_lens=kv_lens)

@@ -7,7 +7,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # a path inside the project: a top-level folder, then names (a `{` or `<` after it: a pattern)
 PATH = re.compile(
-    r"(?<![\w/.-])((?:bench|posenc|kernels|tests|tools|docs|configs|results)/[\w/.-]*\w)(?![{<\w])"
+    r"(?<![\w/.-])((?:bench|posenc|posenc_kernels|tests|tools|docs|configs|results)/[\w/.-]*\w)(?![{<\w])"
 )
 # where runs write: named in help texts and comments before they exist
 OUTPUTS = {"runs", "reports", "multirun", "probe", "regress", "repeat", "gpu", "gpu-run"}
@@ -15,7 +15,7 @@ OUTPUTS = {"runs", "reports", "multirun", "probe", "regress", "repeat", "gpu", "
 
 def _sources() -> list[Path]:
     files = [ROOT / "Makefile", ROOT / ".ci" / "run"]
-    for folder in ("bench", "posenc", "kernels", "tests", "tools", "configs"):
+    for folder in ("bench", "posenc", "posenc_kernels", "tests", "tools", "configs"):
         files += [
             p for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".sh", ".yaml", ".md")
         ]

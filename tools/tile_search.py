@@ -2,7 +2,7 @@
 dim and kind of kernel, the first candidate (in order of preference: larger tiles first) that
 compiles for every bias family, causal and not, with no spill, within the GPU's shared memory,
 and with every half-precision dot on wgmma (sm_90a). Prints a table to paste into
-kernels/relbias.py (_FWD_TILES, _BWD_TILES) with the evidence for each choice.
+posenc_kernels/relbias.py (_FWD_TILES, _BWD_TILES) with the evidence for each choice.
 
     python tools/tile_search.py [--targets sm_90a,sm_80] [--jobs 2]
 """

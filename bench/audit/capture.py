@@ -44,9 +44,9 @@ def _meta(*shape, dtype=torch.float32, grad=False):
 
 
 def _launch_rope(spec: Spec) -> None:
-    """kernels.rope's launcher, forward and backward, at the Llama-like shape (per-token tables
-    at the M-RoPE case's Qwen2-VL-7B-like one: Hq=28, Hk=4)."""
-    from kernels import rope
+    """posenc_kernels.rope's launcher, forward and backward, at the Llama-like shape (per-token
+    tables at the M-RoPE case's Qwen2-VL-7B-like one: Hq=28, Hk=4)."""
+    from posenc_kernels import rope
 
     dtype = getattr(torch, spec.dtype)
     b, n, hq, hk, d = 8, 4096, 32, 8, spec.head_dim
@@ -85,9 +85,9 @@ def _launch_rope(spec: Spec) -> None:
 
 
 def _launch_rope_cache(spec: Spec) -> None:
-    """kernels.rope_cache's launcher at a Llama-3-8B-like serving step: T=2048 tokens, Hq=32,
+    """posenc_kernels.rope_cache's launcher at a Llama-3-8B-like serving step: T=2048 tokens, Hq=32,
     Hk=8, D=128, caches of 4096 blocks of 16 (per-token tables: M-RoPE's rows)."""
-    from kernels import rope_cache
+    from posenc_kernels import rope_cache
 
     dtype = getattr(torch, spec.dtype)
     t, hq, hk, d, blocks, page = 2048, 32, 8, spec.head_dim, 4096, 16
@@ -121,7 +121,7 @@ PAGE = 16  # the paged caches' block size (vLLM's default)
 
 def _sequence_args(spec: Spec, b: int, n: int) -> dict:
     """kv_lens (meta) or cu_seqlens: the host read of cu_seqlens replaced by its result."""
-    from kernels import _relbias_seq, relbias
+    from posenc_kernels import _relbias_seq, relbias
 
     if spec.seq == "decode":
         return {"kv_lens": _meta(b, dtype=torch.int32)}
@@ -138,9 +138,9 @@ def _sequence_args(spec: Spec, b: int, n: int) -> dict:
 
 
 def _launch_relbias(spec: Spec) -> None:
-    """kernels.relative_attention forward and backward (its autograd Function), at the GPU
+    """posenc_kernels.relative_attention forward and backward (its autograd Function), at the GPU
     sweep's shape: B=4, H=16, L=4096 (SEQS: the decode, prefill and packed shapes)."""
-    from kernels import _relbias_seq, relbias
+    from posenc_kernels import _relbias_seq, relbias
 
     dtype = getattr(torch, spec.dtype)
     b, lq, n, grad = SEQS[spec.seq]
@@ -225,7 +225,8 @@ def record_plan(plan, capability: int = 90) -> list:
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise RuntimeError("record_plan records the JIT's launches: unset TRITON_INTERPRET")
     meta = torch.device("meta")
-    with recording(capability) as launches:  # kernels.rope launches itself outside torch.compile
+    # posenc_kernels.rope launches itself outside torch.compile
+    with recording(capability) as launches:
         for entry in plan.entries:
             case = CASES[entry.case]
             if "triton" not in entry.impls:

@@ -85,8 +85,8 @@ def _families():
 
 def _calls(shape=(1, 2, 64, 64)):
     """name -> (forward call, backward call or None) at a small shape, float32 on the CPU."""
-    import kernels
-    from kernels import relbias
+    import posenc_kernels
+    from posenc_kernels import relbias
 
     b, h, n, d = shape
     g = torch.Generator().manual_seed(0)
@@ -113,7 +113,7 @@ def _calls(shape=(1, 2, 64, 64)):
             out[f"attention {family}{' causal' if causal else ''}"] = fwd
     x, y = rand(b, n, h, d, **half), rand(b, n, h, d, **half)
     cos, sin = torch.randn(n, d // 2, generator=g), torch.randn(n, d // 2, generator=g)
-    out["rope"] = lambda: kernels.apply_rope(x, y, cos, sin)
+    out["rope"] = lambda: posenc_kernels.apply_rope(x, y, cos, sin)
     return out
 
 

@@ -9,7 +9,8 @@ from bench.cases.layer import DECODE as LAYER_DECODE
 from bench.cases.layer import PREFILL as LAYER
 from bench.cases.multimodal import MROPE, ROPE_2D
 from bench.cases.relative import RELATIVE_TABLES
-from bench.cases.rope import ROPE, ROPE_MODULE
+from bench.cases.rope import ROPE
+from bench.cases.rope_module import ROPE_MODULE
 from bench.cases.sequences import DECODE, PACKED
 from bench.cases.serving import PAGED_DECODE, ROPE_CACHE
 from bench.cases.tables import ROPE_TABLES

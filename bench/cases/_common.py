@@ -25,9 +25,9 @@ TRITON_ELSEWHERE = (
 def triton_kernels():
     """The kernels package, imported when a triton implementation is built, never when the cases
     are: the cases, the reports and the references then run where Triton is absent (macOS)."""
-    import kernels
+    import posenc_kernels
 
-    return kernels
+    return posenc_kernels
 
 
 # Grouped-query attention, shared by the rotary and the attention cases.

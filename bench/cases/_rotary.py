@@ -34,7 +34,7 @@ def heads_tensor(point: Point, heads: int, device, dtype):
 
 
 def triton_call(q, k, cos, sin, **kwargs):
-    """kernels.apply_rope on (B, H, L, D) q and k as its users call it: through its layout
+    """posenc_kernels.apply_rope on (B, H, L, D) q and k as its users call it: through its layout
     argument, on the memory as it is (bshd memory is passed as bshd, not transposed back)."""
     apply_rope = triton_kernels().apply_rope
     if q.transpose(1, 2).is_contiguous():  # bshd memory: the kernel's own layout argument

@@ -11,7 +11,8 @@ Implementations, each called as its own documentation does:
   flex         torch.compile(flex_attention), the bias as a score_mod reading a table (T5's
                bucket of each j - i looked up from a table built once, no logarithm per score),
                causal masking as a block mask built once;
-  triton       kernels.relative_attention, the bias computed in the tile.
+  triton       posenc_kernels.relative_attention, the bias computed in the tile;
+  hf, fla      T5's and BLOOM's attention in transformers, fla-core's FoX (bench/cases/_peers.py).
 Shaw's value term adds to the output, which neither SDPA nor a score_mod can express.
 
 Each family is declared once (bench/cases/families.py); this file makes its case.
@@ -43,6 +44,15 @@ from bench.cases._common import (
     gqa,
     per_mode,
     triton_kernels,
+)
+from bench.cases._peers import (
+    bloom_alibi_attention,
+    bloom_supports,
+    fla_fox_attention,
+    fla_impl,
+    hf_impl,
+    hf_plain,
+    t5_attention,
 )
 from bench.cases.families import FAMILIES, BiasFamily, sinks_of
 from bench.checks import bools
@@ -253,6 +263,13 @@ def either(first, second):
     return lambda point: first(point) or second(point)
 
 
+PEERS = {  # family -> implementations outside the project that compute the same attention
+    "t5": {"hf": hf_impl(on_qkv(t5_attention), hf_plain, note="transformers' T5 bias")},
+    "alibi": {"hf": hf_impl(on_qkv(bloom_alibi_attention), bloom_supports, note="BLOOM's ALiBi")},
+    "fox": {"fla": fla_impl(on_qkv(fla_fox_attention), plain_softmax)},
+}
+
+
 def _case(family: BiasFamily) -> Case:
     expressible = either(either(family.expressible, _default_tiles), plain_softmax)
     impls = {
@@ -285,8 +302,9 @@ def _case(family: BiasFamily) -> Case:
             on_qkv(_triton(family)),
             devices=TRITON_DEVICES,
             elsewhere=TRITON_ELSEWHERE,
-            note="; ".join(filter(None, ["kernels.relative_attention", TRITON_NOTE])),
+            note="; ".join(filter(None, ["posenc_kernels.relative_attention", TRITON_NOTE])),
         ),
+        **PEERS.get(family.name, {}),
     }
     return Case(
         name=f"{family.name}_attention",

@@ -3,7 +3,7 @@ Shaw's key and value terms.
 
 A `BiasFamily` is everything the harness knows of one: the tables it computes with (learned or
 fixed) and how they are built, posenc's module that computes its (H, Lq, Lk) bias from them,
-its reference attention, `kernels.relative_attention`'s arguments, its FlexAttention
+its reference attention, `posenc_kernels.relative_attention`'s arguments, its FlexAttention
 score_mod, what its tables weigh and what it adds to the FLOPs. The attention, decode, packed
 and layer cases of every family are made from FAMILIES (bench/cases/bias.py, sequences.py,
 layer.py), and so are the compile audit's launches (bench/audit/specs.py, capture.py) and the
@@ -38,13 +38,13 @@ class BiasFamily:
     (q (B, H, Lq, D), k and v (B, Hk, Lk, D) and the family's tables) unless it says otherwise.
 
     name       the cases' names: {name}_attention, {name}_decode, {name}_packed, layer_{name};
-    kernel     the kernel's name of it (kernels.relbias FAMILY_*), the compile audit's family;
-    learned    (heads, head_dim) -> the module holding its learned tables, or None;
+    kernel     the kernel's name of it (posenc_kernels.relbias FAMILY_*), the compile audit's
+    family; learned    (heads, head_dim) -> the module holding its learned tables, or None;
     fixed      heads -> its tables that never train, by input name (float32 on the CPU);
     module     inputs -> posenc's bias module computing with the inputs' tables (`.bias(Lq,
                Lk, offset=)` -> (H, Lq, Lk)); None: no additive bias (SDPA and FlexAttention
                cannot express the family);
-    kernel_args  inputs -> kernels.relative_attention's bias arguments;
+    kernel_args  inputs -> posenc_kernels.relative_attention's bias arguments;
     score      (inputs, Lq, Lk) -> bias(b, h, q_pos, k_pos) for a score_mod (positions from
                the row's first key), or None;
     table_bytes  (heads, head_dim, dtype) -> the bytes of its tables as the kernel reads them;
@@ -53,7 +53,7 @@ class BiasFamily:
                sequences' kv_lens / cu_seqlens; None: posenc's relative_attention with module;
     inexpressible  why SDPA and FlexAttention cannot run it (with module None);
     tile_kind  the kernel's tile table it runs with ("value": the forward keeps per-row sums per
-               relative index, Shaw's value term; kernels/relbias.py), for the tile search;
+               relative index, Shaw's value term; posenc_kernels/relbias.py), for the tile search;
     per_token  (batch, heads, keys) -> its tables of one value per key (FoX's log forget gates
                (B, H, Lk)), learned parameters like `learned`'s (they are a model's gate
                outputs: the backward modes differentiate them), or None;

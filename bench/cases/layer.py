@@ -18,7 +18,7 @@ share of one layer is N times their share of an N-layer model.
 Implementations of the positional part, each as bench/cases/rope.py and bias.py call them:
   sinusoidal, learnable  reference (posenc's module), compiled;
   rope, mrope            reference (posenc.functional.apply_rope), compiled, triton
-                         (kernels.apply_rope on the projections' (B, L, H, D) memory);
+                         (posenc_kernels.apply_rope on the projections' (B, L, H, D) memory);
   alibi, t5, shaw_bias, shaw_kv  every family of bench/cases/families.py, by the attention
                          factories of bias.py (decode: sequences.py): reference, compiled
                          (prefill), sdpa, flex, triton;

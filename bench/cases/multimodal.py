@@ -23,6 +23,7 @@ import math
 import torch
 
 from bench.cases._common import NUM_KV_HEADS, compile_impl
+from bench.cases._peers import hf_impl, mrope_call
 from bench.cases._rotary import (
     LAYOUT,
     heads_tensor,
@@ -100,6 +101,7 @@ def _build_mrope(point: Point, device, dtype):
         "sin64": sin64,
         "position_ids": pos,
         "section": section,
+        "style": point.mrope_style,
     }
 
 
@@ -130,6 +132,13 @@ def _compiled_mrope(inputs):
 
 def _triton_mrope(inputs):
     return triton_call(inputs["q"], inputs["k"], inputs["cos"], inputs["sin"])
+
+
+def _hf_mrope(inputs):
+    q = inputs["q"]
+    return mrope_call(
+        inputs["style"], inputs["section"], q.shape[-1], inputs["position_ids"], q, inputs["k"]
+    )
 
 
 def _liger_mrope(inputs):
@@ -174,9 +183,15 @@ MROPE = Case(
     level=Level.ENCODER,
     build=_build_mrope,
     reference=_truth_mrope,
-    impls=_impls(
-        _reference_mrope, _compiled_mrope, _triton_mrope, (_liger_mrope, _liger_mrope_supports)
-    ),
+    impls={
+        **_impls(
+            _reference_mrope,
+            _compiled_mrope,
+            _triton_mrope,
+            (_liger_mrope, _liger_mrope_supports),
+        ),
+        "hf": hf_impl(_hf_mrope, note="transformers' Qwen2-VL / Qwen3-VL rotary and rotation"),
+    },
     baseline="reference",
     cost=_mrope_cost,
     grad_inputs=("q", "k"),

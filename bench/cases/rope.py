@@ -17,16 +17,11 @@ from __future__ import annotations
 
 import torch
 
-import posenc
 from bench.cases._common import (
     NUM_KV_HEADS,
-    TRITON_DEVICES,
-    TRITON_ELSEWHERE,
-    TRITON_NOTE,
     compile_impl,
-    per_mode,
-    triton_kernels,
 )
+from bench.cases._peers import hf_impl, llama_config, rotary_tables
 from bench.cases._rotary import (
     LAYOUT,
     heads_tensor,
@@ -129,6 +124,7 @@ def _build(point: Point, device, dtype):
         "tables": _qk_tables(cos, sin, scale),  # what an eager user precomputes: q's, k's
         "truth_tables": _qk_tables(*_tables(point, torch.float64, device)),  # for the truth
         "kernel_args": {} if scale is None else {"xpos_scale": scale},  # the kernel's own
+        "point": point,  # for the implementations that build their own tables (hf)
     }
     if point.rope_variant == "p_rope":  # the kernel reads only the frequencies that turn
         n = F.rotating_frequencies(point.head_dim, P_ROPE)
@@ -198,6 +194,35 @@ def _liger(inputs):
     return Call(lambda: LigerRopeFunction.apply(q, k, cos, sin), leaves={"q": q, "k": k})
 
 
+def _hf(inputs):
+    """transformers' `apply_rotary_pos_emb` as its Llama attention calls it: q and k (B, H, L, D)
+    in the point's memory (a model's are bshd: views of its projections), the (1, L, D) tables
+    its rotary embedding returns for the point's schedule (float32 angles, in q's dtype)."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    q, k = inputs["q"], inputs["k"]
+    point = inputs["point"]
+    config = llama_config(
+        point.head_dim,
+        point.num_heads,
+        point.kv_heads,
+        10000.0,
+        scaling_of(point.rope_scaling, point.head_dim),
+        P_ROPE if point.rope_variant == "p_rope" else 1.0,
+    )
+    positions = torch.arange(point.seq_len, device=q.device)[None]
+    cos, sin = rotary_tables(config, positions, q.dtype)
+    return lambda: apply_rotary_pos_emb(q, k, cos, sin)
+
+
+def _hf_supports(point: Point) -> str | None:
+    if point.rope_variant == "xpos":
+        return "transformers has no xPos"
+    if point.rope_variant == "p_rope" and point.rope_scaling not in ("none", "linear"):
+        return f"transformers' proportional RoPE has no {point.rope_scaling} schedule"
+    return None
+
+
 def liger_only(layout: str, other: str):
     def supports(point: Point) -> str | None:
         if point.rope_variant != "plain":
@@ -228,6 +253,7 @@ ROPE = Case(
         "reference": Impl(_reference),
         "reference_out": Impl(_reference_out, grad=False, note="out= preallocated"),
         "compiled": Impl(_compiled, compiled=True),
+        "hf": hf_impl(_hf, _hf_supports, note="transformers' apply_rotary_pos_emb"),
         "triton": triton_impl(_triton),
         "liger": liger_impl(_liger, liger_only("bshd", "liger_copy")),
         "liger_copy": liger_impl(
@@ -242,80 +268,4 @@ ROPE = Case(
     batched=("q", "k"),
     knobs=(LAYOUT, NUM_KV_HEADS, ROPE_SCALING, ROPE_VARIANT),
     constraint=lambda p: None if p.head_dim % 2 == 0 else f"head_dim={p.head_dim} is odd",
-)
-
-
-# The tutorial's own usage (section 5.2): one module applied to x (B, L, d_model), all of d_model
-# rotated as a single head.
-
-
-def _build_x(point: Point, device, dtype):
-    return {"x": torch.randn(point.batch, point.seq_len, point.d_model, device=device, dtype=dtype)}
-
-
-def _module_truth(inputs):
-    x = inputs["x"]
-    cos, sin = F.rope_cos_sin(x.shape[1], x.shape[2], dtype=torch.float64, device=x.device)
-    return F.apply_rope(x, cos, sin)
-
-
-def _module_impl(factory):
-    def make(inputs):
-        x = inputs["x"]
-        module = factory(x.shape[-1], x.shape[1]).to(x.device)
-        return lambda: module(x)
-
-    return make
-
-
-def _module_seed_truth(inputs):
-    x = inputs["x"]
-    return seed.RoPEPositionalEncoding(x.shape[-1], x.shape[1]).to(x.device).double()(x)
-
-
-def _module_out(inputs):
-    x = inputs["x"]
-    cos, sin = F.rope_cos_sin(x.shape[1], x.shape[2], device=x.device)
-    out = torch.empty_like(x)
-    return lambda: F.apply_rope(x, cos, sin, out=out)
-
-
-def _module_compiled(inputs):
-    x = inputs["x"]
-    module = compile_impl(posenc.RoPEPositionalEncoding(x.shape[-1], x.shape[1]).to(x.device))
-    return lambda: module(x)
-
-
-def _module_cost(point: Point, dtype, mode: str) -> Cost:
-    n = point.batch * point.seq_len * point.d_model
-    one = Cost(2 * n * dtype.itemsize + 2 * point.seq_len * (point.d_model // 2) * 4, 3 * n)
-    return per_mode(one, one, mode)
-
-
-ROPE_MODULE = Case(
-    name="rope_module",
-    level=Level.ENCODER,
-    build=_build_x,
-    reference=_module_truth,
-    impls={
-        "seed": Impl(
-            _module_impl(seed.RoPEPositionalEncoding),
-            reference=_module_seed_truth,
-            note="tutorial 4.5: not a rotation",
-        ),
-        "reference": Impl(_module_impl(posenc.RoPEPositionalEncoding)),
-        "reference_out": Impl(_module_out, grad=False, note="out= preallocated"),
-        "compiled": Impl(_module_compiled, compiled=True),
-        "triton": Impl(
-            _module_impl(lambda *a: triton_kernels().FusedRoPE(*a)),
-            devices=TRITON_DEVICES,
-            note=TRITON_NOTE,
-            elsewhere=TRITON_ELSEWHERE,
-        ),
-    },
-    baseline="reference",
-    cost=_module_cost,
-    grad_inputs=("x",),
-    batched=("x",),
-    constraint=lambda p: None if p.d_model % 2 == 0 else f"d_model={p.d_model} is odd",
 )

@@ -15,7 +15,7 @@ Implementations, each called as its library documents it:
   sdpa_nobias  SDPA with only the mask (boolean): the ceiling a biased kernel is measured against;
   flex         torch.compile(flex_attention): the bias as a score_mod, the mask as a block mask
                built once (kv lengths per row; document ids), enable_gqa;
-  triton       kernels.relative_attention(kv_lens=..., or cu_seqlens=...): decode steps split
+  triton       posenc_kernels.relative_attention(kv_lens=..., or cu_seqlens=...): decode steps split
                the keys across programs when the grid would leave SMs idle.
 Shaw's value term adds to the output: neither SDPA nor a score_mod can express it.
 
@@ -286,7 +286,7 @@ def _case(family: BiasFamily, packed: bool) -> Case:
         "triton": dict(
             devices=TRITON_DEVICES,
             elsewhere=TRITON_ELSEWHERE,
-            note="; ".join(filter(None, ["kernels.relative_attention", TRITON_NOTE])),
+            note="; ".join(filter(None, ["posenc_kernels.relative_attention", TRITON_NOTE])),
         ),
     }
     impls = {

@@ -14,10 +14,10 @@ Implementations, each called as its library documents it:
                          gathered inside the call), then index_copy_ of k and v into the
                          caches' flat slots: what a model without a fused kernel runs;
                compiled  torch.compile of the same function (the caches its mutated inputs);
-               triton    kernels.apply_rope_with_cache: one launch.
+               triton    posenc_kernels.apply_rope_with_cache: one launch.
   _paged       reference the blocks gathered (posenc.serving.gather_pages), then posenc's
                          attention with kv_lens: what a model without a paged kernel pays;
-               triton    kernels.relative_attention(block_table=, kv_lens=);
+               triton    posenc_kernels.relative_attention(block_table=, kv_lens=);
                triton_dense  the same kernel on caches gathered once, outside the call: the
                          price of paging, side by side;
                flex_paged    torch.compile(flex_attention) through torch's PagedAttention
@@ -231,7 +231,7 @@ ROPE_CACHE = Case(
             grad=False,
             devices=TRITON_DEVICES,
             elsewhere=TRITON_ELSEWHERE,
-            note="; ".join(filter(None, ["kernels.apply_rope_with_cache", TRITON_NOTE])),
+            note="; ".join(filter(None, ["posenc_kernels.apply_rope_with_cache", TRITON_NOTE])),
         ),
     },  # fmt: skip
     baseline="eager",
@@ -371,7 +371,7 @@ def _paged_cost(family: BiasFamily):
 
 def _paged_case(family: BiasFamily) -> Case:
     triton = dict(devices=TRITON_DEVICES, elsewhere=TRITON_ELSEWHERE, grad=False)
-    note = "; ".join(filter(None, ["kernels.relative_attention(block_table=)", TRITON_NOTE]))
+    note = "; ".join(filter(None, ["posenc_kernels.relative_attention(block_table=)", TRITON_NOTE]))
     dense = "; ".join(filter(None, ["caches gathered outside the call", TRITON_NOTE]))
     return Case(
         name=f"{family.name}_paged",

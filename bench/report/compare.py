@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.rows import SHAPE, baseline, load, speedups
+from bench.report.rows import SHAPE, load, speedups
 from bench.tables import markdown_table
 
 
@@ -31,7 +31,7 @@ def _drift(dir_a: Path, dir_b: Path) -> tuple[pd.DataFrame, dict[str, pd.Series]
     if both.empty:
         raise ValueError(f"no ok rows in common between {dir_a} and {dir_b}")
     both["ratio"] = both["p50_ms_b"] / both["p50_ms_a"]
-    others = both[both["speedup_a"].notna() & (both["impl"] != both["case"].map(baseline))]
+    others = both[both["speedup_a"].notna() & (both["impl"] != both["baseline_a"])]
     copied = both[both["pct_copy_bw_a"].notna() & both["pct_copy_bw_b"].notna()]
     return both, {
         "times": (both["ratio"] - 1).abs(),

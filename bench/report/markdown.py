@@ -66,8 +66,9 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
     ok = int((df["status"] == "ok").sum())
     lines += [
         "",
-        "Cells: median ms per call (speedup vs the case's baseline implementation on",
-        "the same device, timed side by side in the same run); non-ok cells show the status",
+        "Cells: median ms per call (speedup vs the baseline on the same device, timed side by",
+        "side in the same run: transformers' own code (`hf`) where it ran, else the case's",
+        "baseline implementation); non-ok cells show the status",
         "(see results.csv for the message). Marks:",
         f"`~` uncertain ({int(df['uncertain'].sum())} of {ok} ok cells): the median's 95% "
         f"interval is wider than +-{100 * flags.UNCERTAIN_CI:.0f}%;",

@@ -188,7 +188,8 @@ def write_all(df: pd.DataFrame, out: Path) -> list[Path]:
         return written
     colors = _colors(ok)
     level = ok["case"].map(lambda c: CASES[c].level if c in CASES else "encoder")
-    baseline = ok["case"].map(lambda c: CASES[c].baseline if c in CASES else "reference")
+    own = ok["case"].map(lambda c: CASES[c].baseline if c in CASES else "reference")
+    baseline = ok.get("baseline", own)
     for (mode, dtype), g in ok.groupby(["mode", "dtype"]):
         tag = f"{mode.replace('+', '_')}_{dtype}"
         path = out / f"time_vs_seq_len_{tag}.png"

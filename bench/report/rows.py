@@ -67,17 +67,24 @@ def baseline(case: str) -> str:
     return CASES[case].baseline if case in CASES else "reference"
 
 
+PREFERRED = "hf"  # transformers' own code, where it ran: what most users would otherwise run
+
+
 def speedups(df: pd.DataFrame) -> pd.DataFrame:
-    """Adds `speedup`: the case's baseline impl time over this impl's, same point, device and
-    run (timed side by side; never a ratio of two runs' times), and `base_suspect`: whether
-    that baseline row is suspect (df has `suspect`)."""
-    base_impl = df["case"].map(baseline)
+    """Adds `baseline` (the implementation a row's speedup is against: transformers' `hf` where
+    it ran ok at the same point, mode, device and run, else the case's baseline), `speedup`: that
+    baseline's time over this impl's (timed side by side; never a ratio of two runs' times), and
+    `base_suspect`: whether that baseline row is suspect (df has `suspect`)."""
     key = ["case", "mode", "device", "device_name", "dtype", *SHAPE]
     key += ["run_id"] if "run_id" in df else []
     marked = df.assign(suspect=df.get("suspect", ""))
-    base = marked[marked["impl"] == base_impl][key + ["p50_ms", "suspect"]]
+    ran = marked[(marked["impl"] == PREFERRED) & marked["p50_ms"].notna()][key]
+    ran = ran.drop_duplicates().assign(_hf=True)
+    marked = marked.merge(ran, on=key, how="left")
+    marked["baseline"] = marked["case"].map(baseline).where(marked["_hf"].ne(True), PREFERRED)
+    base = marked[marked["impl"] == marked["baseline"]][key + ["p50_ms", "suspect"]]
     base = base.rename(columns={"p50_ms": "base_ms", "suspect": "base_suspect"})
     base["base_suspect"] = base["base_suspect"] != ""
-    out = df.merge(base, on=key, how="left")
+    out = df.assign(baseline=marked["baseline"].to_numpy()).merge(base, on=key, how="left")
     out["speedup"] = out["base_ms"] / out["p50_ms"]
     return out

@@ -6,7 +6,7 @@ fused kernel (when the plan has it); writes a Chrome/Perfetto trace per implemen
 (trace_<impl>.json), a top-operators table per implementation (top_ops.md), and on CUDA
 kernels.md: every GPU kernel launch in the trace with its grid, block, registers per thread and
 shared memory (as the profiler recorded them), then the registers, spills and warps of each
-compiled Triton kernel of the `kernels` package.
+compiled Triton kernel of the `posenc_kernels` package.
 """
 
 from __future__ import annotations
@@ -100,14 +100,15 @@ def kernel_launches(trace: Path) -> str:
 
 
 def _triton_kernels() -> str:
-    """Registers, spills and warps of every compiled Triton kernel of the `kernels` package."""
-    import kernels.relbias
-    import kernels.rope
+    """Registers, spills and warps of every compiled Triton kernel of the `posenc_kernels`
+    package."""
+    import posenc_kernels.relbias
+    import posenc_kernels.rope
 
     rows = []
-    relbias = kernels.relbias
+    relbias = posenc_kernels.relbias
     for fn in (
-        kernels.rope._rope_kernel,
+        posenc_kernels.rope._rope_kernel,
         relbias._relbias_fwd_kernel,
         relbias._relbias_bwd_dkdv_kernel,
         relbias._relbias_bwd_dq_kernel,

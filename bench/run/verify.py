@@ -129,7 +129,9 @@ class Verify:
                 }
             )
         if spec.needs and importlib.util.find_spec(spec.needs) is None:
-            return Finished({"status": Status.SKIPPED, "message": f"{spec.needs} is not installed"})
+            return Finished(
+                {"status": Status.SKIPPED, "message": f"needs {spec.needs} (not installed)"}
+            )
         if task.grad and (not spec.grad or not state.case.grad_inputs):
             return Finished(
                 {"status": Status.SKIPPED, "message": "no backward for this implementation"}
@@ -202,7 +204,7 @@ def _own_warnings(caught) -> str:
     ours = {
         str(w.message).splitlines()[0]
         for w in caught
-        if os.sep + "kernels" + os.sep in w.filename or os.sep + "posenc" + os.sep in w.filename
+        if any(os.sep + pkg + os.sep in w.filename for pkg in ("posenc_kernels", "posenc"))
     }
     return "; ".join(sorted(ours))[:300]
 

@@ -2,7 +2,7 @@
 the JIT of an sm_90a GPU would key them, while the kernels run under Triton's interpreter: the
 count of kernels the GPU visit's test part compiles (bench/visit/estimate.py).
 
-    TRITON_INTERPRET=1 python -m pytest -p bench.visit.launches tests/kernels \
+    TRITON_INTERPRET=1 python -m pytest -p bench.visit.launches tests/posenc_kernels \
         tests/bench/run/test_timing.py \
         --launches-out results/gpu-compile/test-launches.json
 

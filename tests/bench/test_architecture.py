@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("bench", "posenc", "kernels")
+PACKAGES = ("bench", "posenc", "posenc_kernels")
 MAX_LINES = 330  # "about 300"
 
 
@@ -115,12 +115,12 @@ BLOCK_TRITON = """
 import sys
 class Block:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("triton", "kernels"):
+        if name.split(".")[0] in ("triton", "posenc_kernels"):
             raise ImportError(f"{name} is blocked")
 sys.meta_path.insert(0, Block())
 from bench.report.build import main
 main([sys.argv[1], "--out", sys.argv[2]])
-assert not [m for m in sys.modules if m.split(".")[0] in ("triton", "kernels")]
+assert not [m for m in sys.modules if m.split(".")[0] in ("triton", "posenc_kernels")]
 """
 
 
@@ -140,14 +140,14 @@ def test_the_report_runs_where_triton_is_absent(tmp_path):
 def test_posenc_and_kernels_never_import_each_other_nor_the_harness():
     for name, targets in _graph().items():
         top = name.split(".")[0]
-        if top in ("posenc", "kernels"):
+        if top in ("posenc", "posenc_kernels"):
             others = {t.split(".")[0] for t in targets} - {top}
             assert not others, f"{name} imports {sorted(others)}"
 
 
 def test_no_kernel_module_is_over_600_lines():
     for name, path in _modules().items():
-        if name.startswith("kernels"):
+        if name.startswith("posenc_kernels"):
             assert len(path.read_text().splitlines()) <= 600, name
 
 

@@ -72,7 +72,8 @@ def test_every_layer_encoding_and_implementation_is_gated_with_its_share(tmp_pat
 def test_the_gradients_of_each_kind_of_encoding_are_gated(tmp_path, monkeypatch):
     """forward+backward for one encoding of each kind (a learned table added to the input, a
     rotation, a bias table): every weight's and table's gradient through the whole layer. The
-    other encodings' backward kernels are checked in tests/kernels and the attention cases."""
+    other encodings' backward kernels are checked in tests/posenc_kernels and the attention
+    cases."""
     names = ["layer_learnable", "layer_rope", "layer_t5"]
     point = Point(2, 16, 32, 2, num_kv_heads=1)
     ran = _run(tmp_path, monkeypatch, names, (point,), ("forward+backward",))

@@ -17,7 +17,7 @@ FAST = ["timing.warmup_s=0", "timing.min_reps=1", "timing.max_reps=1", "timing.b
 
 def test_multimodal_sweep_gates_every_form(tmp_path):
     out = tmp_path / "mm"
-    grids = (  # each style in one layout (both layouts in each: tests/kernels/test_rope.py)
+    grids = (  # each style in one layout (both layouts in each: tests/posenc_kernels/test_rope.py)
         "grids=[{cases:[mrope],batch:3,seq_len:[20],d_model:128,num_heads:2,num_kv_heads:1,"
         "layout:bshd,mrope_style:qwen2_vl},"
         "{cases:[mrope],batch:3,seq_len:[20],d_model:128,num_heads:2,num_kv_heads:1,"

@@ -18,7 +18,7 @@ FAST = [
 
 def test_long_context_sweep_compares_the_schedules(tmp_path):
     out = tmp_path / "long"
-    # triton is left to tests/kernels: under the interpreter L=16384 takes minutes
+    # triton is left to tests/posenc_kernels: under the interpreter L=16384 takes minutes
     args = [
         "sweep=long_context",
         "seq_len=[64,16384]",

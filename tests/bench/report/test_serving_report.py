@@ -5,7 +5,7 @@ import pandas as pd
 from bench.report import flags, serving
 from bench.report.markdown import cell
 
-INTERPRETED = "kernels.apply_rope_with_cache; Triton's interpreter on the CPU"
+INTERPRETED = "posenc_kernels.apply_rope_with_cache; Triton's interpreter on the CPU"
 
 
 def _row(case, impl, p50, message="", tokens=None, pct=None, status="ok"):

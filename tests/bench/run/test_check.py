@@ -164,8 +164,8 @@ def test_errors_are_relative_norms_and_zero_truths_are_absolute():
 
 
 def test_what_a_kernel_warns_during_the_check_is_in_its_row(tmp_path, monkeypatch):
-    """A kernel that falls back to smaller tiles warns (kernels.relbias._run); the row says so.
-    Torch's own notices are left out."""
+    """A kernel that falls back to smaller tiles warns (posenc_kernels.relbias._run); the row says
+    so. Torch's own notices are left out."""
     import warnings
 
     def warning(i):
@@ -174,7 +174,7 @@ def test_what_a_kernel_warns_during_the_check_is_in_its_row(tmp_path, monkeypatc
                 "relative_attention: fwd_tiles (128, 64, 8, 3) do not fit "
                 "this GPU; ran with (32, 32, 4, 1)",
                 UserWarning,
-                filename="/x/kernels/relbias.py",
+                filename="/x/posenc_kernels/relbias.py",
                 lineno=1,
             )
             warnings.warn("a notice from torch itself", UserWarning, stacklevel=1)

@@ -1,5 +1,5 @@
-"""kernels.apply_rope_with_cache (and posenc.serving.rope_with_cache, its reference) against a
-float64 truth written token by token from the definitions: each token's q and k pairs turned by
+"""posenc_kernels.apply_rope_with_cache (and posenc.serving.rope_with_cache, its reference) against
+a float64 truth written token by token from the definitions: each token's q and k pairs turned by
 its position's angles, its k and v at its slot of a paged cache, nothing else written.
 
 A serving step packs several sequences' new tokens: some prefill a chunk, the rest decode one
@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-import kernels
+import posenc_kernels
 from posenc import functional as F
 from posenc import serving
-from tests.kernels.test_rope import DEVICE, _round
+from tests.posenc_kernels.test_rope import DEVICE, _round
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ def test_rotates_q_and_writes_the_cache_at_each_slot(step):
     q = inp["q"].to(DEVICE)
     q_before = q.clone()
     with torch.no_grad():
-        got = kernels.apply_rope_with_cache(
+        got = posenc_kernels.apply_rope_with_cache(
             q, inp["k"].to(DEVICE), inp["v"].to(DEVICE), inp["cos"].to(DEVICE),
             inp["sin"].to(DEVICE), positions=_on(inp["positions"]), k_cache=kc, v_cache=vc,
             slot_mapping=inp["slots"].to(DEVICE), interleaved=step.interleaved,
@@ -212,7 +212,7 @@ def test_compiles_as_one_custom_op_that_writes_the_caches():
     kc, vc = inp["k_cache"].to(DEVICE), inp["v_cache"].to(DEVICE)
 
     def layer_step(q, k, v, cos, sin, positions, slots):
-        q = kernels.apply_rope_with_cache(
+        q = posenc_kernels.apply_rope_with_cache(
             q, k, v, cos, sin, positions=positions, k_cache=kc, v_cache=vc, slot_mapping=slots
         )
         return q * 2.0
@@ -234,7 +234,7 @@ def _bad(**change):
         slot_mapping=inp["slots"],
     )  # fmt: skip
     args.update(change)
-    return lambda: kernels.apply_rope_with_cache(**args)
+    return lambda: posenc_kernels.apply_rope_with_cache(**args)
 
 
 _INP = _inputs(STEPS[0])

@@ -1,4 +1,4 @@
-"""kernels.relative_attention's schemes of 2025: forgetting attention (fox_log_f, Lin et al.
+"""posenc_kernels.relative_attention's schemes of 2025: forgetting attention (fox_log_f, Lin et al.
 2025) and attention sinks (sinks=, gpt-oss), forward and backward, against float64 written from
 the definitions: FoX's bias as the sum of the log gates between key and query, a sink as one
 more softmax column that carries no value."""
@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as nnf
 from torch.testing import assert_close
 
-from kernels import relbias
 from posenc import ALiBi, ShawBias, T5RelativeBias
 from posenc import functional as F
-from tests.kernels.test_relbias import DEVICE, TOL, _assert_grad_close
+from posenc_kernels import relbias
+from tests.posenc_kernels.test_relbias import DEVICE, TOL, _assert_grad_close
 
 
 def _fox_bias(log_f, q_len):

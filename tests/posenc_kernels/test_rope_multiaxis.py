@@ -1,4 +1,4 @@
-"""kernels.apply_rope with per-token tables (M-RoPE, any gathered table), 2D RoPE grids, xPos
+"""posenc_kernels.apply_rope with per-token tables (M-RoPE, any gathered table), 2D RoPE grids, xPos
 and p-RoPE against the float64 posenc reference, forward, backward and in place (on the CPU
 under TRITON_INTERPRET=1)."""
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-import kernels
+import posenc_kernels
 from posenc import functional as F
-from tests.kernels.test_rope import DEVICE, _round
+from tests.posenc_kernels.test_rope import DEVICE, _round
 
 SEGMENTS = [3, (1, 3, 4), 2, (2, 2, 2, 5), 1]  # 3 + 12 + 2 + 8 + 1 = 26 tokens
 
@@ -44,7 +44,7 @@ def _run(q, k, cos, sin, tables64, layout, interleaved, **kwargs):
     tables64: ((cos, sin) of q, (cos, sin) of k) in float64, per-token (B | 1, L, F)."""
     (cq, sq), (ck, sk) = tables64
     qd, kd = (t.clone().to(DEVICE).requires_grad_() for t in (q, k))
-    qo, ko = kernels.apply_rope(
+    qo, ko = posenc_kernels.apply_rope(
         qd, kd, cos.to(DEVICE), sin.to(DEVICE), layout=layout, interleaved=interleaved, **kwargs
     )
     _close(qo.detach().cpu(), q, cq, sq, layout, interleaved)
@@ -132,7 +132,7 @@ def test_p_rope_narrow_tables_forward_backward_and_in_place(pairs):
     q, k = _x(2, seq, 2, d, "bshd", torch.float32, 8), _x(2, seq, 2, d, "bshd", torch.float32, 9)
     _run(q, k, cos, sin, (t64, t64), "bshd", pairs, rotary_dim=d)
     qi, ki = q.clone().to(DEVICE), k.clone().to(DEVICE)
-    kernels.apply_rope(
+    posenc_kernels.apply_rope(
         qi, ki, cos.to(DEVICE), sin.to(DEVICE), interleaved=pairs, inplace=True, rotary_dim=d
     )
     _close(qi.cpu(), q, *t64, "bshd", pairs)
@@ -159,4 +159,4 @@ def test_bad_input_names_the_argument(kwargs, text):
     if "xpos_scale" in kwargs:
         kwargs["xpos_scale"] = kwargs["xpos_scale"].to(DEVICE)
     with pytest.raises((ValueError, TypeError), match=text):
-        kernels.apply_rope(q, k, cos, cos.clone(), **kwargs)
+        posenc_kernels.apply_rope(q, k, cos, cos.clone(), **kwargs)

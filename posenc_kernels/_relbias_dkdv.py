@@ -1,7 +1,7 @@
-"""The backward's key-side kernels of kernels.relbias (launched by kernels/relbias.py): delta
-(rowsum(do * out), the softmax backward's row term) and dk/dv, one program per key block
-streaming the query blocks in three parts (kernels/_relbias_common.py), the tile computed keys
-by queries.
+"""The backward's key-side kernels of posenc_kernels.relbias (launched by
+posenc_kernels/relbias.py): delta (rowsum(do * out), the softmax backward's row term) and dk/dv,
+one program per key block streaming the query blocks in three parts
+(posenc_kernels/_relbias_common.py), the tile computed keys by queries.
 
 Why this file is long: its kernels take every pointer, stride and constexpr by name, one a
 line as the formatter lays them out (about 130 of its lines are argument lists).
@@ -10,7 +10,7 @@ line as the formatter lays them out (about 130 of its lines are argument lists).
 import triton
 import triton.language as tl
 
-from kernels._relbias_common import (
+from posenc_kernels._relbias_common import (
     AFTER,
     BAND,
     CACHE,

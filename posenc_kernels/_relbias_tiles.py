@@ -1,5 +1,6 @@
-"""The launch settings of kernels.relbias's kernels: Tiles, the per-GPU defaults the compile audit
-chose, a user's tiles checked, and the fallback when a GPU's shared memory cannot hold them."""
+"""The launch settings of posenc_kernels.relbias's kernels: Tiles, the per-GPU defaults the compile
+audit chose, a user's tiles checked, and the fallback when a GPU's shared memory cannot hold
+them."""
 
 # No `from __future__ import annotations`: the Tiles NamedTuple's annotations are real types.
 import os
@@ -114,7 +115,7 @@ def check_tiles(name: str, tiles) -> Tiles:
     """A user's tiles, validated: a clear error naming the argument and the field."""
     if not isinstance(tiles, tuple) or len(tiles) not in (2, 3, 4):
         raise TypeError(
-            f"{name} must be kernels.relbias.Tiles(block_m, block_n, num_warps, "
+            f"{name} must be posenc_kernels.relbias.Tiles(block_m, block_n, num_warps, "
             f"num_stages), got {tiles!r}"
         )
     tiles = Tiles(*tiles)

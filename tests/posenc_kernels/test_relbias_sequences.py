@@ -1,4 +1,4 @@
-"""kernels.relative_attention on the sequences models run: a decode step against a long cache
+"""posenc_kernels.relative_attention on the sequences models run: a decode step against a long cache
 (split across programs or not), a batch of caches of their own lengths (kv_lens), documents
 packed into one row (cu_seqlens); every bias family, outputs and gradients against float64
 autograd of the posenc reference (which cuts the batch into its sequences: each_sequence)."""
@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from kernels import _relbias_seq, relbias
 from posenc import functional as F
-from tests.kernels.test_relbias import DEVICE, TOL, _assert_grad_close, _leaf, trained
+from posenc_kernels import _relbias_seq, relbias
+from tests.posenc_kernels.test_relbias import DEVICE, TOL, _assert_grad_close, _leaf, trained
 
 FAMILIES = ("alibi", "t5", "shaw", "shaw_kv")
 

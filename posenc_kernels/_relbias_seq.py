@@ -1,9 +1,10 @@
-"""Where the queries and keys of kernels.relative_attention's programs lie: one sequence per
+"""Where the queries and keys of posenc_kernels.relative_attention's programs lie: one sequence per
 batch row (queries at the keys' end when Lq < Lk), per-row cache lengths (kv_lens), or packed
 documents (cu_seqlens); and the forward's key split for decoding (flash-decoding).
 
-The kernels read a sequence's rows and offset through `_sequence` (kernels/_relbias_common.py);
-this module checks the arguments, picks the mode and the split, and merges split outputs.
+The kernels read a sequence's rows and offset through `_sequence`
+(posenc_kernels/_relbias_common.py); this module checks the arguments, picks the mode and the
+split, and merges split outputs.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import torch
 import triton
 from torch import Tensor
 
-from kernels import _relbias_common as jit
-from kernels._relbias_fwd import _relbias_combine_kernel
+from posenc_kernels import _relbias_common as jit
+from posenc_kernels._relbias_fwd import _relbias_combine_kernel
 
 # the kernels' sequence modes (their SEQ constexpr) as the ints the launchers pass
 SELF, AT_END, CACHE, PACKED = (m.value for m in (jit.SELF, jit.AT_END, jit.CACHE, jit.PACKED))

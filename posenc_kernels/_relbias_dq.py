@@ -1,7 +1,7 @@
-"""The backward's query-side kernel of kernels.relbias (launched by kernels/relbias.py): dq, one
-program per query block streaming the key blocks in three parts (kernels/_relbias_common.py),
-and the gradient of the bias table (per bucket, per program: no atomics) or of Shaw's key term
-(per row and index).
+"""The backward's query-side kernel of posenc_kernels.relbias (launched by
+posenc_kernels/relbias.py): dq, one program per query block streaming the key blocks in three parts
+(posenc_kernels/_relbias_common.py), and the gradient of the bias table (per bucket, per program:
+no atomics) or of Shaw's key term (per row and index).
 
 Why this file is long: its kernels take every pointer, stride and constexpr by name, one a
 line as the formatter lays them out (about 130 of its lines are argument lists).
@@ -10,7 +10,7 @@ line as the formatter lays them out (about 130 of its lines are argument lists).
 import triton
 import triton.language as tl
 
-from kernels._relbias_common import (
+from posenc_kernels._relbias_common import (
     AFTER,
     ALIBI,
     BAND,

@@ -1,10 +1,10 @@
-"""kernels.apply_rope rejects bad input with ValueError/TypeError naming the argument."""
+"""posenc_kernels.apply_rope rejects bad input with ValueError/TypeError naming the argument."""
 
 import pytest
 import torch
 
-from kernels import FusedRoPE, apply_rope
 from posenc import functional as F
+from posenc_kernels import FusedRoPE, apply_rope
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the GPU box runs these too
 
@@ -144,9 +144,9 @@ def test_tensor_positions_out_of_range_fail_on_the_device(positions):
     import sys
 
     code = (
-        "import torch, kernels; from posenc import functional as F; "
+        "import torch, posenc_kernels; from posenc import functional as F; "
         "q = torch.randn(2, 5, 2, 8, device='cuda'); cos, sin = F.rope_cos_sin(16, 8, "
-        f"device='cuda'); kernels.apply_rope(q, q, cos, sin, positions={positions}"
+        f"device='cuda'); posenc_kernels.apply_rope(q, q, cos, sin, positions={positions}"
         ".cuda()); torch.cuda.synchronize()"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -1,5 +1,5 @@
-"""kernels.relative_attention over paged KV caches (block_table, kv_lens) for every bias family,
-and posenc.serving.paged_attention, against a float64 truth written query by query from the
+"""posenc_kernels.relative_attention over paged KV caches (block_table, kv_lens) for every bias
+family, and posenc.serving.paged_attention, against a float64 truth written query by query from the
 definitions: row b's key j read from cache block block_table[b, j // block_size] at slot
 j % block_size, its queries at kv_lens[b] - Lq + i, the family's bias of j minus that position.
 """
@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from kernels import relbias
 from posenc import ALiBi, ShawBias, T5RelativeBias, serving
 from posenc import functional as F
-from tests.kernels.test_relbias import DEVICE
+from posenc_kernels import relbias
+from tests.posenc_kernels.test_relbias import DEVICE
 
 K_SHAW = 3  # Shaw's clip: 2K + 1 = 7 relative positions
 T5 = dict(num_buckets=32, max_distance=128, bidirectional=True)

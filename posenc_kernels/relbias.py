@@ -3,7 +3,7 @@
 softmax(scale q k^T + bias(j - i)) v by online softmax over key blocks (flash-attention style),
 forward and backward. The bias is computed from r = j - i per tile, so no (L x L) tensor is ever
 in memory: O(B H L D), plus O(B H L K) for Shaw's key and value terms.
-The op's files, in order: the kernels by pass (kernels/_relbias_fwd.py, _relbias_dkdv.py,
+The op's files, in order: the kernels by pass (posenc_kernels/_relbias_fwd.py, _relbias_dkdv.py,
 _relbias_dq.py, what they share in _relbias_common.py) -> the tiles (_relbias_tiles.py) -> the
 families' arguments (_relbias_families.py) and the sequences (_relbias_seq.py) -> this file:
 the launchers, the autograd Function, the public `relative_attention`.
@@ -22,10 +22,10 @@ import torch
 import triton
 from torch import Tensor
 
-from kernels import _relbias_common as jit
-from kernels._relbias_dkdv import _relbias_bwd_delta_kernel, _relbias_bwd_dkdv_kernel
-from kernels._relbias_dq import _relbias_bwd_dq_kernel
-from kernels._relbias_families import (
+from posenc_kernels import _relbias_common as jit
+from posenc_kernels._relbias_dkdv import _relbias_bwd_delta_kernel, _relbias_bwd_dkdv_kernel
+from posenc_kernels._relbias_dq import _relbias_bwd_dq_kernel
+from posenc_kernels._relbias_families import (
     ALIBI,
     FAMILIES,
     SHAW_KV,
@@ -33,8 +33,8 @@ from kernels._relbias_families import (
     Options,
     Prepared,
 )
-from kernels._relbias_fwd import _relbias_fwd_kernel
-from kernels._relbias_seq import (
+from posenc_kernels._relbias_fwd import _relbias_fwd_kernel
+from posenc_kernels._relbias_seq import (
     CACHE,
     PACKED,
     Sequences,
@@ -45,7 +45,7 @@ from kernels._relbias_seq import (
     query_positions,
     sequences,
 )
-from kernels._relbias_tiles import (
+from posenc_kernels._relbias_tiles import (
     Tiles,
     _block_d,
     _fit_rows,
@@ -66,9 +66,9 @@ def _upcast(q: Tensor) -> bool:
 
 
 def _split(q: Tensor, ieee: bool) -> bool:
-    """Split the key loop into before / after / band (kernels/_relbias_common.py)? Not for float32
-    IEEE dots on a GPU (the FMA units: one masked loop, as its registers allow); always under
-    the interpreter, so that the CPU tests run the split code (tests cover both)."""
+    """Split the key loop into before / after / band (posenc_kernels/_relbias_common.py)? Not for
+    float32 IEEE dots on a GPU (the FMA units: one masked loop, as its registers allow); always
+    under the interpreter, so that the CPU tests run the split code (tests cover both)."""
     return _interpreting() or not (ieee and q.dtype == torch.float32)
 
 
@@ -112,7 +112,7 @@ def _kv_strides(k: Tensor, v: Tensor, seq: Sequences) -> tuple[int, ...]:
 def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
     """-> out (like q), lse (B * H, Lq) float32 in base 2, pn (B * H, Lq, NR) or None.
     p: the family's Prepared tensors; sinks: (H,) float32 or None.
-    splits: 1, the count to split the keys into, or None (kernels._relbias_seq.num_splits);
+    splits: 1, the count to split the keys into, or None (posenc_kernels._relbias_seq.num_splits);
     a split forward returns lse and pn as None (it is never differentiated)."""
     bsz, heads, lq, d = q.shape
     spec = p.spec
@@ -363,7 +363,7 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
 
 class RelativeBiasAttention(torch.autograd.Function):
     """Autograd around the kernels: (q, k, v, table, gidx, relk, ev, col, sinks, spec, seq)
-    -> out, the family's tensors as `Prepared` describes them (kernels/_relbias_families.py),
+    -> out, the family's tensors as `Prepared` describes them (posenc_kernels/_relbias_families.py),
     each an input so that autograd carries its gradient on (to q and E_K through relk, to the
     gates through FoX's relk and col); sinks (H,) float32 or None."""
 
@@ -458,9 +458,9 @@ def relative_attention(
       longest document; max_seqlen, at least the longest, skips both, as for CUDA graphs).
     num_splits: the forward splits the keys into this many parts, merged by their log-sum-exps
       (flash-decoding; not differentiable, not with cu_seqlens); None: split when the queries'
-      programs would leave SMs idle and nothing needs a gradient (kernels._relbias_seq).
+      programs would leave SMs idle and nothing needs a gradient (posenc_kernels._relbias_seq).
     block_table (B, max_blocks) int32: k and v are paged caches (num_blocks, block_size, Hk,
-      D), contiguous (vLLM's layout; `kernels.apply_rope_with_cache` writes them), with
+      D), contiguous (vLLM's layout; `posenc_kernels.apply_rope_with_cache` writes them), with
       kv_lens: row b's key j lies in cache block block_table[b, j // block_size] at slot
       j % block_size. Forward only (decoding), every family, grouped-query heads, the split.
       kv_lens past the blocks given, or a block used past num_blocks, fails on the device.

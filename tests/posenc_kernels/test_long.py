@@ -10,8 +10,8 @@ import copy
 import pytest
 import torch
 
-import kernels
 import posenc
+import posenc_kernels
 from bench.run.check import FACTOR, FLOOR
 from posenc import functional as F
 
@@ -83,7 +83,7 @@ def test_attention_over_many_tiles(length, family, dtype, causal):
     ref_lp = ref(*leaves_lp)
     ref_grads = torch.autograd.grad(ref_lp, leaves_lp, grad_out)
     leaves = [t.to(DEVICE).requires_grad_() for t in (q, k, v)]
-    got = kernels.relative_attention(*leaves, causal=causal, **kwargs)
+    got = posenc_kernels.relative_attention(*leaves, causal=causal, **kwargs)
     got_grads = torch.autograd.grad(got, leaves, grad_out.to(DEVICE))
     _bound_holds(got.detach(), ref_lp.detach(), want.detach(), dtype, "out")
     for label, g, r, w in zip("qkv", got_grads, ref_grads, want_grads, strict=True):
@@ -110,7 +110,7 @@ def test_rope_gqa_over_long_sequences(length, dtype):
     ref_lp = [ref(t, cos, sin) for t in leaves_lp]
     ref_grads = torch.autograd.grad(ref_lp, leaves_lp, grads)
     leaves = [t.to(DEVICE).requires_grad_() for t in (q, k)]
-    got = kernels.apply_rope(*leaves, cos.to(DEVICE), sin.to(DEVICE))
+    got = posenc_kernels.apply_rope(*leaves, cos.to(DEVICE), sin.to(DEVICE))
     got_grads = torch.autograd.grad(got, leaves, [g.to(DEVICE) for g in grads])
     for i, name in enumerate("qk"):
         _bound_holds(got[i].detach(), ref_lp[i].detach(), want[i].detach(), dtype, name)

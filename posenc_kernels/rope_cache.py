@@ -10,8 +10,8 @@ a token, plus its cos/sin row (8 F bytes).
 
 Layout: q (T, Hq, D), k and v (T, Hk, D), any strides; k_cache, v_cache (num_blocks,
 block_size, Hk, D) contiguous, slot s at cache[s // block_size, s % block_size]. The rotation
-itself is kernels/rope.py's (`_rotate_heads`): pairs half-split or interleaved, the first R of
-D dims (partial rotary), the first F <= R/2 frequencies turning (p-RoPE: the tables' width).
+itself is posenc_kernels/rope.py's (`_rotate_heads`): pairs half-split or interleaved, the first R
+of D dims (partial rotary), the first F <= R/2 frequencies turning (p-RoPE: the tables' width).
 File order: kernels -> checks and launcher -> custom ops -> public `apply_rope_with_cache`.
 
 Why this file is long: the kernel's some forty arguments one a line as the formatter lays them
@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from kernels.rope import _interpreting, _rotate_heads
+from posenc_kernels.rope import _interpreting, _rotate_heads
 
 # ---------------------------------------------------------------------------------------------
 # Kernels
@@ -304,7 +304,8 @@ def _launch(q, k, v, q_out, cos, sin, positions, k_cache, v_cache, slot_mapping,
     tail = d - 2 * half
     in_place = q_out.data_ptr() == q.data_ptr()
 
-    # head tiles of at most ~4K elements (kernels/rope.py's rule; v's copy: BLOCK_H x BLOCK_D)
+    # head tiles of at most ~4K elements (posenc_kernels/rope.py's rule; v's copy: BLOCK_H x
+    # BLOCK_D)
     def block_h(heads: int, width: int) -> int:
         return max(1, min(triton.next_power_of_2(max(heads, 1)), 4096 // width))
 
@@ -348,7 +349,8 @@ def _launch(q, k, v, q_out, cos, sin, positions, k_cache, v_cache, slot_mapping,
 
 # ---------------------------------------------------------------------------------------------
 # Custom ops: what torch.compile traces (a raw launch cannot be traced under the interpreter);
-# in eager mode the launch is called directly (kernels/rope.py: the dispatch costs host time).
+# in eager mode the launch is called directly (posenc_kernels/rope.py: the dispatch costs host
+# time).
 # ---------------------------------------------------------------------------------------------
 
 

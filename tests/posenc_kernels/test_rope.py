@@ -1,4 +1,5 @@
-"""kernels.rope against the float64 posenc reference (on the CPU under TRITON_INTERPRET=1)."""
+"""posenc_kernels.rope against the float64 posenc reference (on the CPU under
+TRITON_INTERPRET=1)."""
 
 import os
 from dataclasses import dataclass
@@ -8,9 +9,9 @@ import torch
 from torch.testing import assert_close
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import kernels
-from kernels import rope
+import posenc_kernels
 from posenc import functional as F
+from posenc_kernels import rope
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # Inputs and references are built on the CPU in float64; only the kernel runs on DEVICE
@@ -120,7 +121,7 @@ def test_forward_and_backward_match_reference(case, dtype):
     q, k = (t.to(DEVICE).requires_grad_() for t in (q, k))
     if isinstance(pos_arg, torch.Tensor):
         pos_arg = pos_arg.to(DEVICE)
-    qo, ko = kernels.apply_rope(
+    qo, ko = posenc_kernels.apply_rope(
         q, k, cos, sin, positions=pos_arg, interleaved=case.interleaved, layout=case.layout
     )
     assert qo.shape == q.shape and ko.shape == k.shape and qo.dtype == dtype
@@ -150,7 +151,7 @@ def test_inplace_writes_into_the_inputs(case):
     q, k = _on(q, k)
     if isinstance(pos_arg, torch.Tensor):
         pos_arg = pos_arg.to(DEVICE)
-    qo, ko = kernels.apply_rope(
+    qo, ko = posenc_kernels.apply_rope(
         q,
         k,
         cos,
@@ -172,12 +173,12 @@ def test_strided_views_of_a_fused_qkv_projection():
     q, k = qkv[:, :, 0], qkv[:, :, 1]
     assert not q.is_contiguous()
     cos, sin = _on(*F.rope_cos_sin(seq, d))
-    qo, ko = kernels.apply_rope(q, k, cos, sin)
+    qo, ko = posenc_kernels.apply_rope(q, k, cos, sin)
     case = Case("qkv", "bshd", False, b, seq, h, h, d, d, "none")
     ids = torch.arange(seq).expand(b, -1)
     assert_close(qo.cpu().double(), _reference(q.cpu(), ids, case), atol=2e-6, rtol=2e-6)
     v_before = qkv[:, :, 2].clone()
-    kernels.apply_rope(q, k, cos, sin, inplace=True)  # writes through the views into qkv
+    posenc_kernels.apply_rope(q, k, cos, sin, inplace=True)  # writes through the views into qkv
     assert torch.equal(qkv[:, :, 0], qo) and torch.equal(qkv[:, :, 1], ko)
     assert torch.equal(qkv[:, :, 2], v_before)  # v, between q and k in memory, untouched
 
@@ -191,7 +192,8 @@ def test_offsets_beyond_int32():
     q.copy_(torch.randn(3, 1, 1, 8))
     k.copy_(torch.randn(3, 1, 1, 8))
     cos, sin = _on(*F.rope_cos_sin(4, 8))
-    qo, ko = kernels.apply_rope(q, k, cos, sin, positions=torch.tensor([0, 1, 2], device=DEVICE))
+    positions = torch.tensor([0, 1, 2], device=DEVICE)
+    qo, ko = posenc_kernels.apply_rope(q, k, cos, sin, positions=positions)
     case = Case("big", "bshd", False, 3, 1, 1, 1, 8, 8, "per_seq")
     ids = torch.tensor([[0], [1], [2]])
     _check_against_reference(qo.cpu(), q.cpu(), ids, case, torch.bfloat16)
@@ -202,7 +204,7 @@ def test_torch_compile_of_a_function_calling_apply_rope():
     cos, sin = _on(*F.rope_cos_sin(8, 16))
 
     def block(q, k):
-        qo, ko = kernels.apply_rope(q, k, cos, sin)
+        qo, ko = posenc_kernels.apply_rope(q, k, cos, sin)
         return (qo * 2).sum(-1), ko
 
     q, k = _on(torch.randn(2, 8, 2, 16), torch.randn(2, 8, 1, 16))
@@ -250,7 +252,7 @@ def test_tensor_positions_need_no_host_sync():
     offsets = torch.tensor([5, 0, 40], device=DEVICE)
 
     def step(q, k, offsets):
-        return kernels.apply_rope(q, k, cos, sin, positions=offsets)
+        return posenc_kernels.apply_rope(q, k, cos, sin, positions=offsets)
 
     with _Ops() as ops:
         want = step(q, k, offsets)
@@ -300,5 +302,5 @@ def test_the_kernel_takes_any_schedules_tables(scaling):
     assert_close(fused(x), ref(x), atol=1e-6, rtol=1e-6)
     q, k = _on(torch.randn(2, 32, 4, 16), torch.randn(2, 32, 2, 16))
     cos, sin = _on(*F.rope_cos_sin(32, 8, scaling=scaling, seq_len=32))
-    qo, _ = kernels.apply_rope(q, k, cos, sin)
+    qo, _ = posenc_kernels.apply_rope(q, k, cos, sin)
     assert_close(qo, F.apply_rope(q.transpose(1, 2), cos, sin).transpose(1, 2))

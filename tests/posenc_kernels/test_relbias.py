@@ -1,4 +1,5 @@
-"""kernels.relbias (forward and backward) against posenc.functional.relative_attention in float64.
+"""posenc_kernels.relbias (forward and backward) against posenc.functional.relative_attention in
+float64.
 
 On the CPU interpreter the kernel upcasts bfloat16 dot operands to float32 (Triton 3.9's
 interpreter computes bfloat16 tl.dot wrongly); float16 and float32 run the GPU's dot path.
@@ -14,9 +15,9 @@ from torch.testing import assert_close
 from triton.runtime.errors import OutOfResources
 
 import posenc
-from kernels import _relbias_families, _relbias_tiles, relbias
-from kernels._relbias_families import _Spec
 from posenc import functional as F
+from posenc_kernels import _relbias_families, _relbias_tiles, relbias
+from posenc_kernels._relbias_families import _Spec
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
@@ -612,7 +613,7 @@ def test_key_term_strides_are_read_as_given():
 GRIDS = """
 import torch
 from bench.audit.capture import recording
-from kernels import relbias
+from posenc_kernels import relbias
 
 q = torch.empty(7000, 10, 64, 32, device="meta", dtype=torch.bfloat16, requires_grad=True)
 with recording(90) as launches:

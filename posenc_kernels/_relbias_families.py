@@ -1,8 +1,8 @@
-"""The bias families of kernels.relative_attention, each declared once: its public argument, the
-checks of that argument, and what the kernels get from it (a _Spec: the bias path, the clip,
+"""The bias families of posenc_kernels.relative_attention, each declared once: its public argument,
+the checks of that argument, and what the kernels get from it (a _Spec: the bias path, the clip,
 the entries its gradient is summed into; the table as the kernels read it; T5's and Shaw's
 bucket index; Shaw's key term and value table). A new family is a new bias path in the kernels
-(kernels/_relbias_common.py) and one entry in FAMILIES.
+(posenc_kernels/_relbias_common.py) and one entry in FAMILIES.
 
 T5's bias is looked up, not computed: the bucket of each clipped offset r in [-K, K] (K the
 maximum distance, beyond which every offset shares the last bucket) is computed once per
@@ -14,7 +14,7 @@ boundary is an exact integer (16, 32 and 64 for 32 buckets, max distance 128).
 Why T5's bucket formula is here as well as in posenc (posenc.functional.t5_relative_bucket):
 kernels never import posenc (the reference is tested against the kernels, not shared with
 them), and this copy differs on purpose: float64 with the floor taken 1e-9 above, exact at the
-boundaries; tests/kernels/test_relbias.py checks the two agree bucket for bucket.
+boundaries; tests/posenc_kernels/test_relbias.py checks the two agree bucket for bucket.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import torch
 import triton
 from torch import Tensor
 
-from kernels import _relbias_common as jit
-from kernels._relbias_tiles import Tiles, default_tiles
+from posenc_kernels import _relbias_common as jit
+from posenc_kernels._relbias_tiles import Tiles, default_tiles
 
 # the kernels' bias paths (their BIAS constexpr) as the ints the launchers pass; T5 and Shaw's
 # scalar bias are both TABLE: an (H, n) lookup through a bucket index

@@ -1,6 +1,6 @@
-"""What the relative-bias attention kernels share (kernels/_relbias_fwd.py, _relbias_dq.py,
-_relbias_dkdv.py; launchers in kernels/relbias.py): the named constants, the tile helpers, the
-bias of each family, the three-part key loop and the sequence layout.
+"""What the relative-bias attention kernels share (posenc_kernels/_relbias_fwd.py, _relbias_dq.py,
+_relbias_dkdv.py; launchers in posenc_kernels/relbias.py): the named constants, the tile helpers,
+the bias of each family, the three-part key loop and the sequence layout.
 
 Layout: q (B, H, Lq, D), k and v (B, Hk, Lk, D), any strides, or (the forward, PAGE > 0)
 paged caches (num_blocks, PAGE, Hk, D) read through a block table (_load_kv); a flat grid

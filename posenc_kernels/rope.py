@@ -561,7 +561,7 @@ class FusedRoPE(nn.Module):
         if max_len <= 0:
             raise ValueError(f"max_len must be > 0, got {max_len}")
         # base^(-2i/dim) in float64: posenc's plain tables again (kernels never import posenc;
-        if tables is None:  # a drop-in for its module), equal bit for bit (tests/kernels)
+        if tables is None:  # a drop-in for its module), equal bit for bit (tests/posenc_kernels)
             inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
             angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)
             tables = angles.cos().float(), angles.sin().float()

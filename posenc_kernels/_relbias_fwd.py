@@ -1,6 +1,7 @@
-"""The forward kernel of kernels.relbias (launched by kernels/relbias.py) and the combine kernel
-of a forward split over the keys (launched by kernels/_relbias_seq.py): the online softmax over
-key blocks in three parts (kernels/_relbias_common.py), with Shaw's value term's per-index sums.
+"""The forward kernel of posenc_kernels.relbias (launched by posenc_kernels/relbias.py) and the
+combine kernel of a forward split over the keys (launched by posenc_kernels/_relbias_seq.py): the
+online softmax over key blocks in three parts (posenc_kernels/_relbias_common.py), with Shaw's
+value term's per-index sums.
 
 Why this file is long: its kernels take every pointer, stride and constexpr by name, one a
 line as the formatter lays them out (about 130 of its lines are argument lists).
@@ -9,7 +10,7 @@ line as the formatter lays them out (about 130 of its lines are argument lists).
 import triton
 import triton.language as tl
 
-from kernels._relbias_common import (
+from posenc_kernels._relbias_common import (
     BAND,
     BEFORE,
     CACHE,
