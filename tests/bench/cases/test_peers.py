@@ -15,7 +15,7 @@ pytest.importorskip("transformers", reason="needs transformers (pip install -e '
 FAST = ["timing.warmup_s=0", "timing.min_reps=1", "timing.max_reps=1", "timing.budget_s=0"]
 GRIDS = (
     "grids=[{cases:[rope],batch:2,seq_len:[24],d_model:64,num_heads:4,num_kv_heads:2,"
-    "layout:[bshd,bhsd],rope_variant:[plain,p_rope,xpos],rope_scaling:[none,yarn,longrope]},"
+    "layout:bshd,rope_variant:[plain,p_rope,xpos],rope_scaling:[none,yarn]},"
     "{cases:[mrope],batch:2,seq_len:[20],d_model:128,num_heads:2,"
     "mrope_style:[qwen2_vl,qwen3_vl]},"
     "{cases:[t5_attention,alibi_attention],batch:2,seq_len:[16],d_model:32,num_heads:2,"
@@ -44,7 +44,7 @@ def test_transformers_rows_are_gated_and_timed(tmp_path):
             assert row["status"] == "skipped" and "proportional" in row["message"]
         else:
             assert row["status"] == "ok", row
-    assert len([r for p, r in by[("rope", "hf")] if r["status"] == "ok"]) == 8
+    assert len([r for p, r in by[("rope", "hf")] if r["status"] == "ok"]) == 3
     for case in ("mrope", "t5_attention"):
         assert {r["status"] for _, r in by[(case, "hf")]} == {"ok"}
     alibi = {p["causal"]: r for p, r in by[("alibi_attention", "hf")]}
