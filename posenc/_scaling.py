@@ -6,7 +6,7 @@
     {"type": "linear" | "dynamic" | "yarn" | "llama3" | "longrope", "factor": float >= 1,
      "original_max_position_embeddings": int, "beta_fast": 32, "beta_slow": 1,
      "low_freq_factor": 1, "high_freq_factor": 4, "short_factor": [...], "long_factor": [...],
-     "attention_factor": optional override}
+     "attention_factor": optional override, YaRN's "truncate": True, "mscale", "mscale_all_dim"}
 
 Each variant follows the definition the released checkpoints were trained with, as the public
 model code computes it (Hugging Face transformers' modeling_rope_utils; the papers named in each
@@ -28,7 +28,14 @@ KEYS = {  # variant -> (required keys, optional keys with their defaults)
     "dynamic": ({"factor", "original_max_position_embeddings"}, {}),
     "yarn": (
         {"factor", "original_max_position_embeddings"},
-        {"beta_fast": 32.0, "beta_slow": 1.0, "attention_factor": None},
+        {
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "attention_factor": None,
+            "truncate": True,
+            "mscale": None,
+            "mscale_all_dim": None,
+        },
     ),
     "llama3": (
         {"factor", "original_max_position_embeddings"},
@@ -113,14 +120,18 @@ def _yarn(inv_freq: Tensor, dim: int, base: float, s: dict) -> tuple[Tensor, flo
     the high frequencies) and interpolation (inv_freq / factor, the low ones). The ramp runs
     between the dimensions that turn beta_fast and beta_slow times over the original context,
     floored and ceiled to whole dimensions as in the paper's code and the released YaRN
-    checkpoints (transformers' truncate=True). Attention factor 0.1 ln(factor) + 1."""
+    checkpoints (truncate=True), or not (truncate=False: gpt-oss). Attention factor
+    0.1 ln(factor) + 1, or DeepSeek-V3's ratio mscale(factor, mscale) / mscale(factor,
+    mscale_all_dim) with mscale(s, m) = 0.1 m ln(s) + 1, when both are given."""
     original = s["original_max_position_embeddings"]
 
     def dim_of(rotations: float) -> float:  # the dimension that turns `rotations` times
         return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
 
-    low = max(math.floor(dim_of(s["beta_fast"])), 0)
-    high = min(math.ceil(dim_of(s["beta_slow"])), dim - 1)
+    low, high = dim_of(s["beta_fast"]), dim_of(s["beta_slow"])
+    if s["truncate"]:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
     if low == high:
         high += 0.001  # as the reference code: no division by zero
     ramp = (
@@ -128,8 +139,16 @@ def _yarn(inv_freq: Tensor, dim: int, base: float, s: dict) -> tuple[Tensor, flo
     ).clamp(0, 1)
     extrapolate = 1 - ramp  # 1: keep inv_freq (high frequencies); 0: inv_freq / factor
     scaled = inv_freq / s["factor"] * (1 - extrapolate) + inv_freq * extrapolate
-    factor = s["attention_factor"]
-    return scaled, factor if factor is not None else 0.1 * math.log(s["factor"]) + 1.0
+    if s["attention_factor"] is not None:
+        return scaled, s["attention_factor"]
+    if s["mscale"] and s["mscale_all_dim"]:
+        return scaled, _mscale(s["factor"], s["mscale"]) / _mscale(s["factor"], s["mscale_all_dim"])
+    return scaled, _mscale(s["factor"], 1.0)
+
+
+def _mscale(factor: float, mscale: float) -> float:
+    """YaRN's magnitude scale 0.1 mscale ln(factor) + 1 (1 without an extension)."""
+    return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
 
 
 def _llama3(inv_freq: Tensor, s: dict) -> Tensor:

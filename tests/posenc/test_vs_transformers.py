@@ -8,8 +8,9 @@ RoPE) and p-RoPE (transformers' "proportional", Gemma 4's).
 transformers computes base ** (2i / dim) and the angles p * theta in float32, posenc in float64:
 rounding the exponent alone moves theta by up to (2i / dim) ln(base) 2^-24 (7.8e-7 relative at
 base 5e5), so the inverse frequencies agree within 1e-6, and the tables within a few ulps of the
-float32 angle (ANGLE_ULPS); a different definition (a ramp edge, a band, a factor) differs by
-1e-3 or more, far outside either bound.
+float32 angle (ANGLE_ULPS) beside the frequencies' own difference (LIMIT, reached where YaRN's
+ramp is not rounded to whole dimensions: transformers computes it in float32); a different
+definition (a ramp edge, a band, a factor) differs by 1e-3 or more, far outside either bound.
 """
 
 from __future__ import annotations
@@ -58,6 +59,19 @@ def _schedules(dim: int) -> list[dict]:
             "factor": 8.0,
             "beta_fast": 16.0,
             "beta_slow": 2.0,
+            "original_max_position_embeddings": ORIGINAL,
+        },
+        {  # gpt-oss: the ramp's ends not rounded to whole dimensions
+            "type": "yarn",
+            "factor": 32.0,
+            "truncate": False,
+            "original_max_position_embeddings": ORIGINAL,
+        },
+        {  # DeepSeek-V2's magnitude scales: the attention factor is their ratio
+            "type": "yarn",
+            "factor": 40.0,
+            "mscale": 0.707,
+            "mscale_all_dim": 1.0,
             "original_max_position_embeddings": ORIGINAL,
         },
         {
@@ -115,7 +129,8 @@ def test_inverse_frequencies_and_attention_factor(dim, base, which):
 @pytest.mark.parametrize(("dim", "base", "which"), CASES)
 def test_tables_past_the_original_context(dim, base, which):
     """cos and sin as the model's rotary embedding returns them (its attention factor included,
-    dynamic and LongRoPE choosing by the length as it does), within a few ulps of the angle."""
+    dynamic and LongRoPE choosing by the length as it does), within a few ulps of the angle
+    and the frequencies' own 1e-6."""
     scaling = _schedules(dim)[which]
     rot = LlamaRotaryEmbedding(_config(dim, base, scaling))
     for length in (ORIGINAL // 2, 4 * ORIGINAL):
@@ -123,7 +138,7 @@ def test_tables_past_the_original_context(dim, base, which):
         cos_hf, sin_hf = (t[0, :, : dim // 2] for t in rot(torch.zeros(1), positions[None]))
         cos, sin = rope_cos_sin(positions, dim, base, scaling=scaling, seq_len=length)
         angles = positions.double()[:, None] * rot.inv_freq.double()
-        bound = rot.attention_scaling * (angles * ANGLE_ULPS + 2.0**-21)
+        bound = rot.attention_scaling * (angles * (ANGLE_ULPS + LIMIT) + 2.0**-21)
         assert ((cos - cos_hf).abs() <= bound).all(), (scaling, length)
         assert ((sin - sin_hf).abs() <= bound).all(), (scaling, length)
 

@@ -1,0 +1,127 @@
+"""posenc.models: a model's positional facts from its config, and its RoPE tables rebuilt by
+posenc's schedules, equal to what the model's own rotary embedding in transformers returns (every
+layer type, positions to 12k: past most original contexts), within a few ulps of the float32
+angle (tests/posenc/test_vs_transformers.py says why); the configs are transformers' defaults
+for each model type, configs the harness has never seen; a scheme posenc does not reproduce is
+named."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="needs transformers (pip install -e '.[hf]')")
+from transformers import AutoConfig  # noqa: E402
+
+from posenc import models  # noqa: E402
+from posenc.functional import rope_frequencies  # noqa: E402
+
+TYPES = [
+    "llama", "qwen2", "qwen3", "mistral", "gemma3_text", "gpt_oss", "deepseek_v3", "gpt_neox",
+    "smollm3", "phi3", "olmo3", "qwen3_next", "llama4_text", "glm4", "cohere2", "phi",
+    "stablelm", "falcon", "apertus", "deepseek_v2", "qwen3_5_text", "starcoder2",
+]  # fmt: skip
+ULPS, LIMIT = 2.0**-20, 1e-6
+
+
+def _rotary(config):
+    """The model's text rotary embedding, built from its config as the model builds it."""
+    text = config.get_text_config()
+    for name in dict.fromkeys((text.model_type, text.model_type.removesuffix("_text"))):
+        try:
+            module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+        except ImportError:
+            continue
+        for attr, cls in vars(module).items():
+            rotary = attr.endswith("RotaryEmbedding") and "Vision" not in attr
+            if rotary and inspect.isclass(cls) and cls.__module__ == module.__name__:
+                return cls(text)
+    raise LookupError(text.model_type)
+
+
+def _theirs(rotary, positions, layer_type):
+    kwargs = {}
+    if layer_type is not None and "layer_type" in inspect.signature(rotary.forward).parameters:
+        kwargs["layer_type"] = layer_type
+    out = rotary(torch.zeros(1), positions[None], **kwargs)
+    if isinstance(out, torch.Tensor):  # Llama 4, DeepSeek-V2: complex cos + i sin, (., D/2)
+        return out[0].real, out[0].imag
+    return out[0][0], out[1][0]
+
+
+@pytest.mark.parametrize("model_type", TYPES)
+def test_rope_tables_equal_the_models_rotary_embedding(model_type):
+    config = AutoConfig.for_model(model_type)
+    spec = models._spec(model_type, config, source="transformers' defaults")
+    rotary = _rotary(config)
+    positions = torch.arange(0, 12288, 3)
+    per_layer = models._per_layer(spec.rope_parameters)
+    for layer_type in sorted(spec.rope_parameters) if per_layer else [None]:
+        cos, sin = spec.rope_tables(positions, layer_type)
+        their_cos, their_sin = _theirs(rotary, positions, layer_type)
+        cols = cos.shape[-1]
+        if their_cos.shape[-1] == 2 * cols:  # both halves, or each angle twice (interleaved)
+            pick = (
+                slice(0, None, 2)
+                if spec.interleaved and spec.model_type != "deepseek_v3"
+                else slice(0, cols)
+            )
+            their_cos, their_sin = their_cos[:, pick], their_sin[:, pick]
+        scaling, rotary_dim, fraction, theta = spec.schedule(layer_type)
+        inv, factor = rope_frequencies(rotary_dim, theta, scaling, int(positions.max()) + 1)
+        angles = positions.double()[:, None] * inv
+        bound = factor * (angles * (ULPS + LIMIT) + 2.0**-21)
+        assert ((cos - their_cos).abs() <= bound).all(), (model_type, layer_type)
+        assert ((sin - their_sin).abs() <= bound).all(), (model_type, layer_type)
+
+
+def test_facts_of_a_config_json(tmp_path):
+    """A Llama 3.1 config.json in transformers 4.x spelling (rope_scaling with rope_type)."""
+    config = {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_hidden_layers": 32,
+        "max_position_embeddings": 131072,
+        "rope_theta": 500000.0,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    spec = models.load(tmp_path)
+    assert (spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.rotary_dim) == (32, 8, 128, 128)
+    assert (spec.rope_type, spec.rope_theta, spec.interleaved) == ("llama3", 500000.0, False)
+    assert spec.schedule()[0]["original_max_position_embeddings"] == 8192
+    assert models.load(tmp_path / "config.json") == spec
+    assert models.load(config).rope_parameters == spec.rope_parameters
+
+
+def test_a_scheme_posenc_does_not_reproduce_is_named():
+    params = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "beta_fast": 32.0}
+    params.update(original_max_position_embeddings=2048, extrapolation_factor=2.0)
+    spec = models.load({"model_type": "llama", "rope_parameters": params})
+    with pytest.raises(ValueError, match="extrapolation_factor"):
+        spec.rope_tables(8)
+
+
+@pytest.mark.parametrize(
+    ("model", "text"),
+    [
+        ("no-such-model", "not a preset"),
+        ({"hidden_size": 8}, "no model_type"),
+        ({"model_type": "not_a_type"}, "not_a_type"),
+    ],
+)
+def test_bad_models_are_named(model, text):
+    with pytest.raises(ValueError, match=text):
+        models.load(model)
