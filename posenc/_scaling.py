@@ -78,9 +78,9 @@ def _checked(scaling: dict, dim: int) -> dict:
             f"scaling['beta_fast'] must exceed scaling['beta_slow'] > 0, got "
             f"{s['beta_fast']!r} and {s['beta_slow']!r}"
         )
-    if kind == "llama3" and not s["high_freq_factor"] > s["low_freq_factor"] > 0:
+    if kind == "llama3" and not s["high_freq_factor"] >= s["low_freq_factor"] > 0:
         raise ValueError(
-            f"scaling['low_freq_factor'] must be below scaling['high_freq_factor'] "
+            f"scaling['low_freq_factor'] must be at most scaling['high_freq_factor'] "
             f"(both > 0), got {s['low_freq_factor']!r} and "
             f"{s['high_freq_factor']!r}"
         )
@@ -157,7 +157,8 @@ def _llama3(inv_freq: Tensor, s: dict) -> Tensor:
     original, factor = s["original_max_position_embeddings"], s["factor"]
     low, high = s["low_freq_factor"], s["high_freq_factor"]
     wavelen = 2 * math.pi / inv_freq
-    smooth = (original / wavelen - low) / (high - low)
+    # low == high (Llama 4 Scout): no band between the two, each frequency kept or divided
+    smooth = (original / wavelen - low) / (high - low) if high > low else torch.zeros_like(wavelen)
     mixed = (1 - smooth) * inv_freq / factor + smooth * inv_freq
     out = torch.where(wavelen > original / low, inv_freq / factor, inv_freq)
     medium = (wavelen >= original / high) & (wavelen <= original / low)

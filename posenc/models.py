@@ -87,15 +87,26 @@ class ModelSpec:
         """The RoPE parameters of a layer type (the model's only ones when it has one set)."""
         if not _per_layer(self.rope_parameters):
             return self.rope_parameters
-        if layer_type is None:  # the global layers' (DeepSeek-V4: its main attention's)
+        return self.rope_parameters[self.layer_type(layer_type)]
+
+    def layer_type(self, layer_type: str | None = None) -> str | None:
+        """A layer type with its own RoPE: the one named, or the global layers' (DeepSeek-V4:
+        its main attention's); None for a model with one set of parameters."""
+        if not _per_layer(self.rope_parameters):
+            return None
+        if layer_type is None:
             keys = [k for k in ("full_attention", "main") if k in self.rope_parameters]
-            layer_type = keys[0] if keys else next(iter(self.rope_parameters))
+            return keys[0] if keys else next(iter(self.rope_parameters))
         if layer_type not in self.rope_parameters:
             raise ValueError(
                 f"layer_type must be one of {', '.join(sorted(self.rope_parameters))} for "
                 f"{self.name}, got {layer_type!r}"
             )
-        return self.rope_parameters[layer_type]
+        return layer_type
+
+    def _base_dim(self, layer_type: str | None) -> int:
+        dims = self.extra.get("head_dims", {})  # Gemma 4: head dims per layer type
+        return dims.get(self.layer_type(layer_type)) or self.rope_base_dim or self.head_dim
 
     def schedule(self, layer_type: str | None = None) -> tuple[dict | None, int, float, float]:
         """(posenc scaling dict or None, rotary dim, rotate_fraction, theta) of a layer type;
@@ -112,8 +123,8 @@ class ModelSpec:
         fraction = float(p.get("partial_rotary_factor") or 1.0)
         if kind == "proportional":
             scaling = _linear(p.get("factor"))
-            return scaling, self.rope_base_dim or self.head_dim, fraction, float(p["rope_theta"])
-        rotary = int((self.rope_base_dim or self.head_dim) * fraction)
+            return scaling, self._base_dim(layer_type), fraction, float(p["rope_theta"])
+        rotary = int(self._base_dim(layer_type) * fraction)
         return _scaling(kind, p, self.max_position_embeddings), rotary, 1.0, float(p["rope_theta"])
 
     def rope_tables(self, positions: Tensor | int, layer_type: str | None = None):
@@ -195,9 +206,11 @@ def _read(model) -> tuple[str, dict]:
     path = Path(model)
     if path.is_dir():
         path = path / "config.json"
-    elif not path.suffix and not path.exists():
-        path = PRESETS / f"{model}.json"
-        if not path.is_file():
+    elif not path.exists():
+        preset = PRESETS / f"{model}.json"
+        if preset.is_file():
+            path = preset
+        elif path.suffix != ".json" and "/" not in str(model):
             raise ValueError(
                 f"model={model!r}: not a preset ({', '.join(preset_names())}) nor a config.json"
             )
@@ -223,14 +236,18 @@ def _source(model) -> Any:
 def _spec(name: str, config, source: str) -> ModelSpec:
     text = config.get_text_config()
     heads = text.num_attention_heads
-    base_dim = getattr(text, "head_dim", None) or text.hidden_size // heads  # what RoPE divides
+    layers = text.num_hidden_layers
+    layer_types = tuple(getattr(text, "layer_types", None) or ("full_attention",) * layers)
+    dims = _head_dims(text, layer_types)
+    base_dim = dims.get("full_attention") or _attr(text, "head_dim") or text.hidden_size // heads
     head_dim = base_dim
     if getattr(text, "qk_nope_head_dim", None):  # MLA: RoPE on a decoupled slice of each head
         head_dim = text.qk_nope_head_dim + text.qk_rope_head_dim
     params = dict(getattr(text, "rope_parameters", None) or {})
-    first = next(iter(params.values())) if _per_layer(params) else params
-    layers = text.num_hidden_layers
-    layer_types = tuple(getattr(text, "layer_types", None) or ("full_attention",) * layers)
+    first = params  # the global layers' parameters stand for the model's
+    if _per_layer(params):
+        keys = [k for k in ("full_attention", "main") if k in params]
+        first = params[keys[0] if keys else next(iter(params))]
     window = getattr(text, "sliding_window", None)
     if getattr(text, "use_sliding_window", True) is False:
         window = None
@@ -256,7 +273,29 @@ def _spec(name: str, config, source: str) -> ModelSpec:
         nope_layers=tuple(i for i, use in enumerate(nope) if not use),
         sinks=text.model_type == "gpt_oss",
         source=source,
+        extra={"head_dims": dims} if len(set(dims.values())) > 1 else {},
     )
+
+
+def _attr(config, name: str):
+    """An attribute, or None where the config keeps it per layer (Gemma 4's head_dim)."""
+    try:
+        return getattr(config, name, None)
+    except Exception:  # transformers' AmbiguousGlobalPerLayerAttributeError
+        return None
+
+
+def _head_dims(text, layer_types) -> dict[str, int]:
+    """{layer type: head dim} where the config holds per-layer attributes, else {}."""
+    per = _attr(text, "per_layer_config")
+    if per is None:
+        return {}
+    dims: dict[str, int] = {}
+    for i, kind in enumerate(layer_types):
+        dim = _attr(per[i], "head_dim")
+        if dim is not None:
+            dims.setdefault(kind, dim)
+    return dims
 
 
 def _rotary(rotary: int, params: dict) -> int:

@@ -23,7 +23,8 @@ from posenc.functional import rope_frequencies  # noqa: E402
 TYPES = [
     "llama", "qwen2", "qwen3", "mistral", "gemma3_text", "gpt_oss", "deepseek_v3", "gpt_neox",
     "smollm3", "phi3", "olmo3", "qwen3_next", "llama4_text", "glm4", "cohere2", "phi",
-    "stablelm", "falcon", "apertus", "deepseek_v2", "qwen3_5_text", "starcoder2",
+    "stablelm", "falcon", "apertus", "deepseek_v2", "qwen3_5_text", "starcoder2", "gemma4_text",
+    "deepseek_v4", "cohere",
 ]  # fmt: skip
 ULPS, LIMIT = 2.0**-20, 1e-6
 
@@ -56,7 +57,23 @@ def _theirs(rotary, positions, layer_type):
 @pytest.mark.parametrize("model_type", TYPES)
 def test_rope_tables_equal_the_models_rotary_embedding(model_type):
     config = AutoConfig.for_model(model_type)
-    spec = models._spec(model_type, config, source="transformers' defaults")
+    _check_tables(models._spec(model_type, config, source="transformers' defaults"), config)
+
+
+@pytest.mark.parametrize("name", models.preset_names())
+def test_every_preset_loads_and_its_tables_equal_transformers(name):
+    data = json.loads((models.PRESETS / f"{name}.json").read_text())
+    assert data["_name"] == name and data["_source"]
+    spec = models.load(name)
+    assert spec.name == name and spec.source == data["_source"]
+    assert spec.num_heads == data["num_attention_heads"]
+    assert spec.num_kv_heads == data.get("num_key_value_heads", spec.num_heads)
+    config = AutoConfig.for_model(**{k: v for k, v in data.items() if not k.startswith("_")})
+    _check_tables(spec, config)
+
+
+def _check_tables(spec, config):
+    model_type = spec.model_type
     rotary = _rotary(config)
     positions = torch.arange(0, 12288, 3)
     per_layer = models._per_layer(spec.rope_parameters)
