@@ -180,6 +180,12 @@ def preset_names() -> list[str]:
 
 def load(model: str | Path | dict) -> ModelSpec:
     """A ModelSpec from a preset name, a config.json path (or its folder), or a config dict."""
+    name, config = hf_config(model)
+    return _spec(name, config, source=str(_source(model)))
+
+
+def hf_config(model: str | Path | dict):
+    """(name, transformers' config object) of a preset, a config.json or a dict."""
     name, data = _read(model)
     try:
         from transformers import AutoConfig
@@ -193,7 +199,7 @@ def load(model: str | Path | dict) -> ModelSpec:
         config = AutoConfig.for_model(**data)
     except ValueError as exc:
         raise ValueError(f"{name}: {str(exc).splitlines()[0]}") from None
-    return _spec(name, config, source=str(_source(model)))
+    return name, config
 
 
 def _read(model) -> tuple[str, dict]:
@@ -273,7 +279,10 @@ def _spec(name: str, config, source: str) -> ModelSpec:
         nope_layers=tuple(i for i, use in enumerate(nope) if not use),
         sinks=text.model_type == "gpt_oss",
         source=source,
-        extra={"head_dims": dims} if len(set(dims.values())) > 1 else {},
+        extra={
+            **({"head_dims": dims} if len(set(dims.values())) > 1 else {}),
+            **({"mla": True} if getattr(text, "qk_nope_head_dim", None) else {}),
+        },
     )
 
 

@@ -194,3 +194,46 @@ def fla_fox_attention(inputs):
         return parallel_forgetting_attn(*t, g.transpose(1, 2), scale=scale).transpose(1, 2)
 
     return attend
+
+
+def model_rotary(config):
+    """(modeling module, rotary embedding) of a transformers config's text model, built as the
+    model builds it."""
+    import importlib
+    import inspect
+
+    text = config.get_text_config()
+    for name in dict.fromkeys((text.model_type, text.model_type.removesuffix("_text"))):
+        try:
+            module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+        except ImportError:
+            continue
+        for attr, cls in vars(module).items():
+            rotary = attr.endswith("RotaryEmbedding") and "Vision" not in attr
+            if rotary and inspect.isclass(cls) and cls.__module__ == module.__name__:
+                return module, cls(text)
+    raise LookupError(f"transformers has no rotary embedding for {text.model_type}")
+
+
+def model_call(model: str, q, k):
+    """The model's own rotation in transformers: its rotary embedding's tables for positions
+    0 .. L-1 (its global layers'; built once per forward: not timed) and its modeling module's
+    `apply_rotary_pos_emb`, on q and k as its attention hands them over."""
+    import inspect
+
+    import torch
+
+    from posenc.models import hf_config
+
+    module, rotary = model_rotary(hf_config(model)[1])
+    rotary = rotary.to(q.device)
+    positions = torch.arange(q.shape[2], device=q.device)[None]
+    kwargs = {}
+    if "layer_type" in inspect.signature(rotary.forward).parameters:
+        kwargs["layer_type"] = "full_attention"
+    with torch.no_grad():
+        cos, sin = rotary(torch.zeros((), dtype=q.dtype, device=q.device), positions, **kwargs)
+    apply = module.apply_rotary_pos_emb
+    if list(inspect.signature(apply).parameters)[:1] == ["x"]:  # Gemma 4's: one tensor a call
+        return lambda: (apply(q, cos, sin), apply(k, cos, sin))
+    return lambda: apply(q, k, cos, sin)

@@ -21,7 +21,8 @@ from bench.cases._common import (
     NUM_KV_HEADS,
     compile_impl,
 )
-from bench.cases._peers import hf_impl, llama_config, rotary_tables
+from bench.cases._model import MODEL, interleaved, model_only, model_tables, rotary_cols
+from bench.cases._peers import hf_impl, llama_config, model_call, rotary_tables
 from bench.cases._rotary import (
     LAYOUT,
     heads_tensor,
@@ -72,7 +73,10 @@ def scaling_of(name: str, head_dim: int) -> dict | None:
 
 
 def _scaled_tables(point: Point, dtype, device):
-    """cos, sin (L, D/2) with the point's schedule; p-RoPE's still frequencies have cos 1, sin 0."""
+    """cos, sin (L, D/2) with the point's schedule (its model's, with model=: (L, R/2) for a
+    partial rotary R); p-RoPE's still frequencies have cos 1, sin 0."""
+    if point.model:
+        return model_tables(point, dtype, device)
     return F.rope_cos_sin(
         point.seq_len,
         point.head_dim,
@@ -85,6 +89,8 @@ def _scaled_tables(point: Point, dtype, device):
 
 
 def _plain_only(point: Point) -> str | None:
+    if point.model:
+        return "the tutorial's RoPE is no model's"
     if point.rope_variant != "plain":
         return f"the tutorial's RoPE has no {point.rope_variant}"
     return None if point.rope_scaling == "none" else "the tutorial's RoPE has no scaling"
@@ -124,18 +130,25 @@ def _build(point: Point, device, dtype):
         "tables": _qk_tables(cos, sin, scale),  # what an eager user precomputes: q's, k's
         "truth_tables": _qk_tables(*_tables(point, torch.float64, device)),  # for the truth
         "kernel_args": {} if scale is None else {"xpos_scale": scale},  # the kernel's own
+        "interleaved": interleaved(point),  # GPT-J pairs (the model's, with model=)
         "point": point,  # for the implementations that build their own tables (hf)
     }
     if point.rope_variant == "p_rope":  # the kernel reads only the frequencies that turn
         n = F.rotating_frequencies(point.head_dim, P_ROPE)
         inputs["cos"], inputs["sin"] = cos[:, :n].contiguous(), sin[:, :n].contiguous()
         inputs["kernel_args"] = {"rotary_dim": point.head_dim}
+    if inputs["interleaved"]:
+        inputs["kernel_args"] = dict(inputs["kernel_args"], interleaved=True)
     return inputs
 
 
 def _truth(inputs):
     (cq, sq), (ck, sk) = inputs["truth_tables"]
-    return F.apply_rope(inputs["q"], cq, sq), F.apply_rope(inputs["k"], ck, sk)
+    pairs = inputs["interleaved"]
+    return (
+        F.apply_rope(inputs["q"], cq, sq, interleaved=pairs),
+        F.apply_rope(inputs["k"], ck, sk, interleaved=pairs),
+    )
 
 
 def _seed_module(inputs, dtype=None):
@@ -154,25 +167,31 @@ def _seed_truth(inputs):
     return rope(inputs["q"]), rope(inputs["k"])
 
 
-def reference_fn(q, k, tables_q, tables_k):
-    return F.apply_rope(q, *tables_q), F.apply_rope(k, *tables_k)
+def reference_fn(q, k, tables_q, tables_k, interleaved=False):
+    return (
+        F.apply_rope(q, *tables_q, interleaved=interleaved),
+        F.apply_rope(k, *tables_k, interleaved=interleaved),
+    )
 
 
 def _reference(inputs):
-    q, k, (tq, tk) = inputs["q"], inputs["k"], inputs["tables"]
-    return lambda: reference_fn(q, k, tq, tk)
+    q, k, (tq, tk), pairs = inputs["q"], inputs["k"], inputs["tables"], inputs["interleaved"]
+    return lambda: reference_fn(q, k, tq, tk, pairs)
 
 
 def _reference_out(inputs):
-    q, k, (tq, tk) = inputs["q"], inputs["k"], inputs["tables"]
+    q, k, (tq, tk), pairs = inputs["q"], inputs["k"], inputs["tables"], inputs["interleaved"]
     q_out, k_out = torch.empty_like(q), torch.empty_like(k)  # preallocated: not timed
-    return lambda: (F.apply_rope(q, *tq, out=q_out), F.apply_rope(k, *tk, out=k_out))
+    return lambda: (
+        F.apply_rope(q, *tq, out=q_out, interleaved=pairs),
+        F.apply_rope(k, *tk, out=k_out, interleaved=pairs),
+    )
 
 
 def _compiled(inputs):
     fn = compile_impl(reference_fn)
-    q, k, (tq, tk) = inputs["q"], inputs["k"], inputs["tables"]
-    return lambda: fn(q, k, tq, tk)
+    q, k, (tq, tk), pairs = inputs["q"], inputs["k"], inputs["tables"], inputs["interleaved"]
+    return lambda: fn(q, k, tq, tk, pairs)
 
 
 def _triton(inputs):
@@ -202,6 +221,8 @@ def _hf(inputs):
 
     q, k = inputs["q"], inputs["k"]
     point = inputs["point"]
+    if point.model:
+        return model_call(point.model, q, k)
     config = llama_config(
         point.head_dim,
         point.num_heads,
@@ -216,6 +237,10 @@ def _hf(inputs):
 
 
 def _hf_supports(point: Point) -> str | None:
+    if point.model and interleaved(point):
+        return "interleaved pairs: transformers' models permute q and k around this call"
+    if point.model and 2 * rotary_cols(point) < point.head_dim:
+        return "partial rotary: transformers' models slice q and k around this call"
     if point.rope_variant == "xpos":
         return "transformers has no xPos"
     if point.rope_variant == "p_rope" and point.rope_scaling not in ("none", "linear"):
@@ -225,6 +250,8 @@ def _hf_supports(point: Point) -> str | None:
 
 def liger_only(layout: str, other: str):
     def supports(point: Point) -> str | None:
+        if point.model and (interleaved(point) or 2 * rotary_cols(point) < point.head_dim):
+            return "Liger's RoPE rotates whole heads in half-split pairs"
         if point.rope_variant != "plain":
             return f"Liger's RoPE has no {point.rope_variant}"
         if point.layout == layout:
@@ -235,7 +262,7 @@ def liger_only(layout: str, other: str):
 
 
 def _cost(point: Point, dtype, mode: str) -> Cost:
-    cols = point.head_dim // 2
+    cols = rotary_cols(point)
     if point.rope_variant == "p_rope":
         cols = F.rotating_frequencies(point.head_dim, P_ROPE)
     return rotation_cost(point, dtype, mode, point.seq_len, cols)
@@ -266,6 +293,6 @@ ROPE = Case(
     cost=_cost,
     grad_inputs=("q", "k"),
     batched=("q", "k"),
-    knobs=(LAYOUT, NUM_KV_HEADS, ROPE_SCALING, ROPE_VARIANT),
-    constraint=lambda p: None if p.head_dim % 2 == 0 else f"head_dim={p.head_dim} is odd",
+    knobs=(LAYOUT, NUM_KV_HEADS, ROPE_SCALING, ROPE_VARIANT, MODEL),
+    constraint=lambda p: f"head_dim={p.head_dim} is odd" if p.head_dim % 2 else model_only(p),
 )

@@ -112,20 +112,47 @@ def _entries(axes: dict, name, filters: dict) -> list[Entry]:
     devices = tuple(_devices(axes["device"], name("device")))
     modes = tuple(choices(axes["mode"], name("mode"), list(MODES)))
     base = list(itertools.product(batch, seq_len, d_model, heads))
+    with_model = any(m is not None for m in knobs.get("model", [None]))
     entries = []
     for name in cases:
         case = CASES[name]
         impls = tuple(i for i in case.impls if wanted is None or i in wanted)
-        if not impls:  # the chosen impls are other cases': this case has nothing to run
-            continue
+        if not impls or (with_model and "model" not in case.knob_names):
+            continue  # the chosen impls are other cases', or the case takes no model
         own = [knobs[k] for k in case.knob_names]
         points = tuple(
-            Point(*p, **dict(zip(case.knob_names, values, strict=True)))
+            _model_shaped(Point(*p, **dict(zip(case.knob_names, values, strict=True))))
             for p in base
             for values in itertools.product(*own)
         )
-        entries.append(Entry(name, impls, points, dtypes, devices, modes))
+        entries.append(Entry(name, impls, tuple(dict.fromkeys(points)), dtypes, devices, modes))
     return entries
+
+
+def _model_shaped(point: Point) -> Point:
+    """A point with a model takes the model's attention shapes (d_model, heads, kv heads)."""
+    if "model" not in KNOBS or not point.model:
+        return point
+    from bench.cases._model import shape_of
+
+    d_model, heads, kv = shape_of(point.model)
+    knobs = dict(point.knobs, num_kv_heads=None if kv == heads else kv)
+    return Point(point.batch, point.seq_len, d_model, heads, **knobs)
+
+
+MODEL_SETS = ("d_model", "num_heads", "num_kv_heads", "rope_scaling", "rope_variant")
+
+
+def models_skip(cfg) -> str | None:
+    """The one line a run with model= says of the chosen cases that take no model."""
+    if "model" not in KNOBS or all(m is None for m in as_list(cfg["model"])):
+        return None
+    chosen = choices(cfg["cases"], "cases", list(CASES))
+    skipped = [c for c in chosen if "model" not in CASES[c].knob_names]
+    if not skipped:
+        return None
+    names = ", ".join(skipped[:6]) + (f" and {len(skipped) - 6} more" if len(skipped) > 6 else "")
+    return f"model=: {len(skipped)} chosen cases take no model and are not run ({names})"
 
 
 def _impls(value, key: str) -> list[str] | None:
@@ -140,6 +167,10 @@ def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
     """Validates the whole config; raises ValueError naming the offending key. pinned: the
     axes the command line set (they win over the grids')."""
     _check_timing(cfg["timing"])
+    if "model" in KNOBS and any(m is not None for m in as_list(cfg["model"])):
+        clash = [k for k in MODEL_SETS if k in pinned]
+        if clash:
+            raise ValueError(f"{clash[0]}: model= sets it; leave it out (or drop model=)")
     base = {axis: cfg[axis] for axis in axis_names()}
     grids = as_list(cfg["grids"]) if cfg["grids"] else []
     filters = {"cases": None, "impls": None}
@@ -171,6 +202,11 @@ def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
     if orphans:  # cases the command line names and no grid lists: at the top-level axes
         axes = dict(base, cases=orphans)
         entries += _entries(_smoke(axes) if cfg["smoke"] else axes, lambda a: a, filters)
+    if not entries and models_skip(cfg):
+        takes = ", ".join(c for c in CASES if "model" in CASES[c].knob_names)
+        raise ValueError(
+            f"model: none of the chosen cases takes a model; the cases that do: {takes}"
+        )
     if not entries:
         wanted = ", ".join(as_list(cfg["impls"]))
         chosen = choices(cfg["cases"], "cases", list(CASES))

@@ -7,7 +7,6 @@ named."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 
@@ -17,6 +16,7 @@ import torch
 pytest.importorskip("transformers", reason="needs transformers (pip install -e '.[hf]')")
 from transformers import AutoConfig  # noqa: E402
 
+from bench.cases._peers import model_rotary  # noqa: E402
 from posenc import models  # noqa: E402
 from posenc.functional import rope_frequencies  # noqa: E402
 
@@ -30,18 +30,7 @@ ULPS, LIMIT = 2.0**-20, 1e-6
 
 
 def _rotary(config):
-    """The model's text rotary embedding, built from its config as the model builds it."""
-    text = config.get_text_config()
-    for name in dict.fromkeys((text.model_type, text.model_type.removesuffix("_text"))):
-        try:
-            module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
-        except ImportError:
-            continue
-        for attr, cls in vars(module).items():
-            rotary = attr.endswith("RotaryEmbedding") and "Vision" not in attr
-            if rotary and inspect.isclass(cls) and cls.__module__ == module.__name__:
-                return cls(text)
-    raise LookupError(text.model_type)
+    return model_rotary(config)[1]
 
 
 def _theirs(rotary, positions, layer_type):

@@ -1,0 +1,89 @@
+"""The `model` knob: a preset name or a config.json (posenc.models), whose attention shapes and
+RoPE a case takes in place of the knobs' (bench/config/plan.py sets d_model, num_heads and
+num_kv_heads from it; the rotary cases read its schedule, rotary width and pairing here)."""
+
+from __future__ import annotations
+
+import functools
+
+from bench.checks import as_list
+from bench.registry import Knob, Point
+from posenc import functional as F
+
+
+@functools.lru_cache(maxsize=32)
+def spec_of(model: str):
+    """posenc.models.load, once per run; ValueError naming `model` (transformers absent
+    included: the one line that says how to install it)."""
+    from posenc import models
+
+    try:
+        return models.load(model)
+    except ImportError as exc:
+        raise ValueError(f"model: {exc}") from None
+    except ValueError as exc:
+        text = str(exc)
+        raise ValueError(text if text.startswith("model") else f"model={model}: {text}") from None
+
+
+def _check(value, key: str) -> list:
+    values = as_list(value)
+    for v in values:
+        if v is not None and not isinstance(v, str):
+            raise ValueError(f"{key}: a preset name or a config.json path, got {v!r}")
+        if v is not None:
+            spec_of(v)
+    return values
+
+
+MODEL = Knob(
+    "model",
+    None,
+    "a model preset (configs/models/) or a config.json: its heads, head dim and RoPE",
+    _check,
+)
+
+
+def shape_of(model: str) -> tuple[int, int, int]:
+    """(d_model, num_heads, num_kv_heads) of the model's attention as the rope case sees it:
+    heads x the rotated width; MLA (DeepSeek) rotates a 64-d slice of every query head and one
+    key head shared by all of them."""
+    spec = spec_of(model)
+    if spec.rotary_dim < spec.head_dim and spec.extra.get("mla", False):
+        return spec.num_heads * spec.rotary_dim, spec.num_heads, 1
+    return spec.num_heads * spec.head_dim, spec.num_heads, spec.num_kv_heads
+
+
+def model_tables(point: Point, dtype, device):
+    """cos, sin (L, R/2) of the point's model (its global layers' schedule), in dtype."""
+    scaling, rotary, fraction, theta = spec_of(point.model).schedule()
+    if rotary > point.head_dim:  # MLA: the point is the rotated slice itself
+        rotary = point.head_dim
+    return F.rope_cos_sin(
+        point.seq_len,
+        rotary,
+        theta,
+        scaling=scaling,
+        seq_len=point.seq_len,
+        rotate_fraction=fraction,
+        dtype=dtype,
+        device=device,
+    )
+
+
+def rotary_cols(point: Point) -> int:
+    """The columns of the point's tables: R/2 of its model's rotary width R, else D/2."""
+    if not point.model:
+        return point.head_dim // 2
+    return min(spec_of(point.model).schedule()[1], point.head_dim) // 2
+
+
+def interleaved(point: Point) -> bool:
+    return bool(point.model) and spec_of(point.model).interleaved
+
+
+def model_only(point: Point) -> str | None:
+    """A case's constraint: a model sets the schedule and form, the knobs may not as well."""
+    if point.model and (point.rope_scaling != "none" or point.rope_variant != "plain"):
+        return "model= sets the RoPE schedule: rope_scaling and rope_variant stay at their defaults"
+    return None
