@@ -10,6 +10,7 @@ Config: configs/bench.yaml with the schema in bench/config/schema.py. Examples:
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import sys
@@ -146,6 +147,29 @@ def main(cfg: DictConfig) -> None:
 
         print("\n".join(markdown.tutorial_table(rows.load([out_dir]))))
     print(f"report: {out_dir / 'report.md'}")
+    if verdict := not_ok(out_dir / "results.csv"):
+        print(verdict)
+        sys.exit(BAD_ROWS)
+
+
+BAD_ROWS = 3  # the exit status of a run with a wrong or errored row (--help, README)
+
+
+def not_ok(results: Path) -> str | None:
+    """The last line of a run with wrong or errored rows (how many, and which), or None."""
+    with open(results, newline="") as f:
+        bad = [r for r in csv.DictReader(f) if r["status"] in ("wrong", "error")]
+    if not bad:
+        return None
+    from bench.report.rows import knobs
+
+    def label(r: dict) -> str:
+        parts = (r["case"], r["impl"], r["mode"], f"L={r['seq_len']}", knobs(r["params"]))
+        return " ".join(filter(None, parts)) + f": {r['status']}"
+
+    which = "; ".join(label(r) for r in bad[:4])
+    more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
+    return f"{len(bad)} rows wrong or in error (report.md, 'Rows not ok'): {which}{more}"
 
 
 def _report(out_dir: Path) -> bool:
