@@ -10,7 +10,6 @@ Config: configs/bench.yaml with the schema in bench/config/schema.py. Examples:
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 import sys
@@ -24,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench.config import cli, plugins, schema
 from bench.config import plan as bench_config
-from bench.results import git_sha, write_env
+from bench.results import git_sha, read_rows, write_env
 from bench.run import profile
 from bench.run.runnable import unrunnable
 from bench.run.runner import Runner
@@ -106,16 +105,19 @@ def main(cfg: DictConfig) -> None:
     if cfg.profile:
         profile.run(plan, cfg, out_dir, pinned)
         return
-    runner = Runner(
-        plan,
-        cfg.timing,
-        out_dir,
-        run_id=out_dir.name,
-        resume=cfg.resume,
-        tutorial_timing=cfg.tutorial_timing,
-        do_calibrate=cfg.calibrate,
-        seed=cfg.seed,
-    )
+    try:
+        runner = Runner(
+            plan,
+            cfg.timing,
+            out_dir,
+            run_id=out_dir.name,
+            resume=cfg.resume,
+            tutorial_timing=cfg.tutorial_timing,
+            do_calibrate=cfg.calibrate,
+            seed=cfg.seed,
+        )
+    except ValueError as exc:  # a results.csv with a malformed row: named, never read
+        _fail(str(exc), out_dir)
     try:
         summary = runner.run()
     except KeyboardInterrupt:
@@ -157,8 +159,7 @@ BAD_ROWS = 3  # the exit status of a run with a wrong or errored row (--help, RE
 
 def not_ok(results: Path) -> str | None:
     """The last line of a run with wrong or errored rows (how many, and which), or None."""
-    with open(results, newline="") as f:
-        bad = [r for r in csv.DictReader(f) if r["status"] in ("wrong", "error")]
+    bad = [r for r in read_rows(results).rows if r["status"] in ("wrong", "error")]
     if not bad:
         return None
     from bench.report.rows import knobs
@@ -196,7 +197,13 @@ def entry() -> None:
     if "--help" in argv or "-h" in argv:
         print(cli.help_text())
         return
-    problem = cli.unknown_key(argv) or cli.sweep_problem(argv) or cli.run_dir_problem(argv)
+    problem = (
+        cli.syntax_problem(argv)
+        or cli.unknown_key(argv)
+        or cli.sweep_problem(argv)
+        or cli.group_problem(argv)
+        or cli.run_dir_problem(argv)
+    )
     if problem:
         print(f"invalid configuration: {problem}", file=sys.stderr)
         sys.exit(2)

@@ -67,6 +67,9 @@ class Knob:
     default: Any
     help: str
     check: Callable[[Any, str], list]
+    # A knob added to a case after its rows were recorded: at its default it is left out of the
+    # `params` column, so that those rows keep their identity (resume, merges, comparisons).
+    quiet_default: bool = False
 
 
 KNOBS: dict[str, Knob] = {}  # every knob a declared case has, by name (filled by Case)
@@ -133,10 +136,14 @@ class Point:
 
     def params(self, knobs: tuple[str, ...]) -> str:
         """The `params` column: the case's knobs as JSON (keys sorted)."""
-        return json.dumps({k: getattr(self, k) for k in sorted(knobs)})
+        return json.dumps({k: getattr(self, k) for k in sorted(knobs) if self._shown(k)})
+
+    def _shown(self, knob: str) -> bool:
+        declared = KNOBS[knob]
+        return not declared.quiet_default or getattr(self, knob) != declared.default
 
     def label(self, knobs: tuple[str, ...] = ()) -> str:
-        extra = "".join(f" {k}={getattr(self, k)}" for k in knobs)
+        extra = "".join(f" {k}={getattr(self, k)}" for k in knobs if self._shown(k))
         return f"B={self.batch} L={self.seq_len} d={self.d_model} H={self.num_heads}{extra}"
 
 

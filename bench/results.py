@@ -1,13 +1,12 @@
 """The results schema (one definition of a row: its columns, its identity, its version), the
-append-only CSV writer, and env.json.
+append-only CSV writer, the checked reader (a torn last row set aside), and env.json.
 
 One row per (case, impl, mode, device, device name, dtype, point). Rows are appended and flushed
 as they are measured, so an interrupted sweep keeps everything it finished; `resume` skips the
 keys already in the file. Columns are only ever added, never renamed: a row names its schema's
 version, a key the schema does not have is an error (never dropped), and a file of an older
-version (fewer columns) is upgraded in place when a run resumes into it, its rows kept with the
-new columns empty. The probe's probe.csv is a schema of its own, written by the same writer.
-"""
+version (fewer columns) is upgraded in place on resume, its rows kept with the new columns
+empty. The probe's probe.csv is a schema of its own, written by the same writer."""
 
 from __future__ import annotations
 
@@ -36,6 +35,8 @@ class Schema:
     columns: tuple[str, ...]
     key: tuple[str, ...]
     version: int | None = None
+    numeric: frozenset[str] = frozenset()  # columns that hold a number or nothing
+    statuses: tuple[str, ...] = ()  # the `status` column's values, where the schema checks it
 
     def key_of(self, row: dict) -> tuple[str, ...]:
         return tuple(str(row.get(k, "")) for k in self.key)
@@ -47,6 +48,19 @@ class Schema:
             raise KeyError(
                 f"row has keys that are no column of the schema: {', '.join(map(repr, unknown))}"
             )
+
+    def problem(self, row: dict) -> str | None:
+        """What is wrong with a row read back (a number that is not one, an unknown status)."""
+        for column in self.numeric & row.keys():
+            value = row[column]
+            if value:
+                try:
+                    float(value)
+                except ValueError:
+                    return f"{column} is {value!r}, not a number"
+        if self.statuses and row.get("status") not in self.statuses:
+            return f"status is {row.get('status')!r}, not one of {', '.join(self.statuses)}"
+        return None
 
     def upgradable_from(self, header: tuple[str, ...]) -> bool:
         """A file with this header is an older version of the schema (a subset of its columns:
@@ -110,7 +124,52 @@ COLUMNS = (
     "tokens_per_s",
     "schema_version",
 )
-RESULTS = Schema(COLUMNS, KEY, SCHEMA_VERSION)
+TEXT = {"run_id", "case", "level", "impl", "mode", "device", "device_name", "dtype", "params"}
+TEXT |= {"status", "message", "timestamp", "timing_method", "contended"}
+STATUSES = ("ok", "wrong", "oom", "skipped", "error")  # bench/registry.py: Status
+RESULTS = Schema(COLUMNS, KEY, SCHEMA_VERSION, frozenset(COLUMNS) - TEXT, STATUSES)
+
+
+@dataclass(frozen=True)
+class Read:
+    """A results file read back: its header, its rows (each checked), the text they came from,
+    and the torn last line (a write cut short: no line end), set aside, or None."""
+
+    header: tuple[str, ...]
+    rows: list[dict]
+    text: str
+    torn: str | None
+
+
+def read_rows(path: Path, schema: Schema = RESULTS) -> Read:
+    """Every row of a CSV of `schema`, checked: the number of fields, the numeric columns, the
+    status. A last line without its line end is a row cut short (a kill, a full disk): it is
+    returned apart, never as a row; a malformed row anywhere else raises ValueError naming the
+    file and the line."""
+    with open(path, newline="") as f:
+        text = f.read()
+    torn = None
+    if text and not text.endswith("\n"):
+        cut = text.rfind("\n") + 1
+        text, torn = text[:cut], text[cut:]
+    reader = csv.reader(text.splitlines(keepends=True))
+    header = tuple(next(reader, ()))
+    if header and not schema.upgradable_from(header):
+        extra = [c for c in header if c not in schema.columns]
+        raise ValueError(
+            f"{path} has columns this version does not know ({', '.join(extra)}): "
+            "resume into a new run directory"
+        )
+    rows = []
+    for fields in reader:
+        where = f"{path}, line {reader.line_num}"
+        if len(fields) != len(header):
+            raise ValueError(f"{where}: {len(fields)} fields, the header has {len(header)}")
+        row = dict(zip(header, fields, strict=True))
+        if problem := schema.problem(row):
+            raise ValueError(f"{where}: {problem}")
+        rows.append(row)
+    return Read(header, rows, text, torn)
 
 
 def row_key(row: dict) -> tuple[str, ...]:
@@ -129,18 +188,13 @@ class ResultsWriter:
         self.path, self.schema = Path(path), schema
         self.existing = set()
         self.upgraded_from: tuple[str, ...] | None = None
+        self.set_aside: str | None = None  # what was done with a torn last row, said once
         if self.path.exists() and self.path.stat().st_size:
-            with open(self.path, newline="") as f:
-                reader = csv.DictReader(f)
-                header = tuple(reader.fieldnames or ())
-                rows = list(reader)
-            if header != schema.columns:
-                if not schema.upgradable_from(header):
-                    extra = [c for c in header if c not in schema.columns]
-                    raise ValueError(
-                        f"{self.path} has columns this version does not know ({', '.join(extra)}): "
-                        "resume into a new run directory"
-                    )
+            read = read_rows(self.path, schema)
+            header, rows = read.header, read.rows
+            if read.torn is not None:
+                self._set_aside(read)
+            if header != schema.columns:  # an older version's (read_rows refuses the others)
                 self._rewrite(rows)
                 self.upgraded_from = header
             self.existing = {schema.key_of(r) for r in rows}
@@ -150,6 +204,23 @@ class ResultsWriter:
         if new:
             self._writer.writeheader()
             self._file.flush()
+
+    def _set_aside(self, read: Read) -> None:
+        """The torn last line kept verbatim in <file>.torn, the file cut back to its whole rows
+        (renamed over it), so that the row's point is measured again."""
+        aside = self.path.with_name(self.path.name + ".torn")
+        with open(aside, "a", newline="") as f:
+            f.write(read.torn + "\n")
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(read.text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        self.set_aside = (
+            f"{self.path.name}: its last row was cut short ({len(read.torn)} bytes, kept in "
+            f"{aside.name}); its point is measured again"
+        )
 
     def _rewrite(self, rows: list[dict]) -> None:
         """The file's rows under the schema's header (missing columns empty), renamed over it."""

@@ -41,6 +41,7 @@ MODEL = Knob(
     None,
     "a model preset (configs/models/) or a config.json: its heads, head dim and RoPE",
     _check,
+    quiet_default=True,
 )
 
 

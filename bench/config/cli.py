@@ -102,20 +102,84 @@ def _nearest(word: str, choices: list[str]) -> str:
 
 
 def unknown_key(argv: list[str]) -> str | None:
-    """The first command-line override whose key this harness does not have (with or
-    without Hydra's +), as an error message; None if all are known."""
+    """The first command-line override this harness cannot take, as one line: a key it does
+    not have (with or without Hydra's +), keys under a plain key (`rope_scaling.factor=8`), a
+    + on a key that exists, a ~ (keys are never removed), `timing` given a value; None if all
+    are known."""
     for arg in argv:
-        if arg.startswith("-") or "=" not in arg:
+        if arg.startswith("-") or ("=" not in arg and not arg.startswith("~")):
             continue
-        key = arg.split("=", 1)[0].lstrip("+~")
+        raw = arg.split("=", 1)[0]
+        key = raw.lstrip("+~")
         if key in ("sweep", "hydra") or key.startswith(("hydra.", "hydra/")):
             continue
         head, _, rest = key.partition(".")
         if head not in fields():
             return f"{head}: not a key of this harness{_nearest(head, fields())}"
-        if head == "timing" and rest and rest.split(".")[0] not in TIMING:
-            name = rest.split(".")[0]
-            return f"timing.{name}: not a timing key{_nearest(name, TIMING)}"
+        if raw.startswith("~"):
+            return f"~{key}: keys cannot be removed; set {key}=VALUE (python -m bench --help)"
+        if head == "timing":
+            if not rest:
+                return "timing: set its keys (timing.budget_s=0.5, ...), not timing itself"
+            if rest.split(".")[0] not in TIMING:
+                name = rest.split(".")[0]
+                return f"timing.{name}: not a timing key{_nearest(name, TIMING)}"
+        elif rest:
+            return (
+                f"{key}: {head} takes a value, not keys ({head}=VALUE; python -m bench --help"
+                f"{'; a model config.json sets a schedule' if head == 'rope_scaling' else ''})"
+            )
+        if raw.startswith("+"):
+            return f"+{key}: {key} is already a key; drop the + ({key}=VALUE)"
+    return None
+
+
+def syntax_problem(argv: list[str]) -> str | None:
+    """An override Hydra's grammar cannot parse (`cases=rope]`, `batch`), as one line."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    for arg in argv:
+        if arg.startswith("-"):
+            continue
+        try:
+            OverridesParser.create().parse_overrides([arg])
+        except OverrideParseException as exc:
+            lines = [
+                ln for ln in str(exc).splitlines() if ln and not ln.startswith(("Error", "See"))
+            ]
+            why = lines[0] if lines else "not parsed"
+            return f"{arg!r}: not an override Hydra can parse ({why}); write KEY=VALUE"
+    return None
+
+
+def group_problem(argv: list[str]) -> str | None:
+    """A config group option that does not exist (`hydra/launcher=nope`, `sweep=` is checked on
+    its own), as one line, by composing the configuration the way Hydra will."""
+    groups = [a for a in argv if "/" in a.split("=", 1)[0] and "=" in a]
+    if not groups:
+        return None
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+
+    try:
+        with initialize_config_dir(str(CONFIGS.resolve()), version_base="1.3"):
+            compose("bench", overrides=groups, return_hydra_config=True)
+    except (HydraException, ValueError) as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        start = next((i for i, ln in enumerate(lines) if ln.startswith("Available")), None)
+        if start is None:
+            return f"{', '.join(groups)}: {lines[0] if lines else 'not a config group option'}"
+        group = lines[start].split("'")[1] if "'" in lines[start] else "the group"
+        options = []
+        for ln in lines[start + 1 :]:
+            if ln.startswith("Config search path"):
+                break
+            options.append(ln)
+        given = next(
+            (a.split("=", 1)[1] for a in groups if a.split("=", 1)[0].lstrip("+") == group), "?"
+        )
+        return f"{group}: unknown value {given!r}; choose from {', '.join(options)}"
     return None
 
 

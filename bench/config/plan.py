@@ -129,6 +129,10 @@ def _entries(axes: dict, name, filters: dict) -> list[Entry]:
     return entries
 
 
+def _reads(entries: list[Entry], knob: str) -> bool:
+    return any(knob in CASES[e.case].knob_names for e in entries)
+
+
 def _model_shaped(point: Point) -> Point:
     """A point with a model takes the model's attention shapes (d_model, heads, kv heads)."""
     if "model" not in KNOBS or not point.model:
@@ -202,6 +206,14 @@ def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
     if orphans:  # cases the command line names and no grid lists: at the top-level axes
         axes = dict(base, cases=orphans)
         entries += _entries(_smoke(axes) if cfg["smoke"] else axes, lambda a: a, filters)
+    unread = [k for k in sorted(pinned) if k in KNOBS and not _reads(entries, k)]
+    if entries and unread:  # a knob no case of the plan reads would be silently ignored
+        readers = [c for c in CASES if unread[0] in CASES[c].knob_names]
+        readers = ", ".join(readers[:8]) + (f" and {len(readers) - 8} more" * (len(readers) > 8))
+        raise ValueError(
+            f"{unread[0]}: no chosen case reads it, so it would change nothing; "
+            f"the cases that do: {readers}"
+        )
     if not entries and models_skip(cfg):
         takes = ", ".join(c for c in CASES if "model" in CASES[c].knob_names)
         raise ValueError(

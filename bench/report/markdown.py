@@ -49,17 +49,35 @@ def precision(df: pd.DataFrame) -> list[str]:
     ]
 
 
+def _threads(df: pd.DataFrame) -> str:
+    """What the rows ran on, from the rows (their `threads` column), not the configuration."""
+    threads = sorted({int(t) for t in df.get("threads", pd.Series(dtype=float)).dropna()})
+    if not threads:
+        return "threads not recorded"
+    span = str(threads[0]) if len(threads) == 1 else f"{threads[0]}-{threads[-1]}"
+    return f"rows timed on {span} thread{'s' if threads[-1] > 1 else ''}"
+
+
+def _calibration_notes(env: dict) -> list[str]:
+    """The calibration's notes (an emulated dtype) of a run and of its resumes."""
+    return [*env.get("calibration_notes", []), *(
+        n for r in env.get("resumes", []) for n in r.get("calibration_notes", [])
+    )]  # fmt: skip
+
+
 def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
     """df: rows with `speedup` and `cell` (see build)."""
     df = df.assign(column=df["impl"] + " @ " + df["device"])
     lines = ["# posenc-bench report", ""]
     where = [
         f"- {env.get('gpu') or env.get('cpu')}: torch {env.get('torch')}, triton "
-        f"{env.get('triton')}, {env.get('torch_threads')} threads, git "
-        f"{str(env.get('git_sha'))[:10]}"
+        f"{env.get('triton')}, git {str(env.get('git_sha'))[:10]}"
         for env in envs
     ]
     lines += list(dict.fromkeys(where))  # a multirun's jobs share one line
+    lines += [f"- {_threads(df)}"]
+    notes = [n for env in envs for n in _calibration_notes(env)]
+    lines += [f"- {note}" for note in dict.fromkeys(notes)]
     runs = df.attrs.get("runs", [])
     if len(runs) > 1:
         lines += ["", f"Merged from {len(runs)} runs: " + ", ".join(f"`{r}`" for r in runs) + "."]

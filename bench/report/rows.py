@@ -4,13 +4,14 @@ taken within one run, side by side."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pandas as pd
 
 from bench.cases import CASES
-from bench.results import COLUMNS, KEY
+from bench.results import COLUMNS, KEY, read_rows
 from bench.results import SHAPE as _SHAPE
 
 SHAPE = list(_SHAPE)
@@ -42,7 +43,7 @@ def load_all(dirs: list[Path]) -> pd.DataFrame:
     files = sorted({f for d in dirs for f in Path(d).rglob("results.csv")})
     if not files:
         raise FileNotFoundError(f"no results.csv under {', '.join(map(str, dirs))}")
-    frames = [pd.read_csv(f, dtype={"params": str}) for f in files]
+    frames = [_frame(f) for f in files]
     frames = [f for f in frames if not f.empty]
     if not frames:
         raise FileNotFoundError(f"no rows in the results.csv under {', '.join(map(str, dirs))}")
@@ -52,6 +53,15 @@ def load_all(dirs: list[Path]) -> pd.DataFrame:
         if column not in df:
             df[column] = float("nan")
     return df.sort_values("timestamp", kind="stable").reset_index(drop=True)
+
+
+def _frame(path: Path) -> pd.DataFrame:
+    """A results.csv's rows, each checked (bench/results.py: read_rows); a torn last row (a write
+    cut short) is left out, saying so: `resume=true` measures its point again."""
+    read = read_rows(path)
+    if read.torn is not None:
+        print(f"{path}: its last row was cut short ({len(read.torn)} bytes): left out")
+    return pd.read_csv(io.StringIO(read.text), dtype={"params": str})
 
 
 def load(dirs: list[Path]) -> pd.DataFrame:

@@ -2,20 +2,33 @@
 
 Every row's GB/s and TFLOP/s are divided by these to give % of (measured) peak; no hardware
 peak is hard-coded. Copy: dst.copy_(src) of 64 MiB (CPU) or 1 GiB (CUDA), counted as read +
-write. Matmul: an n x n product in the row's dtype, the best rate of n = 512, 1024 and 2048
+write. Matmul: an n x n product in the row's dtype, the best rate of n = 256, 512, 1024 and 2048
 (CPU: which size runs fastest depends on the cache and the thread count) or n = 8192 (CUDA).
+
+Bounded in time on every device and dtype: the matrix stops growing once one product takes
+more than CALL_S, and each size is timed within a budget, so that a dtype whose matmul this
+device emulates (bfloat16 on a CPU without bf16 units: 20-100x slower than float32) costs
+seconds, not minutes. Such a dtype is said so (`matmul_note`: env.json and the report), its
+rate measured at the sizes that fit the bound.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import torch
 
 from bench.run.timing import Budget, measure
 
+CALL_S = 0.05  # one product longer than this: the matrix stops growing
+EMULATED = 0.5  # a half-precision matmul at under half float32's rate has no units of its own
 
-def calibrate(device: torch.device, dtype: torch.dtype, budget_s: float = 0.5) -> dict:
+
+def calibrate(
+    device: torch.device, dtype: torch.dtype, budget_s: float = 0.5, matmul=torch.matmul
+) -> dict:
+    """{"calib_copy_gbps", "calib_matmul_tflops"}: the row columns the % columns divide by."""
     cuda = device.type == "cuda"
     n_copy = (1 << 30 if cuda else 1 << 26) // dtype.itemsize
     src = torch.randn(n_copy, device=device).to(dtype)
@@ -23,20 +36,47 @@ def calibrate(device: torch.device, dtype: torch.dtype, budget_s: float = 0.5) -
     t_copy = measure(
         lambda: dst.copy_(src), device, budget=Budget(warmup_s=0.05, min_reps=5, budget_s=budget_s)
     )
-    rates = []
-    for n in (8192,) if cuda else (512, 1024, 2048):
-        a = torch.randn(n, n, device=device).to(dtype)
-        b = torch.randn(n, n, device=device).to(dtype)
-        t_mm = measure(
-            lambda a=a, b=b: a @ b,
-            device,
-            budget=Budget(warmup_s=0.05, min_reps=3, budget_s=budget_s),
-        )
-        rates.append(2 * n**3 / (t_mm.p50 * 1e-3) / 1e12)
     return {
         "calib_copy_gbps": 2 * src.numel() * src.element_size() / (t_copy.p50 * 1e-3) / 1e9,
-        "calib_matmul_tflops": max(rates),
+        "calib_matmul_tflops": matmul_rate(device, dtype, budget_s, matmul),
     }
+
+
+def matmul_rate(device: torch.device, dtype: torch.dtype, budget_s: float, matmul) -> float:
+    """The best TFLOP/s of n x n products, n growing until one product takes over CALL_S."""
+    rates = []
+    for n in (8192,) if device.type == "cuda" else (256, 512, 1024, 2048):
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+        start = time.perf_counter()
+        matmul(a, b)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        once = time.perf_counter() - start
+        if once > CALL_S and rates:  # this size alone would blow the bound
+            break
+        t_mm = measure(
+            lambda a=a, b=b: matmul(a, b),
+            device,
+            budget=Budget(warmup_s=0.0, min_reps=1 if once > CALL_S else 3, budget_s=budget_s),
+        )
+        rates.append(2 * n**3 / (t_mm.p50 * 1e-3) / 1e12)
+        if once > CALL_S:
+            break
+    return max(rates)
+
+
+def matmul_note(calibration: dict, float32: dict | None, dtype: str) -> str | None:
+    """A line where the dtype's matmul runs at under EMULATED of float32's on this device."""
+    if not float32 or dtype == "float32" or not calibration:
+        return None
+    ratio = calibration["calib_matmul_tflops"] / float32["calib_matmul_tflops"]
+    if ratio >= EMULATED:
+        return None
+    return (
+        f"{dtype} matmul at {ratio:.2f}x float32's on this device: emulated (no {dtype} "
+        "units), so its % of peak FLOP/s is against that slow rate"
+    )
 
 
 def copy_call(n_bytes: int, device: torch.device) -> Callable[[], object] | None:

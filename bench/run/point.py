@@ -22,7 +22,7 @@ import torch
 from bench.registry import Status
 from bench.results import row_key
 from bench.run import check, machine, share
-from bench.run.calibrate import calibrate, copy_call
+from bench.run.calibrate import calibrate, copy_call, matmul_note
 from bench.run.memory import peak_bytes, peak_reserved_bytes
 from bench.run.metrics import row_metrics
 from bench.run.passes import Pool
@@ -75,6 +75,7 @@ class Measurer(Verify):
         self.emit, self.advance = emit, advance  # a finished row; a pass of a row done
         self.clock = Clock()
         self.calibration: dict[tuple[str, str], dict] = {}
+        self.calibration_notes: list[str] = []  # a dtype this device emulates (env.json, report)
         self._flusher = None  # made on the first CUDA row
         self.pass_index = 0
         self.now = time.perf_counter  # the timer's clock (tests pass a fake one)
@@ -261,8 +262,15 @@ class Measurer(Verify):
     def calibration_of(self, device, dtype) -> dict:
         key = (str(device), str(dtype))
         if self.do_calibrate and key not in self.calibration:
+            float32 = self.calibration_of(device, torch.float32) if dtype != torch.float32 else {}
             t0 = time.perf_counter()
             self.calibration[key] = calibrate(device, dtype)
+            if float32:  # a half-precision rate against float32's on the same device
+                note = matmul_note(
+                    self.calibration[key], float32, str(dtype).removeprefix("torch.")
+                )
+                if note and note not in self.calibration_notes:
+                    self.calibration_notes.append(note)
             self.clock.calib_s += time.perf_counter() - t0
         return self.calibration.get(key, {})
 

@@ -69,6 +69,8 @@ class Runner:
         if self.passes < 1:
             raise ValueError(f"timing.passes must be >= 1, got {self.passes}")
         self.writer = ResultsWriter(self.out_dir / "results.csv")
+        if self.writer.set_aside:
+            print(self.writer.set_aside, flush=True)
         self.pool = Pool(self.out_dir / "pooled.json", self.passes)
         if not resume and (self.writer.existing or self.pool.exists()):
             done = "results.csv has rows" if self.writer.existing else "pooled.json has samples"
@@ -129,6 +131,8 @@ class Runner:
             self.progress.close()
             self.writer.close()
         summary = dict(self.measure.clock.summary(), passes=self.passes, rows_before=already)
+        if self.measure.calibration_notes:
+            summary["calibration_notes"] = self.measure.calibration_notes
         (self.out_dir / "timing_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
 
