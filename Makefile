@@ -49,7 +49,7 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -m "not rehearsal" $(PYTEST_ARGS)
 
-# The lent GPU box's stack (docs/gpu.md): Python 3.12, torch 2.11, Triton 3.6 and the packages its
+# The reference GPU machine's stack (docs/gpu.md): Python 3.12, torch 2.11, Triton 3.6 and the packages its
 # image has, older than CI's torch 2.13 and Triton 3.9. The kernel tests run there under Triton
 # 3.6's interpreter (make compat), the GPU visit is rehearsed there (make rehearse), and the
 # compile audit compiles there too, so a language feature, an API or a package the box lacks fails
@@ -94,17 +94,21 @@ gpu-check: $(STAMP)
 	$(PY) -m pytest -q tests/posenc_kernels
 	$(PY) -m bench sweep=gpu
 
+# The whole GPU run on a CUDA machine reached for a limited time (docs/gpu.md): OUT is where its
+# log and results archive go (default results/gpu-run/<time>), BUDGET its seconds.
+OUT ?=
+BUDGET ?=
 gpu-run:
-	$(PYTHON) -m bench.visit
+	$(PYTHON) -m bench.visit $(if $(OUT),--out $(OUT)) $(if $(BUDGET),--budget $(BUDGET))
 
-# What a device call carries besides the working tree (docs/gpu.md): the wheels, a warm Triton
-# cache of the visit's harness kernels, and a copy of the shared independent audit (../shared
-# does not travel).
-AUDIT_SRC ?= ../shared/gpu/audit.py
+# What the GPU run needs besides the checkout, made where there is network (docs/gpu.md): the
+# wheels, a warm Triton cache of its harness kernels, and, when AUDIT names one, a copy of an
+# independent audit script of your own (make gpu-prep AUDIT=path/to/audit.py).
+AUDIT ?=
 gpu-prep: gpu-wheels gpu-cache
 	@mkdir -p .audit
-	@if [ -f $(AUDIT_SRC) ]; then cp $(AUDIT_SRC) .audit/ && echo "copied $(AUDIT_SRC) to .audit/"; \
-	else echo "no $(AUDIT_SRC): the GPU visit will skip the audit"; fi
+	@if [ -n "$(AUDIT)" ] && [ -f "$(AUDIT)" ]; then cp "$(AUDIT)" .audit/audit.py && \
+	echo "copied $(AUDIT) to .audit/audit.py"; else echo "no AUDIT=path: the GPU run skips the audit"; fi
 
 # The visit's harness kernels compiled for sm_90a on the box's stack, each part replayed through
 # Triton's JIT in a process of its own, then replayed on the archive (exit 1 on a miss): about
@@ -112,7 +116,7 @@ gpu-prep: gpu-wheels gpu-cache
 gpu-cache: $(COMPAT_VENV)/.installed gpu-wheels
 	$(COMPAT_VENV)/bin/python -m bench.visit.warm --jobs $(GPU_COMPILE_JOBS)
 
-# What an offline GPU box with torch, pandas and matplotlib (e.g. the lent H200: Python 3.12)
+# What an offline GPU machine with torch, pandas and matplotlib (e.g. an H200 node, Python 3.12)
 # lacks for `python -m bench`, as pure-Python wheels in .whl/ (ignored by git); there:
 #   pip install --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 # antlr4-python3-runtime 4.9.3 (omegaconf's pin) is published as a source archive only: built here.
@@ -135,7 +139,7 @@ bench: $(STAMP)
 probe: $(STAMP)
 	$(PY) -m bench.probe $(ARGS)
 
-# The CPU timing gate (issue 6): the pytest-benchmark suite, then a comparison with the baseline.
+# The CPU timing gate (docs/regress.md): the pytest-benchmark suite, then a comparison with the baseline.
 REGRESS_OUT ?= results/regress
 # 15%, not the tool's 25% default: the normalized noise measured here stays under 8% (README).
 REGRESS_THRESHOLD ?= 0.15

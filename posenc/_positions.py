@@ -4,7 +4,8 @@ Generalization of Transformers" (ACL 2023), section 3.
 A sequence of L tokens gets L positions drawn from a range 0 .. M - 1 much longer than any
 sequence it will meet (M >> L), without replacement and sorted, so the order survives and a
 model trained on short sequences has already seen the large positions a long one needs. The
-authors draw them for training and for evaluation alike (their repository's issue #1).
+authors draw them for training and for evaluation alike (as their repository's first bug report
+confirms).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Acceptance trials of the CPU timing gate (issue 6): N comparisons against the committed
+# Acceptance trials of the CPU timing gate (docs/regress.md): N comparisons against the committed
 # baseline for each condition, counting alarms (exit 1 of bench.regress, with --confirm).
 #   unchanged : the tree as it is                       (target: 0 alarms)
 #   slowdown  : --perf-slowdown=sinusoidal (25% more work) (target: N alarms)

@@ -1,4 +1,4 @@
-"""The GPU visit: everything the project measures on a lent GPU, in one call that returns the
+"""The GPU run: everything the project measures on a GPU, in one command that returns the
 most valuable figures first and survives being cut at any point (docs/gpu.md).
 
     python3 -m bench.visit            on a CUDA box, within --budget seconds (540)

@@ -1,7 +1,7 @@
 """`python3 -m bench.visit`: the GPU visit's driver (bench/visit/parts.py lists the parts).
 
-Everything measured goes into one folder that is packed into $OUT/results.tgz (replaced, never
-half-written) every PACK_S seconds and after every part, next to $OUT/visit.log (all output, as
+Everything measured goes into one folder that is packed into <out>/results.tgz (replaced, never
+half-written) every PACK_S seconds and after every part, next to <out>/visit.log (all output, as
 it is printed): two files, so a call cut at any point returns what it had measured. status.txt
 in the archive gives each part's exit status, time, limit and the Triton kernels it compiled.
 Standard library only, until the carried wheels are unpacked for the parts.
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out",
         type=Path,
         default=None,
-        help="where visit.log and results.tgz go (default $OUT, else results/gpu-run/<time>)",
+        help="where visit.log and results.tgz go (default results/gpu-run/<time>)",
     )
     parser.add_argument("--python", default=sys.executable, help="the parts' interpreter")
     parser.add_argument(
@@ -268,9 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = args.budget if args.budget is not None else (3600 if args.smoke else BUDGET_S)
     if budget < 1:
         parser.error(f"--budget must be a positive number of seconds, got {budget}")
-    out = args.out or Path(
-        os.environ.get("OUT") or ROOT / "results" / "gpu-run" / time.strftime("%Y%m%d-%H%M%S")
-    )
+    out = args.out or ROOT / "results" / "gpu-run" / time.strftime("%Y%m%d-%H%M%S")
     audit, cache = args.audit.resolve(), args.triton_cache.resolve()
     Visit(out.resolve(), budget, args.smoke, args.python, audit, cache).run()
     return 0

@@ -122,7 +122,7 @@ PARTS = (
         50,
         ("{audit}", "--out", "{res}/audit"),
         ("{audit}", "--dry", "--out", "{res}/audit"),
-        "the independent audit (a copy of shared/gpu/audit.py), when carried",
+        "an independent audit script of your own (make gpu-prep AUDIT=path), when given",
     ),
     Part(
         "flex",

@@ -1,6 +1,6 @@
 """The GPU visit (python -m bench.visit): rehearsed on the CPU (--smoke: Triton's interpreter,
 tiny points) in the same order with the same parts, so that the driver itself cannot be what
-fails on a lent GPU; its limits checked against the estimates of what each part launches."""
+fails on the GPU; its limits checked against the estimates of what each part launches."""
 
 import json
 import os
@@ -119,7 +119,7 @@ def test_a_broken_carried_cache_leaves_the_visit_cold_not_stopped(tmp_path):
 
 def _compiling(code: str) -> str:
     """Runs code in a process with Triton's JIT (the estimate records launches that the
-    interpreter, on in this session, would run)."""
+    interpreter, on in this test process, would run)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
