@@ -24,6 +24,7 @@ import pandas as pd  # noqa: E402
 
 from bench.probe.encodings import ENCODINGS  # noqa: E402
 from bench.probe.tasks import TASKS  # noqa: E402
+from bench.report.figures import LEGEND_PT, save, wrap  # noqa: E402
 from bench.tables import markdown_table  # noqa: E402
 
 # Kazemnejad et al. 2023 (NeurIPS), "The Impact of Positional Encoding on Length Generalization
@@ -209,7 +210,9 @@ def plot(df: pd.DataFrame, path: Path) -> None:
     tasks = [t for t in TASKS if t in set(s["task"])]
     cols = min(3, len(tasks))  # rows of three panels: six in one row would be unreadable
     rows = -(-len(tasks) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 4 * rows), squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(5 * cols, 4 * rows), squeeze=False, layout="constrained"
+    )
     palette = [*map(plt.cm.tab10, range(10)), *map(plt.cm.Dark2, range(8))]
     colours = dict(zip(ENCODINGS, palette, strict=False))
     for ax, task in zip(axes.flat, tasks, strict=False):
@@ -242,16 +245,14 @@ def plot(df: pd.DataFrame, path: Path) -> None:
         ax.set_xticks(lengths, [str(n) for n in lengths])
         ax.set(
             title=task,
-            xlabel="evaluation length (tokens; dashed: training length)",
+            xlabel=wrap("evaluation length (tokens; dashed: training length)", 40),
             ylabel="per-token accuracy" if _per_token(task) else "exact-match accuracy",
             ylim=(-0.03, 1.03),
         )
     for ax in axes.flat[len(tasks) :]:
         ax.axis("off")
-    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    axes[0][-1].legend(fontsize=LEGEND_PT, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    save(fig, path, dpi=110)
 
 
 def build(out_dir: Path) -> None:

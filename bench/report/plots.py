@@ -26,6 +26,7 @@ import pandas as pd  # noqa: E402
 
 from bench.cases import CASES  # noqa: E402
 from bench.report import share  # noqa: E402
+from bench.report.figures import LEGEND_PT, save, wrap  # noqa: E402
 from bench.report.rows import knobs  # noqa: E402
 
 OTHER = ["batch", "d_model", "num_heads", "params"]
@@ -82,39 +83,48 @@ def _time_vs_seq_len(df: pd.DataFrame, colors: dict, path: Path, title: str) -> 
     panels = _panels(df)
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.3 * rows), squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(4.6 * cols, 3.5 * rows), squeeze=False, layout="constrained"
+    )
+    shown = {}
     for ax, (case, common) in zip(axes.flat, panels, strict=False):
         g = _at(df[df["case"] == case], common)
+        single = g["seq_len"].nunique() == 1  # one length: labelled points, not a line
         for label, line in g.groupby(_label(g)):
             line = line.sort_values("seq_len")
             color = colors[label]
-            ax.plot(line["seq_len"], line["p50_ms"], color=color, label=label)
-            ax.fill_between(
-                line["seq_len"], line["p20_ms"], line["p80_ms"], color=color, alpha=0.15
-            )
-            sure = line[~_marked(line)]
-            unsure = line[_marked(line)]
-            ax.scatter(sure["seq_len"], sure["p50_ms"], color=color, s=14, zorder=3)
+            if not single:
+                shown[label] = ax.plot(line["seq_len"], line["p50_ms"], color=color)[0]
+                ax.fill_between(
+                    line["seq_len"], line["p20_ms"], line["p80_ms"], color=color, alpha=0.15
+                )
+            sure, unsure = line[~_marked(line)], line[_marked(line)]
+            dot = ax.scatter(sure["seq_len"], sure["p50_ms"], color=color, s=18, zorder=3)
             ax.scatter(
-                unsure["seq_len"],
-                unsure["p50_ms"],
-                facecolors="none",
-                edgecolors=color,
-                s=24,
-                zorder=3,
+                unsure["seq_len"], unsure["p50_ms"], facecolors="none", edgecolors=color, s=26
             )
-        ax.set_xscale("log", base=2)
+            shown.setdefault(label, dot)
+            if single:
+                for x, y in zip(line["seq_len"], line["p50_ms"], strict=True):
+                    ax.annotate(f"{y:.3g}", (x, y), xytext=(5, 0), textcoords="offset points",
+                                fontsize=LEGEND_PT, va="center")  # fmt: skip
+        if single:
+            ax.set_xticks(sorted(set(g["seq_len"])))
+        else:
+            ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_title(_point(case, common), fontsize=8)
+        ax.set_title(wrap(_point(case, common), 48), fontsize=8)
         ax.set_xlabel("seq_len")
-        ax.set_ylabel("ms (median; band p20-p80)")
-        ax.legend(fontsize=6)
+        ax.set_ylabel("ms (median, p20-p80)")
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    fig.suptitle(f"{title}; hollow: uncertain, contended or suspect (report.md)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    fig.legend(
+        shown.values(), shown.keys(), loc="outside lower center", fontsize=LEGEND_PT,
+        ncols=min(4, len(shown)), frameon=False,
+    )  # fmt: skip
+    fig.suptitle(wrap(f"{title}; hollow: uncertain, contended or suspect (report.md)", 90),
+                 fontsize=9)  # fmt: skip
+    save(fig, path)
 
 
 def _largest_points(df: pd.DataFrame) -> pd.DataFrame:
@@ -127,11 +137,17 @@ def _largest_points(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def bar_label(row) -> str:
-    """case / impl @ device [vs its baseline] (B, L[, knobs])."""
-    return (
-        f"{row['case']} / {row['impl']} @ {row['device']}{_versus(row)} (B={row['batch']}, "
-        f"L={row['seq_len']}{_knobs(row)})"
-    )
+    """case / impl @ device [vs its baseline] (B, L[, knobs]): a bar's whole identity."""
+    return f"{row['case']} / {_short(row, True)} ({_where(row)})"
+
+
+def _short(row, device: bool) -> str:
+    """What a bar is within its panel: the implementation [@ device] [vs its baseline]."""
+    return f"{row['impl']}{' @ ' + row['device'] if device else ''}{_versus(row)}"
+
+
+def _where(row) -> str:
+    return f"B={row['batch']}, L={row['seq_len']}{_knobs(row)}"
 
 
 def _versus(row) -> str:
@@ -154,29 +170,42 @@ def _bars(
     xlabel: str,
     reference: float | None = None,
 ) -> bool:
-    """Horizontal bars, one per row, labelled case / impl @ device (point), the value on each
-    bar, hatched where uncertain; a dashed line at `reference`. False if nothing to draw."""
+    """Horizontal bars in one panel per case and point: the panel's title names the case and
+    the knobs its bars share (wrapped), each bar its implementation (vs its baseline), the
+    value on each bar, hatched where uncertain; a dashed line at `reference`. False if nothing
+    to draw."""
     values = values[values[column].notna()]
     if values.empty:
         return False
-    labels = [bar_label(r) for _, r in values.iterrows()]
-    fig, ax = plt.subplots(figsize=(8, 0.32 * len(values) + 1.3))
-    bars = ax.barh(
-        range(len(values)),
-        values[column],
-        color=[colors[lbl] for lbl in _label(values)],
-        hatch=["//" if u else "" for u in _marked(values)],
-    )
-    ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=2)
-    if reference is not None:
-        ax.axvline(reference, color="black", linestyle="--", linewidth=1)
-    ax.set_yticks(range(len(values)), labels, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel(xlabel)
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    devices = values["device"].nunique() > 1
+    groups = [
+        (f"{case} ({where})", g)
+        for (case, where), g in values.groupby(
+            [values["case"], values.apply(_where, axis=1)], sort=False
+        )
+    ]
+    heights = [len(g) for _, g in groups]
+    fig, axes = plt.subplots(
+        len(groups), 1, figsize=(8, 0.3 * sum(heights) + 0.55 * len(groups) + 1.2),
+        height_ratios=heights, sharex=True, squeeze=False, layout="constrained",
+    )  # fmt: skip
+    for ax, (header, g) in zip(axes[:, 0], groups, strict=True):
+        bars = ax.barh(
+            range(len(g)),
+            g[column],
+            color=[colors[lbl] for lbl in _label(g)],
+            hatch=["//" if u else "" for u in _marked(g)],
+        )
+        ax.bar_label(bars, fmt="%.3g", fontsize=LEGEND_PT, padding=2)
+        if reference is not None:
+            ax.axvline(reference, color="black", linestyle="--", linewidth=1)
+        ax.set_yticks(range(len(g)), [_short(r, devices) for _, r in g.iterrows()], fontsize=8)
+        ax.set_ylim(len(g) - 0.5, -0.5)
+        ax.set_title(wrap(header, 90), fontsize=8, loc="left")
+        ax.margins(x=0.12)
+    axes[-1, 0].set_xlabel(wrap(xlabel, 80))
+    fig.suptitle(wrap(title, 80), fontsize=9)
+    save(fig, path)
     return True
 
 

@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from bench.report.figures import LEGEND_PT, save  # noqa: E402
 from bench.report.rows import knobs  # noqa: E402
 from bench.tables import markdown_table  # noqa: E402
 
@@ -110,6 +111,7 @@ def plot(df: pd.DataFrame, out: Path) -> list[Path]:
             figsize=(6 * len(lengths), 1.6 + 0.25 * len(encodings) * len(impls)),
             squeeze=False,
             sharey=True,
+            layout="constrained",
         )
         width = 0.8 / len(impls)
         for ax, n in zip(axes[0], lengths, strict=True):
@@ -124,11 +126,9 @@ def plot(df: pd.DataFrame, out: Path) -> list[Path]:
             ax.set_xlabel("% of the layer: 1 - t(nope) / t(layer)")
         axes[0][0].set_yticks([i + 0.4 - width / 2 for i in range(len(encodings))], encodings)
         axes[0][0].invert_yaxis()
-        axes[0][-1].legend(fontsize="small")
+        axes[0][-1].legend(fontsize=LEGEND_PT)
         fig.suptitle(f"The positional encoding's share of its layer ({mode}, {dtype})")
-        fig.tight_layout()
         path = out / f"share_of_layer_{mode.replace('+', '_')}_{dtype}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        save(fig, path, dpi=110)
         written.append(path)
     return written
