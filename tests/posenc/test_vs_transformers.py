@@ -126,7 +126,7 @@ def test_inverse_frequencies_and_attention_factor(dim, base, which):
         assert abs(ours_att - float(their_att)) <= LIMIT * ours_att, (scaling, length)
 
 
-@pytest.mark.parametrize(("dim", "base", "which"), CASES)
+@pytest.mark.parametrize(("dim", "base", "which"), [c for c in CASES if c[1] == 500000.0])
 def test_tables_past_the_original_context(dim, base, which):
     """cos and sin as the model's rotary embedding returns them (its attention factor included,
     dynamic and LongRoPE choosing by the length as it does), within a few ulps of the angle
