@@ -60,10 +60,7 @@ from posenc import functional as F
 from posenc import serving
 
 BLOCK_SIZE = Knob("block_size", 16, "serving: the paged KV cache's block size", positive_ints)
-PREFILL = Knob(
-    "prefill", 0, "serving step: sequences prefilling a chunk (the rest decode one token)",
-    nonnegative_ints,
-)  # fmt: skip
+PREFILL = Knob("prefill", 0, "serving step: sequences prefilling a chunk", nonnegative_ints)
 CHUNK = Knob("chunk", 256, "serving step: a prefilling sequence's chunk of tokens", positive_ints)
 FORMS = ("half_split", "interleaved", "partial", "mrope")
 ROPE_FORM = Knob(
