@@ -30,6 +30,16 @@ def positive_ints(value, key: str, allow_none: bool = False) -> list:
     return values
 
 
+def positive_numbers(value, key: str) -> list:
+    values = as_list(value)
+    if not values:
+        raise ValueError(f"{key}: at least one value is needed")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"{key}: every value must be a positive number, got {v!r}")
+    return values
+
+
 def nonnegative_ints(value, key: str) -> list:
     values = as_list(value)
     if not values:

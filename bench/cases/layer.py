@@ -98,7 +98,7 @@ def _position_module(encoding: str, point: Point):
 def _rope_tables(encoding: str, point: Point, device, dtype):
     """cos, sin: (L, D/2) with the point's schedule, or M-RoPE's per-token (B, L, D/2)."""
     if encoding == "rope":
-        n, scaling = point.seq_len, scaling_of(point.rope_scaling, point.head_dim)
+        n, scaling = point.seq_len, scaling_of(point)
         return F.rope_cos_sin(
             n, point.head_dim, dtype=dtype, device=device, scaling=scaling, seq_len=n
         )

@@ -32,7 +32,7 @@ from bench.cases._rotary import (
     triton_call,
     triton_impl,
 )
-from bench.checks import one_of
+from bench.checks import one_of, positive_ints, positive_numbers
 from bench.registry import Call, Case, Cost, Impl, Knob, Level, Point
 from posenc import functional as F
 from posenc import seed
@@ -46,7 +46,21 @@ ROPE_SCALING = Knob(
     "RoPE's long-context schedule: " + ", ".join(SCALINGS),
     one_of(*SCALINGS),
 )
-ORIGINAL, FACTOR = 4096, 8.0
+ORIGINAL, FACTOR = 4096, 8.0  # the knobs' defaults: an 8x extension of a 4096-token context
+ROPE_THETA = Knob(
+    "rope_theta", 10000.0, "RoPE's base (Llama 3: 500000)", positive_numbers, quiet_default=True
+)
+ROPE_FACTOR = Knob(
+    "rope_factor", FACTOR, "the schedule's extension factor", positive_numbers, quiet_default=True
+)
+ROPE_ORIGINAL = Knob(
+    "rope_original",
+    ORIGINAL,
+    "the schedule's original context (original_max_position_embeddings)",
+    positive_ints,
+    quiet_default=True,
+)
+SCHEDULE = (ROPE_THETA, ROPE_FACTOR, ROPE_ORIGINAL)
 VARIANTS = ("plain", "xpos", "p_rope")
 ROPE_VARIANT = Knob(
     "rope_variant",
@@ -57,19 +71,21 @@ ROPE_VARIANT = Knob(
 XPOS_SCALE_BASE, P_ROPE = 512.0, 0.25
 
 
-def scaling_of(name: str, head_dim: int) -> dict | None:
-    """The scaling dict of a knob value; LongRoPE's per-dimension factors: 1 (short) and 1 to
-    the extension's factor, rising with the wavelength (long), as its searched factors do."""
+def scaling_of(point: Point) -> dict | None:
+    """The scaling dict of the point's schedule (knobs rope_scaling, rope_factor,
+    rope_original); LongRoPE's per-dimension factors: 1 (short) and 1 to the extension's factor,
+    rising with the wavelength (long), as its searched factors do."""
+    name, factor = point.rope_scaling, float(point.rope_factor)
     if name == "none":
         return None
-    base = {"type": name, "original_max_position_embeddings": ORIGINAL}
+    base = {"type": name, "original_max_position_embeddings": point.rope_original}
     if name == "longrope":
-        pairs = head_dim // 2
-        long = [1.0 + (FACTOR - 1.0) * i / max(pairs - 1, 1) for i in range(pairs)]
-        return dict(base, short_factor=[1.0] * pairs, long_factor=long, factor=FACTOR)
+        pairs = point.head_dim // 2
+        long = [1.0 + (factor - 1.0) * i / max(pairs - 1, 1) for i in range(pairs)]
+        return dict(base, short_factor=[1.0] * pairs, long_factor=long, factor=factor)
     if name == "linear":
-        return {"type": "linear", "factor": FACTOR}
-    return dict(base, factor=FACTOR)
+        return {"type": "linear", "factor": factor}
+    return dict(base, factor=factor)
 
 
 def _scaled_tables(point: Point, dtype, device):
@@ -80,9 +96,10 @@ def _scaled_tables(point: Point, dtype, device):
     return F.rope_cos_sin(
         point.seq_len,
         point.head_dim,
+        float(point.rope_theta),
         dtype=dtype,
         device=device,
-        scaling=scaling_of(point.rope_scaling, point.head_dim),
+        scaling=scaling_of(point),
         seq_len=point.seq_len,
         rotate_fraction=P_ROPE if point.rope_variant == "p_rope" else 1.0,
     )
@@ -227,8 +244,8 @@ def _hf(inputs):
         point.head_dim,
         point.num_heads,
         point.kv_heads,
-        10000.0,
-        scaling_of(point.rope_scaling, point.head_dim),
+        float(point.rope_theta),
+        scaling_of(point),
         P_ROPE if point.rope_variant == "p_rope" else 1.0,
     )
     positions = torch.arange(point.seq_len, device=q.device)[None]
@@ -293,6 +310,6 @@ ROPE = Case(
     cost=_cost,
     grad_inputs=("q", "k"),
     batched=("q", "k"),
-    knobs=(LAYOUT, NUM_KV_HEADS, ROPE_SCALING, ROPE_VARIANT, MODEL),
+    knobs=(LAYOUT, NUM_KV_HEADS, ROPE_SCALING, ROPE_VARIANT, *SCHEDULE, MODEL),
     constraint=lambda p: f"head_dim={p.head_dim} is odd" if p.head_dim % 2 else model_only(p),
 )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from bench.cases._common import per_mode
-from bench.cases.rope import ROPE_SCALING, SCALINGS, scaling_of
+from bench.cases.rope import ROPE_SCALING, SCALINGS, SCHEDULE, scaling_of
 from bench.registry import Case, Cost, Impl, Level, Point
 from posenc import functional as F
 
@@ -26,18 +26,22 @@ def _build(point: Point, device, dtype):
     return {
         "positions": torch.arange(point.seq_len, device=device),
         "head_dim": point.head_dim,
-        "scaling": scaling_of(point.rope_scaling, point.head_dim),
+        "scaling": scaling_of(point),
+        "theta": float(point.rope_theta),
     }
 
 
 def _reference(inputs):
     pos, dim, scaling = inputs["positions"], inputs["head_dim"], inputs["scaling"]
-    return lambda: F.rope_cos_sin(pos, dim, scaling=scaling, seq_len=len(pos))
+    theta = inputs["theta"]
+    return lambda: F.rope_cos_sin(pos, dim, theta, scaling=scaling, seq_len=len(pos))
 
 
 def _float32_angles(inputs):
     pos, dim, scaling = inputs["positions"], inputs["head_dim"], inputs["scaling"]
-    inv_freq, factor = F.rope_frequencies(dim, scaling=scaling, seq_len=len(pos), device=pos.device)
+    inv_freq, factor = F.rope_frequencies(
+        dim, inputs["theta"], scaling=scaling, seq_len=len(pos), device=pos.device
+    )
     inv32 = inv_freq.float()
 
     def build():
@@ -50,7 +54,12 @@ def _float32_angles(inputs):
 def _truth(inputs):
     pos = inputs["positions"]
     return F.rope_cos_sin(
-        pos, inputs["head_dim"], scaling=inputs["scaling"], seq_len=len(pos), dtype=torch.float64
+        pos,
+        inputs["head_dim"],
+        inputs["theta"],
+        scaling=inputs["scaling"],
+        seq_len=len(pos),
+        dtype=torch.float64,
     )
 
 
@@ -71,7 +80,7 @@ ROPE_TABLES = Case(
     },
     baseline="reference",
     cost=_cost,
-    knobs=(ROPE_SCALING,),
+    knobs=(ROPE_SCALING, *SCHEDULE),
     constraint=lambda p: None if p.head_dim % 2 == 0 else f"head_dim={p.head_dim} is odd",
 )
 

@@ -144,7 +144,8 @@ def _model_shaped(point: Point) -> Point:
     return Point(point.batch, point.seq_len, d_model, heads, **knobs)
 
 
-MODEL_SETS = ("d_model", "num_heads", "num_kv_heads", "rope_scaling", "rope_variant")
+MODEL_SETS = ("d_model", "num_heads", "num_kv_heads", "rope_scaling", "rope_variant", "rope_theta")
+MODEL_SETS += ("rope_factor", "rope_original")
 
 
 def models_skip(cfg) -> str | None:

@@ -76,6 +76,9 @@ PLAN = [  # (overrides, what the one line says), refused by the plan before anyt
     (["cases=[rope]", "layout=bsdh"], "layout: unknown value 'bsdh'"),
     (["cases=[alibi_attention]", "causal=maybe"], "causal:"),
     (["cases=[alibi_attention]", "fwd_tiles=64x64"], "fwd_tiles:"),
+    (["cases=[rope]", "rope_theta=-1"], "rope_theta: every value must be a positive number"),
+    (["cases=[rope]", "rope_original=1.5"], "rope_original: every value must be a positive"),
+    (["cases=[layer_rope]", "rope_theta=5e5"], "rope_theta: no chosen case reads it"),
 ]
 
 

@@ -53,6 +53,7 @@ def test_models_set_the_shapes_and_the_rope(tmp_path, monkeypatch):
     [
         (["model=no-such-model"], "model='no-such-model': not a preset"),
         (["model=llama-3.1-8b", "d_model=512"], "d_model: model= sets it"),
+        (["model=llama-3.1-8b", "rope_theta=1e4"], "rope_theta: model= sets it"),
         (["model=llama-3.1-8b", "cases=[alibi_attention]"], "none of the chosen cases takes"),
         (["model=/no/such/config.json"], "no such file"),
     ],

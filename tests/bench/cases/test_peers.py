@@ -16,6 +16,8 @@ FAST = ["timing.warmup_s=0", "timing.min_reps=1", "timing.max_reps=1", "timing.b
 GRIDS = (
     "grids=[{cases:[rope],batch:2,seq_len:[24],d_model:64,num_heads:4,num_kv_heads:2,"
     "layout:bshd,rope_variant:[plain,p_rope,xpos],rope_scaling:[none,yarn]},"
+    "{cases:[rope],batch:1,seq_len:[24],d_model:64,num_heads:2,rope_theta:500000.0,"
+    "rope_factor:4.0,rope_original:16,rope_scaling:[linear,dynamic,llama3,longrope]},"
     "{cases:[mrope],batch:2,seq_len:[20],d_model:128,num_heads:2,"
     "mrope_style:[qwen2_vl,qwen3_vl]},"
     "{cases:[t5_attention,alibi_attention],batch:2,seq_len:[16],d_model:32,num_heads:2,"
@@ -44,7 +46,9 @@ def test_transformers_rows_are_gated_and_timed(tmp_path):
             assert row["status"] == "skipped" and "proportional" in row["message"]
         else:
             assert row["status"] == "ok", row
-    assert len([r for p, r in by[("rope", "hf")] if r["status"] == "ok"]) == 3
+    assert len([r for p, r in by[("rope", "hf")] if r["status"] == "ok"]) == 3 + 4
+    theirs = {p["rope_scaling"]: p for p, r in by[("rope", "hf")] if p.get("rope_theta")}
+    assert theirs["llama3"]["rope_theta"] == 500000.0 and theirs["llama3"]["rope_original"] == 16
     for case in ("mrope", "t5_attention"):
         assert {r["status"] for _, r in by[(case, "hf")]} == {"ok"}
     alibi = {p["causal"]: r for p, r in by[("alibi_attention", "hf")]}
