@@ -24,8 +24,10 @@ from posenc import functional as F
 from posenc.functional import rope_cos_sin, rope_frequencies
 
 hf = pytest.importorskip("transformers", reason="needs transformers (pip install -e '.[hf]')")
-from transformers import LlamaConfig, modeling_rope_utils  # noqa: E402
+from transformers import modeling_rope_utils  # noqa: E402
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding  # noqa: E402
+
+from bench.cases._peers import llama_config  # noqa: E402
 
 LIMIT = 1e-6
 ANGLE_ULPS = 2.0**-20  # 16 ulps of a float32 angle (measured: at most 4)
@@ -93,25 +95,10 @@ CASES = [
 ]
 
 
-def _config(dim: int, base: float, scaling: dict) -> LlamaConfig:
-    """A Llama config holding the schedule as a checkpoint's config.json spells it: dynamic's
-    original context is max_position_embeddings; the others extend it by their factor."""
-    params = {k: v for k, v in scaling.items() if k != "type"}
-    kind = scaling["type"]
-    if kind == "dynamic":
-        mpe = params.pop("original_max_position_embeddings")
-    elif kind == "linear":
-        mpe = ORIGINAL
-    else:
-        mpe = int(ORIGINAL * scaling["factor"])
-    return LlamaConfig(
-        head_dim=dim,
-        hidden_size=dim * 2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=mpe,
-        rope_parameters={"rope_type": kind, "rope_theta": base, **params},
-    )
+def _config(dim: int, base: float, scaling: dict):
+    """A Llama config holding the schedule as a checkpoint's config.json spells it: the
+    harness's own conversion (bench/cases/_peers.py), held to transformers here too."""
+    return llama_config(dim, 2, 2, base, scaling)
 
 
 @pytest.mark.parametrize(("dim", "base", "which"), CASES)
