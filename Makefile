@@ -72,7 +72,8 @@ $(COMPAT_VENV)/.installed:
 	@touch $@
 
 compat: $(COMPAT_VENV)/.installed
-	TRITON_INTERPRET=1 $(COMPAT_VENV)/bin/python -m pytest -q -p no:cacheprovider -p no:warnings tests/posenc_kernels
+	TRITON_INTERPRET=1 $(COMPAT_VENV)/bin/python -m pytest -q -p no:cacheprovider -p no:warnings \
+		$(PYTEST_ARGS) tests/posenc_kernels
 
 # The GPU visit rehearsed on this CPU on the box's stack (python3 -m bench.visit --smoke: every
 # part, in order, under Triton's interpreter, the carried wheels and cache unpacked; 4-5 minutes):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from torch import Tensor
 
@@ -59,3 +61,15 @@ def check_cache_dtype(name: str, t: Tensor, cache: Tensor) -> None:
             f"{name} needs {need} math but the module's tables are {cache.dtype}; call {hint} on "
             "the module"
         )
+
+
+def compiling() -> bool:
+    """torch.compiler.is_compiling() without its first call's import of Dynamo (about a second
+    of every eager process's start): nothing is being traced while Dynamo is not loaded."""
+    return "torch._dynamo" in sys.modules and torch.compiler.is_compiling()
+
+
+def broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether two shapes broadcast together (torch.broadcast_shapes imports sympy's symbolic
+    shapes on its first call, half a second of an eager process's start)."""
+    return all(m == n or m == 1 or n == 1 for m, n in zip(reversed(a), reversed(b), strict=False))

@@ -26,7 +26,7 @@ from posenc._bias import (
     relative_attention,
     t5_relative_bucket,
 )
-from posenc._checks import check_float, check_positive
+from posenc._checks import broadcasts, check_float, check_positive, compiling
 from posenc._contextual import cope_attention, cope_logits, cope_positions
 from posenc._multiaxis import (
     SPLITS,
@@ -160,13 +160,11 @@ def apply_rope(
         raise ValueError(
             f"cos/sin cover a rotary dim of {2 * half} but x's last dim (D) is {x.shape[-1]}"
         )
-    try:
-        torch.broadcast_shapes(cos.shape[:-1], x.shape[:-1])
-    except RuntimeError:
+    if not broadcasts(tuple(cos.shape[:-1]), tuple(x.shape[:-1])):
         raise ValueError(
             f"cos/sin of shape {tuple(cos.shape)} do not broadcast against x {tuple(x.shape)}: "
             "slice the tables to x's positions, e.g. cos[:L]"
-        ) from None
+        )
     if cos.device != x.device or sin.device != x.device:
         raise ValueError(f"cos/sin are on {cos.device} but x is on {x.device}")
     if out is not None and (out.shape != x.shape or out.dtype != x.dtype or out.device != x.device):
@@ -176,7 +174,7 @@ def apply_rope(
         )
     math_dtype = torch.promote_types(x.dtype, torch.float32)
     cos, sin = cos.to(math_dtype), sin.to(math_dtype)
-    if torch.compiler.is_compiling() and out is None:
+    if compiling() and out is None:
         # Traced: the functional formula, which the compiler fuses. The chunked engine's writes
         # into a transposed out past one chunk come back wrong through AOTAutograd (torch 2.13).
         return _rotate_differentiable(x, cos, sin, interleaved)

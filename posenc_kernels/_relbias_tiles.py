@@ -3,7 +3,6 @@ audit chose, a user's tiles checked, and the fallback when a GPU's shared memory
 them."""
 
 # No `from __future__ import annotations`: the Tiles NamedTuple's annotations are real types.
-import os
 import warnings
 from typing import NamedTuple
 
@@ -12,9 +11,7 @@ import triton
 from torch import Tensor
 from triton.runtime.errors import OutOfResources
 
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+from posenc_kernels._runtime import interpreting as _interpreting
 
 
 class Tiles(NamedTuple):

@@ -16,12 +16,14 @@ frequency reduces to them); F <= R/2 frequencies turn, the rest of the R/2 pairs
 
 # No `from __future__ import annotations` here: torch.library.custom_op reads the launcher's
 # annotations as real types to infer the op schema, and Triton reads the constexpr ones.
-import os
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor, nn
+
+from posenc_kernels._runtime import compiling
+from posenc_kernels._runtime import interpreting as _interpreting
 
 # ---------------------------------------------------------------------------------------------
 # Kernel
@@ -213,10 +215,6 @@ def _rope_kernel(
 # ---------------------------------------------------------------------------------------------
 # Launcher
 # ---------------------------------------------------------------------------------------------
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def _launch(
@@ -435,7 +433,7 @@ def _rope(q, k, cos, sin, scale, pos, offset: int, rotary: int, interleaved: boo
     """The op as torch.compile sees it (a custom op it can trace), or, in eager mode, the launch
     itself: the custom op's dispatch cost more host time than the rest of the call (96 -> 37 us,
     python -m bench.audit.host, docs/kernels.md)."""
-    if torch.compiler.is_compiling():
+    if compiling():
         return _rope_op(q, k, cos, sin, scale, pos, offset, rotary, interleaved, backward)
     q_out, k_out = torch.empty_like(q), torch.empty_like(k)
     _launch(q, k, q_out, k_out, cos, sin, scale, pos, offset, rotary, interleaved, backward)
@@ -524,7 +522,7 @@ def apply_rope(
     if inplace:
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
             raise ValueError("inplace=True is not differentiable: use inplace=False for training")
-        if torch.compiler.is_compiling():
+        if compiling():
             _rope_inplace_op(qv, kv, cos, sin, *args, False)
         else:  # eager: the launch itself (see _rope)
             _launch(qv, kv, qv, kv, cos, sin, *args, False)

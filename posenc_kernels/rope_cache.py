@@ -24,7 +24,9 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from posenc_kernels.rope import _interpreting, _rotate_heads
+from posenc_kernels._runtime import compiling
+from posenc_kernels._runtime import interpreting as _interpreting
+from posenc_kernels.rope import _rotate_heads
 
 # ---------------------------------------------------------------------------------------------
 # Kernels
@@ -451,14 +453,14 @@ def apply_rope_with_cache(
             "torch.no_grad() or with q, k, v that do not require grad"
         )
     args = cos, sin, positions, k_cache, v_cache, slot_mapping, rotary, interleaved
-    compiling = torch.compiler.is_compiling()
+    traced = compiling()
     if inplace:
-        if compiling:
+        if traced:
             _rope_cache_inplace_op(q, k, v, *args)
         else:
             _launch(q, k, v, q, *args)
         return q
-    if compiling:
+    if traced:
         return _rope_cache_op(q, k, v, *args)
     q_out = torch.empty_like(q)
     _launch(q, k, v, q_out, *args)

@@ -212,7 +212,8 @@ class Measurer(Verify):
         fns = {n: calls[n] for n in timings}
         t0 = time.perf_counter()
         try:
-            return share.group_shares(base, timings, fns, task.mode, task.device)
+            calls_n = min(share.PROFILE_CALLS, self.timing.min_reps)  # no more than timed
+            return share.group_shares(base, timings, fns, task.mode, task.device, calls_n)
         finally:
             self.clock.work_s += time.perf_counter() - t0
 

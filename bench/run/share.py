@@ -5,7 +5,8 @@ removal   pe_share = 1 - t(base) / t(row), medians of the same group; its interv
           [pe_share_lo, pe_share_hi] from the two medians' 95% intervals, combined at their
           extremes (1 - hi(base) / lo(row), 1 - lo(base) / hi(row)): conservative, and wider
           than either.
-profiler  pe_share_profiler: torch.profiler over PROFILE_CALLS calls of the row and of the base,
+profiler  pe_share_profiler: torch.profiler over PROFILE_CALLS calls of the row and of the base
+          (fewer when the timing's min_reps is smaller),
           the time inside posenc.layer's regions: the position region (an addition, a
           rotation) plus what the row's attention region (a bias inside it) takes beyond the
           base's plain attention, over the whole call's region. Host time on the CPU, the
@@ -41,7 +42,7 @@ def removal(t: Timing, base: Timing) -> dict:
     }
 
 
-def regions_ms(fn: Callable[[], object], device: torch.device, calls: int = PROFILE_CALLS):
+def regions_ms(fn: Callable[[], object], device: torch.device, calls: int):
     """ms per call inside each of posenc.layer's regions and the whole call (CALL)."""
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -70,7 +71,12 @@ def profiled(row: dict[str, float], base: dict[str, float]) -> float | None:
 
 
 def group_shares(
-    base: str, timings: dict[str, Timing], calls: dict[str, Callable], mode: str, device
+    base: str,
+    timings: dict[str, Timing],
+    calls: dict[str, Callable],
+    mode: str,
+    device,
+    profile_calls: int = PROFILE_CALLS,
 ) -> dict[str, dict]:
     """Each timed implementation's share columns, by name; {} without the base's timing. The
     base's own row gets none (its share is zero by definition)."""
@@ -79,7 +85,7 @@ def group_shares(
     profiles = {}
     for name, fn in calls.items() if mode == "forward" else ():
         try:
-            profiles[name] = regions_ms(fn, device)
+            profiles[name] = regions_ms(fn, device, profile_calls)
         except Exception:  # a call the profiler cannot follow keeps its removal share
             continue
     shares = {}
