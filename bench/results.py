@@ -21,8 +21,7 @@ from pathlib import Path
 
 import torch
 
-# The `contended` column: others used more than a quarter of a core on average while the row
-# was timed (bench/run/machine.py measures it; the report says what the mark means).
+# `contended`: others took over a quarter of a core while the row was timed (bench/run/machine.py)
 CONTENDED_CORES = 0.25
 
 
@@ -70,8 +69,8 @@ class Schema:
 
 SHAPE = ("batch", "seq_len", "d_model", "num_heads", "params")  # a point, with its knobs
 KEY = ("case", "impl", "mode", "device", "device_name", "dtype", *SHAPE)
-# 1: the rows before the column (read with it empty); 2: schema_version itself
-SCHEMA_VERSION = 2
+# 1: the rows before the column (read with it empty); 2: schema_version itself; 3: model
+SCHEMA_VERSION = 3
 COLUMNS = (
     "run_id",
     "case",
@@ -122,10 +121,11 @@ COLUMNS = (
     "pe_share_hi",
     "pe_share_profiler",
     "tokens_per_s",
+    "model",
     "schema_version",
 )
 TEXT = {"run_id", "case", "level", "impl", "mode", "device", "device_name", "dtype", "params"}
-TEXT |= {"status", "message", "timestamp", "timing_method", "contended"}
+TEXT |= {"status", "message", "timestamp", "timing_method", "contended", "model"}
 STATUSES = ("ok", "wrong", "oom", "skipped", "error")  # bench/registry.py: Status
 RESULTS = Schema(COLUMNS, KEY, SCHEMA_VERSION, frozenset(COLUMNS) - TEXT, STATUSES)
 

@@ -5,8 +5,9 @@ harness measures an encoding's share of a whole layer with.
     y = h + W_down(silu(W_gate n'(h)) * W_up n'(h))                 (SwiGLU)
 
 Shapes: x (B, L, d_model); q (B, H, L, D) and k, v (B, Hk, L, D) as transposed views of the
-projections' (B, L, H, D) memory, as a model's projections produce them (D = d_model / H; Hk
-divides H: grouped-query attention). No biases in the linear layers (Llama's).
+projections' (B, L, H, D) memory, as a model's projections produce them (D = d_model / H unless
+head_dim says otherwise, as in Gemma 3 or gpt-oss, whose H D differs from d_model; Hk divides H:
+grouped-query attention). No biases in the linear layers (Llama's).
 
 Where an encoding goes, the three ways the families act:
   embed   x -> x + PE: the absolute encodings, added to the input (once per model in a real
@@ -86,7 +87,8 @@ def causal_attention(
 
 
 class DecoderLayer(nn.Module):
-    """The layer of the module docstring; d_ff defaults to Llama 3's 3.5 x d_model."""
+    """The layer of the module docstring; d_ff defaults to Llama 3's 3.5 x d_model, head_dim to
+    d_model / num_heads."""
 
     def __init__(
         self,
@@ -95,9 +97,13 @@ class DecoderLayer(nn.Module):
         num_kv_heads: int | None = None,
         d_ff: int | None = None,
         eps: float = 1e-5,
+        head_dim: int | None = None,
     ):
         super().__init__()
-        head_dim = check_heads(d_model, num_heads)
+        if head_dim is None:
+            head_dim = check_heads(d_model, num_heads)
+        for name, value in (("d_model", d_model), ("num_heads", num_heads), ("head_dim", head_dim)):
+            check_positive(name, value)
         kv = num_heads if num_kv_heads is None else num_kv_heads
         check_positive("num_kv_heads", kv)
         if num_heads % kv:
@@ -106,10 +112,10 @@ class DecoderLayer(nn.Module):
         check_positive("d_ff", d_ff)
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, kv, head_dim
         self.attn_norm = nn.RMSNorm(d_model, eps=eps)
-        self.w_q = nn.Linear(d_model, d_model, bias=False)
+        self.w_q = nn.Linear(d_model, num_heads * head_dim, bias=False)
         self.w_k = nn.Linear(d_model, kv * head_dim, bias=False)
         self.w_v = nn.Linear(d_model, kv * head_dim, bias=False)
-        self.w_o = nn.Linear(d_model, d_model, bias=False)
+        self.w_o = nn.Linear(num_heads * head_dim, d_model, bias=False)
         self.mlp_norm = nn.RMSNorm(d_model, eps=eps)
         self.w_gate = nn.Linear(d_model, d_ff, bias=False)
         self.w_up = nn.Linear(d_model, d_ff, bias=False)
@@ -156,7 +162,7 @@ class DecoderLayer(nn.Module):
             attend = lambda q, k, v: causal_attention(q, k, v, lens, mask)  # noqa: E731
         with record_function(region):
             o = attend(q, k, v) if tables is None else attend(q, k, v, tables)  # (B, H, Lq, D)
-        x = x + self.w_o(o.transpose(1, 2).reshape(x.shape))
+        x = x + self.w_o(o.transpose(1, 2).reshape(*x.shape[:2], -1))
         h = self.mlp_norm(x)
         return x + self.w_down(nnf.silu(self.w_gate(h)) * self.w_up(h))
 

@@ -77,6 +77,7 @@ class ModelSpec:
     hidden_size: int
     num_layers: int
     max_position_embeddings: int
+    mlp_size: int = 0  # the MLP's hidden width a token goes through (MoE: its experts', below)
     nope_layers: tuple[int, ...] = ()
     rope_base_dim: int = 0  # the dim partial_rotary_factor takes its part of (transformers')
     sinks: bool = False
@@ -274,6 +275,7 @@ def _spec(name: str, config, source: str) -> ModelSpec:
         sliding_window=window,
         mrope_section=tuple(first["mrope_section"]) if first.get("mrope_section") else None,
         hidden_size=text.hidden_size,
+        mlp_size=_mlp_size(text),
         num_layers=layers,
         max_position_embeddings=text.max_position_embeddings,
         nope_layers=tuple(i for i, use in enumerate(nope) if not use),
@@ -282,8 +284,23 @@ def _spec(name: str, config, source: str) -> ModelSpec:
         extra={
             **({"head_dims": dims} if len(set(dims.values())) > 1 else {}),
             **({"mla": True} if getattr(text, "qk_nope_head_dim", None) else {}),
+            **({"attention_chunk": n} if (n := _attr(text, "attention_chunk_size")) else {}),
         },
     )
+
+
+def _mlp_size(text) -> int:
+    """The MLP width a token goes through (its FLOPs, not the weights read): intermediate_size,
+    or a mixture's experts per token plus its shared ones (DeepSeek, Qwen2-MoE, Llama 4's)."""
+    inter = getattr(text, "intermediate_size", 0) or 0
+    k = getattr(text, "num_experts_per_tok", None)
+    if not k:
+        return inter
+    expert = getattr(text, "moe_intermediate_size", None) or inter
+    shared = (getattr(text, "n_shared_experts", None) or 0) * expert
+    shared += getattr(text, "shared_expert_intermediate_size", None) or 0
+    shared += inter if text.model_type.startswith("llama4") else 0
+    return k * expert + shared
 
 
 def _attr(config, name: str):

@@ -58,6 +58,7 @@ from bench.cases._common import (
     per_mode,
     triton_kernels,
 )
+from bench.cases._model import MODEL, model_only, model_tables, spec_of
 from bench.cases.families import FAMILIES
 from bench.cases.multimodal import MROPE_STYLE, _mrope_constraint, mrope_section, mrope_segments
 from bench.cases.rope import ROPE_SCALING, scaling_of
@@ -82,7 +83,17 @@ PREFIX = "position."  # the encoding's own parameters among the layer's
 
 
 def d_ff(point: Point) -> int:
+    """The MLP's hidden size: the model's (the width its tokens go through, posenc.models), the
+    knob's, or 3.5 x d_model."""
+    if point.model:
+        return spec_of(point.model).mlp_size
     return point.d_ff or int(3.5 * point.d_model)
+
+
+def hidden(point: Point) -> int:
+    """The layer's width: the model's hidden size (its heads' H D is the point's d_model), or
+    d_model."""
+    return spec_of(point.model).hidden_size if point.model else point.d_model
 
 
 def _position_module(encoding: str, point: Point):
@@ -97,6 +108,8 @@ def _position_module(encoding: str, point: Point):
 
 def _rope_tables(encoding: str, point: Point, device, dtype):
     """cos, sin: (L, D/2) with the point's schedule, or M-RoPE's per-token (B, L, D/2)."""
+    if encoding == "rope" and point.model:  # (L, R/2): its global layers' schedule
+        return model_tables(point, dtype, device)
     if encoding == "rope":
         n, scaling = point.seq_len, scaling_of(point)
         return F.rope_cos_sin(
@@ -110,17 +123,20 @@ def _rope_tables(encoding: str, point: Point, device, dtype):
 
 def _builder(encoding: str, decode: bool):
     def build(point: Point, device, dtype):
+        shape = (hidden(point), point.num_heads, point.kv_heads, d_ff(point))
         with torch.device(device):  # seeded by the runner
-            layer = DecoderLayer(point.d_model, point.num_heads, point.kv_heads, d_ff(point))
+            layer = DecoderLayer(*shape, head_dim=point.head_dim)
             extra = _position_module(encoding, point)
         params = parameters(layer, device, dtype)
         if extra is not None:
             params.update({PREFIX + n: p for n, p in parameters(extra, device, dtype).items()})
         n, b = point.seq_len, point.batch
         inputs = {
-            "x": torch.randn(b, 1 if decode else n, point.d_model, device=device).to(dtype),
+            "x": torch.randn(b, 1 if decode else n, shape[0], device=device).to(dtype),
             "params": params,
-            "shape": (point.d_model, point.num_heads, point.kv_heads, d_ff(point)),
+            "shape": shape,
+            "head_dim": point.head_dim,
+            "interleaved": bool(point.model) and spec_of(point.model).interleaved,
         }
         if KIND[encoding] == "rotate":
             inputs["cos"], inputs["sin"] = _rope_tables(encoding, point, device, torch.float32)
@@ -149,7 +165,7 @@ def _layer(inputs) -> DecoderLayer:
     """The layer (built on the meta device: no weights of its own) computing with the point's
     parameters."""
     with torch.device("meta"):
-        layer = DecoderLayer(*inputs["shape"])
+        layer = DecoderLayer(*inputs["shape"], head_dim=inputs["head_dim"])
     own = {n: p for n, p in inputs["params"].items() if not n.startswith(PREFIX)}
     return bind(layer, own)
 
@@ -161,12 +177,12 @@ def _position_params(inputs) -> dict:
 def _attention_inputs(inputs) -> dict:
     """What the attention factories of bias.py / sequences.py read: q, k, v's shapes (stand-ins
     of no memory), the tables, the cache's lengths."""
-    x, (d_model, heads, kv_heads, _) = inputs["x"], inputs["shape"]
+    x, (_, heads, kv_heads, _) = inputs["x"], inputs["shape"]
     keys = inputs["cache_k"].shape[2] if "cache_k" in inputs else x.shape[1]
 
     def like(h, n):
         return torch.empty((), device=x.device, dtype=x.dtype).expand(
-            x.shape[0], h, n, d_model // heads
+            x.shape[0], h, n, inputs["head_dim"]
         )
 
     att = {"q": like(heads, x.shape[1]), "k": like(kv_heads, keys), "v": like(kv_heads, keys)}
@@ -177,17 +193,23 @@ def _attention_inputs(inputs) -> dict:
     return att
 
 
-def _rotate_eager(q, k, cos, sin):
-    return F.apply_rope(q, cos, sin), F.apply_rope(k, cos, sin)
+def _rotate_eager(q, k, cos, sin, interleaved=False):
+    return (
+        F.apply_rope(q, cos, sin, interleaved=interleaved),
+        F.apply_rope(k, cos, sin, interleaved=interleaved),
+    )
 
 
 def _rotation(impl: str, inputs, truth: bool = False):
-    """rotate(q, k) of the implementation: tables as (L, D/2) (prefill), gathered at each row's
-    new position (decode, in the call: positions change every step), or per token (M-RoPE)."""
+    """rotate(q, k) of the implementation: tables as (L, R/2) (prefill; R = D but for a model's
+    partial rotation), gathered at each row's new position (decode, in the call: positions
+    change every step), or per token (M-RoPE); pairs interleaved where the model's are."""
     cos, sin = (inputs[n + ("64" if truth else "")] for n in ("cos", "sin"))
     pos = inputs["kv_lens"] - 1 if "kv_lens" in inputs else None
+    pairs = inputs["interleaved"]
     if impl == "triton":
         extra = {} if pos is None else {"positions": pos}
+        extra = dict(extra, interleaved=True) if pairs else extra
         apply_rope = triton_kernels().apply_rope
 
         def fused(q, k):  # q, k: (B, H, L, D) views of (B, L, H, D) memory
@@ -199,10 +221,10 @@ def _rotation(impl: str, inputs, truth: bool = False):
         return fused
     fn = compile_impl(_rotate_eager) if impl == "compiled" else _rotate_eager
     if pos is not None:
-        return lambda q, k: fn(q, k, cos[pos][:, None, None], sin[pos][:, None, None])
+        return lambda q, k: fn(q, k, cos[pos][:, None, None], sin[pos][:, None, None], pairs)
     if cos.dim() == 3:  # per token (B, L, D/2): broadcast over heads
         cos, sin = cos[:, None], sin[:, None]
-    return lambda q, k: fn(q, k, cos, sin)
+    return lambda q, k: fn(q, k, cos, sin, pairs)
 
 
 def _embedding(encoding: str, impl: str, inputs):
@@ -239,7 +261,7 @@ def _gated(family, impl: str, inputs) -> dict:
     parameters), and attend(q, k, v, tables) computing with the tables the gate gives."""
     _, heads = inputs["shape"][:2]
     with torch.device("meta"):
-        gate = family.learned(heads, inputs["shape"][0] // heads)
+        gate = family.learned(heads, inputs["head_dim"])
     gate, att = bind(gate, _position_params(inputs)), _attention_inputs(inputs)
     name = next(iter(family.per_token(1, 1, 1)))  # the gate's table, as the kernel names it
 
@@ -282,9 +304,9 @@ def _truth(encoding: str, impl: str = "reference"):
 
 def _cost(encoding: str, decode: bool):
     def cost(point: Point, dtype, mode: str) -> Cost:
-        b, n, d = point.batch, point.seq_len, point.d_model
+        b, n, d = point.batch, point.seq_len, hidden(point)
         h, hk, hd = point.num_heads, point.kv_heads, point.head_dim
-        mats = 2 * d * d + 2 * d * hk * hd + 3 * d * d_ff(point)  # q, o; k, v; the MLP
+        mats = 2 * d * h * hd + 2 * d * hk * hd + 3 * d * d_ff(point)  # q, o; k, v; the MLP
         weights = mats + 2 * d  # and the two norms'
         tokens = b if decode else b * n
         pairs = sum(Seq.kv_lengths(point)) if decode else b * n * (n + 1) // 2
@@ -339,10 +361,29 @@ def _impls(encoding: str, decode: bool) -> dict[str, Impl]:
     return impls
 
 
+def _model_problem(point: Point) -> str | None:
+    """Why this layer is not the model's (None: it is, a global layer of it)."""
+    spec = spec_of(point.model)
+    if spec.extra.get("mla"):
+        return f"{point.model}: MLA attention (the rope case measures its rotated slice)"
+    if spec.model_type == "deepseek_v4":
+        return f"{point.model}: compressed attention, which this layer does not have"
+    if spec.sinks:
+        return f"{point.model}: attention sinks, which this layer does not have"
+    window = spec.extra.get("attention_chunk") or (  # Llama 4's RoPE layers attend in chunks
+        spec.sliding_window if "sliding_attention" not in spec.layer_types else None
+    )  # (a model with global layers: the layer is one of those)
+    if window and point.seq_len > window:
+        return f"{point.model}: its layers see {window} keys at most, this one {point.seq_len}"
+    return model_only(point)
+
+
 def _constraint(encoding: str):
     def check(point: Point) -> str | None:
         if encoding == "mrope":
             return _mrope_constraint(point)
+        if point.model:
+            return _model_problem(point)
         return None if point.head_dim % 2 == 0 else f"head_dim={point.head_dim} is odd"
 
     return check
@@ -350,7 +391,7 @@ def _constraint(encoding: str):
 
 def _case(encoding: str, decode: bool) -> Case:
     knobs = [NUM_KV_HEADS, D_FF]
-    knobs += {"rope": [ROPE_SCALING], "mrope": [MROPE_STYLE]}.get(encoding, [])
+    knobs += {"rope": [ROPE_SCALING, MODEL], "mrope": [MROPE_STYLE]}.get(encoding, [])
     knobs += [Bias.SINKS] if KIND[encoding] in ("bias", "gate") else []
     knobs += [Seq.KV_CACHE] if decode else []
     batched = ("x", "cache_k", "cache_v", "kv_lens") if decode else ("x",)

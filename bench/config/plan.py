@@ -145,7 +145,7 @@ def _model_shaped(point: Point) -> Point:
 
 
 MODEL_SETS = ("d_model", "num_heads", "num_kv_heads", "rope_scaling", "rope_variant", "rope_theta")
-MODEL_SETS += ("rope_factor", "rope_original")
+MODEL_SETS += ("rope_factor", "rope_original", "d_ff")
 
 
 def models_skip(cfg) -> str | None:

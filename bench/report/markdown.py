@@ -8,7 +8,7 @@ import pandas as pd
 
 from bench.cases import CASES
 from bench.registry import MODES
-from bench.report import flags, serving, share
+from bench.report import flags, models, serving, share
 from bench.report.rows import SHAPE, knobs
 from bench.results import CONTENDED_CORES
 from bench.tables import markdown_table
@@ -132,6 +132,7 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
         table = group.pivot_table(index=SHAPE, columns="column", values="cell", aggfunc="first")
         lines += [f"## {case} / {mode} / {dtype}", "", _to_markdown(table), ""]
     lines += share.section(df)
+    lines += models.section(df)
     lines += serving.section(df)
     lines += suspect_table(df) + not_ok_table(df)
     return "\n".join(lines) + "\n"

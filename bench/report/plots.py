@@ -11,6 +11,7 @@
   FLOP/s as % of the run's measured matmul rate (compute-bound work).
 - cpu_vs_cuda_<mode>_<dtype>.png: CPU time / CUDA time per impl, when both devices ran.
 - share_of_layer_<mode>_<dtype>.png: the encoding's share of its layer (bench/report/share.py).
+- models_<mode>_<dtype>.png: per model, RoPE against a copy and its shares (bench/report/models.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.cases import CASES  # noqa: E402
-from bench.report import share  # noqa: E402
+from bench.report import models, share  # noqa: E402
 from bench.report.figures import LEGEND_PT, save, wrap  # noqa: E402
 from bench.report.rows import knobs  # noqa: E402
 
@@ -282,4 +283,5 @@ def write_all(df: pd.DataFrame, out: Path) -> list[Path]:
             ):
                 written.append(path)
     written += share.plot(ok, out)
+    written += models.plot(df, out)
     return written

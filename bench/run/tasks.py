@@ -59,6 +59,7 @@ class Task:
             num_heads=p.num_heads,
             head_dim=p.head_dim,
             params=p.params(self.case.knob_names) if self.case.knobs else json.dumps({}),
+            model=(p.model or "") if "model" in self.case.knob_names else "",
             threads=torch.get_num_threads(),
             timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"),
         )

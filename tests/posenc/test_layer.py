@@ -14,9 +14,9 @@ from posenc.layer import REGIONS, KVCache
 B, L, D_MODEL, H, HK, D_FF = 3, 12, 32, 4, 2, 48
 
 
-def _layer(seed=0):
+def _layer(seed=0, head_dim=None):
     torch.manual_seed(seed)
-    layer = posenc.DecoderLayer(D_MODEL, H, HK, D_FF).double()
+    layer = posenc.DecoderLayer(D_MODEL, H, HK, D_FF, head_dim=head_dim).double()
     for norm in (layer.attn_norm, layer.mlp_norm):  # not all ones: the weight is used
         norm.weight.data.uniform_(0.5, 1.5)
     return layer
@@ -30,8 +30,8 @@ def _by_hand(layer, x, tables=None, bias=None, q_scale=None, gate=None):
     def rms(t, w):
         return t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + 1e-5) * w
 
-    b, n, d = x.shape
-    hd = d // H
+    b, n, _ = x.shape
+    hd = layer.head_dim
     h = rms(x, layer.attn_norm.weight)
     q = (h @ layer.w_q.weight.T).view(b, n, H, hd).transpose(1, 2)
     k = (h @ layer.w_k.weight.T).view(b, n, HK, hd).transpose(1, 2)
@@ -47,7 +47,7 @@ def _by_hand(layer, x, tables=None, bias=None, q_scale=None, gate=None):
     k, v = (t.repeat_interleave(H // HK, dim=1) for t in (k, v))
     s = q @ k.transpose(-1, -2) / math.sqrt(hd) + (0 if bias is None else bias)
     s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -math.inf)
-    o = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(b, n, d)
+    o = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(b, n, H * hd)
     x = x + o @ layer.w_o.weight.T
     h = rms(x, layer.mlp_norm.weight)
     gate, up = h @ layer.w_gate.weight.T, h @ layer.w_up.weight.T
@@ -68,6 +68,14 @@ def test_rope_layer_rotates_q_and_k():
     tables = F.rope_cos_sin(L, D_MODEL // H, dtype=torch.float64)
     assert_close(layer(x, rotate=_rotate(tables)), _by_hand(layer, x, tables))
     assert not torch.allclose(layer(x, rotate=_rotate(tables)), layer(x))
+
+
+def test_heads_wider_than_the_model_and_a_partial_rotation():
+    """H D = 48 from d_model 32 (as Gemma 3's 32 x 128 from 5376), RoPE on 8 of the 12 dims."""
+    layer, x = _layer(head_dim=12), torch.randn(B, L, D_MODEL, dtype=torch.float64)
+    assert layer.w_q.weight.shape == (H * 12, D_MODEL) and layer.w_o.weight.shape == (D_MODEL, 48)
+    tables = F.rope_cos_sin(L, 8, dtype=torch.float64)
+    assert_close(layer(x, rotate=_rotate(tables)), _by_hand(layer, x, tables))
 
 
 def test_bias_layer_attends_with_the_bias():

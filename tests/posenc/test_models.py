@@ -61,6 +61,33 @@ def test_every_preset_loads_and_its_tables_equal_transformers(name):
     _check_tables(spec, config)
 
 
+# The hidden width of the MLP a token goes through, each the sum of the checkpoint's published
+# sizes (the presets' _source): dense intermediate sizes; a mixture of experts' experts per token
+# times their size plus the shared ones.
+MLP = {
+    "deepseek-v3": 8 * 2048 + 2048,  # 8 routed of 2048, 1 shared
+    "deepseek-v4-flash": 6 * 2048 + 2048,
+    "gemma-3-27b": 21504,
+    "gemma-4": 9216,
+    "gpt-oss-20b": 4 * 2880,  # 4 of its 32 experts, no shared one
+    "llama-3.1-8b": 14336,
+    "llama-3.2-1b": 8192,
+    "llama-4-scout": 8192 + 8192,  # 1 routed of 8192 and the shared expert
+    "mistral-7b": 14336,
+    "pythia-1.4b": 4 * 2048,
+    "qwen2.5-7b": 18944,
+    "qwen2.5-vl-7b": 18944,
+    "qwen3-8b": 12288,
+    "qwen3.5-27b": 17408,
+    "smollm3-3b": 11008,
+}
+
+
+def test_every_preset_has_its_mlp_width():
+    assert set(MLP) == set(models.preset_names())
+    assert {n: models.load(n).mlp_size for n in MLP} == MLP
+
+
 def _check_tables(spec, config):
     model_type = spec.model_type
     rotary = _rotary(config)

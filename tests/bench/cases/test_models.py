@@ -6,7 +6,14 @@ not run; bad models named in one line, exit 2."""
 import json
 
 import pytest
+import torch
 
+from bench import plans
+from bench.cases import CASES
+from bench.registry import Point
+from bench.run.runner import Runner
+from posenc import models
+from tests.helpers import FAST as FAST_TIMING
 from tests.helpers import read_rows, run_bench
 
 pytest.importorskip("transformers", reason="needs transformers (pip install -e '.[hf]')")
@@ -19,6 +26,7 @@ def test_models_set_the_shapes_and_the_rope(tmp_path, monkeypatch):
     out = tmp_path / "m"
     args = [
         "model=[llama-3.1-8b,deepseek-v3,pythia-1.4b]",
+        "cases=[rope,alibi_attention]",
         "impls=[reference,hf,triton]",
         "seq_len=[16]",
         "batch=1",
@@ -65,3 +73,110 @@ def test_bad_models_are_one_line(tmp_path, args, text):
     lines = [ln for ln in proc.stderr.splitlines() if ln and not ln.startswith("[transformers]")]
     assert len(lines) == 1 and text in lines[0], proc.stderr
     assert not (out / "results.csv").exists()
+
+
+# Tiny checkpoints of three kinds: heads wider than the model (H D = 64 from a hidden size of
+# 48, as Gemma 3's), a partial rotation (GPT-NeoX's rotary_pct), GPT-J's interleaved pairs
+# (Cohere's); each with a schedule of its own.
+TINY = {
+    "wide": {
+        "model_type": "llama",
+        "hidden_size": 48,
+        "intermediate_size": 80,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "rope_parameters": {
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8,
+        },
+    },
+    "partial": {
+        "model_type": "gpt_neox",
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_attention_heads": 4,
+        "rotary_pct": 0.5,
+        "rope_theta": 10000.0,
+    },
+    "pairs": {
+        "model_type": "cohere",
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "rope_theta": 10000.0,
+    },
+}
+
+
+def _tiny(tmp_path, name):
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(TINY[name]))
+    return str(path)
+
+
+def _point(model, seq_len, **knobs):
+    spec = models.load(model)
+    kv = None if spec.num_kv_heads == spec.num_heads else spec.num_kv_heads
+    d = spec.num_heads * spec.head_dim
+    return Point(1, seq_len, d, spec.num_heads, num_kv_heads=kv, model=model, **knobs)
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_a_models_layer_has_its_widths_and_its_tables(tmp_path, name):
+    """The layer of a model: x at its hidden size, its MLP's width, q of H x D, and the tables
+    of the model's own schedule and rotary width (what posenc.models says transformers uses)."""
+    model = _tiny(tmp_path, name)
+    spec, point = models.load(model), _point(model, 12)
+    inputs = CASES["layer_rope"].build(point, "cpu", torch.float32)
+    assert inputs["x"].shape == (1, 12, spec.hidden_size)
+    assert inputs["params"]["w_q.weight"].shape == (spec.num_heads * spec.head_dim, spec.hidden_size)
+    assert inputs["params"]["w_up.weight"].shape == (spec.mlp_size, spec.hidden_size)
+    cos, sin = spec.rope_tables(torch.arange(12))
+    torch.testing.assert_close(inputs["cos"], cos)
+    torch.testing.assert_close(inputs["sin"], sin)
+    assert inputs["interleaved"] == (name == "pairs")
+
+
+def test_a_models_layer_and_decode_step_are_gated_with_their_share(tmp_path, monkeypatch):
+    """Every kind, prefill (outputs and every gradient) and a decode step, the fused kernel on
+    the model's pairs and rotary width under the interpreter, each row naming its model."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    names = sorted(TINY)
+    paths = [_tiny(tmp_path, n) for n in names]
+    impls = ("nope", "reference", "triton")
+    entries = [
+        plans.Entry(case, impls, tuple(_point(m, 12) for m in paths), ("float32",), ("cpu",), modes)
+        for case, modes in (
+            ("layer_rope", ("forward", "forward+backward")),
+            ("layer_rope_decode", ("forward",)),
+        )
+    ]
+    run = tmp_path / "run"
+    run.mkdir()
+    Runner(plans.Plan(tuple(entries)), FAST_TIMING, run, run_id="t", do_calibrate=False).run()
+    rows = read_rows(tmp_path / "run" / "results.csv")
+    bad = [(r["case"], r["impl"], r["model"], r["message"]) for r in rows if r["status"] != "ok"]
+    assert not bad and len(rows) == 2 * 3 * 3 + 3 * 3
+    assert {r["model"] for r in rows} == set(paths)
+    assert all(r["pe_share"] for r in rows if r["impl"] != "nope")
+
+
+@pytest.mark.parametrize(
+    ("model", "seq_len", "why"),
+    [
+        ("deepseek-v3", 16, "MLA attention"),
+        ("gpt-oss-20b", 16, "attention sinks"),
+        ("deepseek-v4-flash", 16, "compressed attention"),
+        ("mistral-7b", 8192, "see 4096 keys at most"),
+        ("llama-4-scout", 16384, "see 8192 keys at most"),
+    ],
+)
+def test_a_layer_the_model_does_not_have_is_said(model, seq_len, why):
+    assert why in CASES["layer_rope"].constraint(_point(model, seq_len))
+    assert CASES["layer_rope"].constraint(_point("mistral-7b", 4096)) is None
