@@ -135,7 +135,10 @@ def test_a_models_layer_has_its_widths_and_its_tables(tmp_path, name):
     spec, point = models.load(model), _point(model, 12)
     inputs = CASES["layer_rope"].build(point, "cpu", torch.float32)
     assert inputs["x"].shape == (1, 12, spec.hidden_size)
-    assert inputs["params"]["w_q.weight"].shape == (spec.num_heads * spec.head_dim, spec.hidden_size)
+    assert inputs["params"]["w_q.weight"].shape == (
+        spec.num_heads * spec.head_dim,
+        spec.hidden_size,
+    )
     assert inputs["params"]["w_up.weight"].shape == (spec.mlp_size, spec.hidden_size)
     cos, sin = spec.rope_tables(torch.arange(12))
     torch.testing.assert_close(inputs["cos"], cos)
