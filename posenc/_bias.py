@@ -135,12 +135,13 @@ def relative_attention(
     k: Tensor,
     v: Tensor,
     *,
-    bias,
+    bias=None,
     causal: bool = False,
     scale: float | None = None,
     kv_lens: Tensor | None = None,
     cu_seqlens: Tensor | None = None,
     sinks: Tensor | None = None,
+    window: int | None = None,
 ) -> Tensor:
     """softmax(scale q k^T + bias [causal mask]) v, the reference every attention kernel meets.
 
@@ -149,8 +150,10 @@ def relative_attention(
     (the last Lq tokens of Lk, as when decoding against a cache; Lq == Lk: self-attention).
     bias: a tensor broadcastable to (B, H, Lq, Lk), or a module with `bias(q_len, k_len,
       causal, offset)` returning (H, Lq, Lk): `posenc.ALiBi`, `posenc.T5RelativeBias`,
-      `posenc.ShawBias`, at distances j - (Lk - Lq + i).
+      `posenc.ShawBias`, at distances j - (Lk - Lq + i); None: no bias.
     causal: mask j > Lk - Lq + i (Lq <= Lk).
+    window: with causal, a sliding window of W keys (transformers' convention): the query at
+      position p = Lk - Lq + i sees keys p - W < j <= p.
     kv_lens (B,): row b's cache holds keys 0 .. kv_lens[b] - 1 (1 .. Lk; >= Lq if causal),
       its queries at kv_lens[b] - Lq + i. cu_seqlens (N + 1,): documents packed into one row,
       attention, distances and the causal mask within each (`each_sequence`).
@@ -165,16 +168,20 @@ def relative_attention(
                 full = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
                 b = full[at[0], :, at[1], at[2]]
             return relative_attention(
-                q_s, k_s, v_s, bias=b, causal=causal, scale=scale, sinks=sinks
+                q_s, k_s, v_s, bias=b, causal=causal, scale=scale, sinks=sinks, window=window
             )
 
         return each_sequence(attend, q, k, v, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
     lq, lk = q.shape[-2], k.shape[-2]
     if causal and lq > lk:
         raise ValueError(f"causal needs Lq <= Lk (queries at the keys' end), got {lq} > {lk}")
+    if window is not None and (not causal or isinstance(window, bool) or window < 1):
+        raise ValueError(f"window needs causal=True and a positive int, got {window!r}")
     offset = lk - lq
     k, v = grouped_kv(q, k, v)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if bias is None:
+        bias = q.new_zeros(())
     if not isinstance(bias, Tensor):
         bias = bias.bias(lq, lk, causal=causal, offset=offset) if hasattr(bias, "bias") else None
         if bias is None:
@@ -183,6 +190,9 @@ def relative_attention(
     if causal:
         future = torch.ones(lq, lk, dtype=torch.bool, device=q.device).triu(1 + offset)
         logits = logits.masked_fill(future, -math.inf)
+    if window is not None:  # keys at j <= p - W
+        past = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril(offset - window)
+        logits = logits.masked_fill(past, -math.inf)
     return torch.matmul(softmax_with_sinks(logits, sinks), v)
 
 

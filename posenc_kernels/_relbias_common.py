@@ -35,6 +35,11 @@ sums are one vector per row: no inner loop, so those loops get multi-buffered as
 async wgmma. Only the band (at most (BLOCK_M + 2K) / BLOCK_N + 1 blocks) masks, gathers and
 loops over its tile's indices [lo, hi], taken from the tile's corners.
 
+A sliding WINDOW W (a constexpr, 0 without): query i at position p sees keys j with
+p - W < j <= p (causal, transformers' convention); the loops start at the window's first block
+(_window_start; the dk/dv query loop ends at the last query that sees the key block), and the
+whole loop is band (the launchers pass SPLIT False: the window's edge crosses any part).
+
 Why this file is long: this docstring is the three passes' shared specification (layout,
 logits, each family's bias, the three-part loop), written once here rather than in each pass.
 """
@@ -260,14 +265,18 @@ def _band_logits(
     BIAS: tl.constexpr,
     CAUSAL: tl.constexpr,
     K: tl.constexpr,
+    WINDOW: tl.constexpr = 0,
 ):
     """Base-2 logits of a band tile in either orientation (rel = j - i laid out like qk): qk +
-    bias(r), -inf where masked (bounds, causal). relk_rows: Shaw's key-term row pointers of the
-    tile's queries, broadcast like qk. Returns the logits, the relative index, the kept mask."""
+    bias(r), -inf where masked (bounds, causal, and with a WINDOW the keys at r <= -WINDOW).
+    relk_rows: Shaw's key-term row pointers of the tile's queries, broadcast like qk. Returns
+    the logits, the relative index, the kept mask."""
     idx = tl.minimum(tl.maximum(rel, -K), K) + K
     keep = mask
     if CAUSAL:
         keep = keep & (rel <= 0)
+    if WINDOW > 0:
+        keep = keep & (rel > -WINDOW)
     if BIAS == ALIBI:  # -m_h |j - i|
         s = qk - slope2 * tl.abs(rel).to(tl.float32)
     elif BIAS == TABLE:  # this head's table at the index's bucket: T5, or Shaw's scalar
@@ -313,6 +322,15 @@ def _program_of(seq_ptr, H, LQ, LK, LG, L, BLOCK: tl.constexpr, SEQ: tl.constexp
     h = pid_bh % H
     row, first, lq, lk, q_off = _sequence(seq_ptr, pid_bh // H, LQ, LK, SEQ)
     return pid, split, pid_bh, n_blocks, h, row, first, lq, lk, q_off
+
+
+@triton.jit
+def _window_start(start, x0, WINDOW: tl.constexpr, BLOCK: tl.constexpr):
+    """The first streamed block a held block at position x0 reads with a WINDOW (keys j >
+    x0 - WINDOW): the blocks before it are skipped, so the cost grows with L x WINDOW."""
+    if WINDOW > 0:
+        start = tl.maximum(start, tl.maximum(x0 - WINDOW + 1, 0) // BLOCK * BLOCK)
+    return start
 
 
 @triton.jit

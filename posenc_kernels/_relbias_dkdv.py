@@ -123,6 +123,7 @@ def _dkdv_part(
     UPCAST: tl.constexpr,
     F32: tl.constexpr,
     COL: tl.constexpr,
+    WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -157,6 +158,7 @@ def _dkdv_part(
                 BIAS,
                 CAUSAL,
                 K,
+                WINDOW,
             )
         else:
             bias = _part_bias(
@@ -248,6 +250,7 @@ def _relbias_bwd_dkdv_kernel(
     GROUP: tl.constexpr,
     SEQ: tl.constexpr,
     COL: tl.constexpr,
+    WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -304,6 +307,8 @@ def _relbias_bwd_dkdv_kernel(
     start = 0
     if CAUSAL:  # query rows at positions below j see none of these keys
         start = tl.maximum(n0 - q_off, 0) // BLOCK_M * BLOCK_M
+    if WINDOW > 0:  # nor those at WINDOW or more past the block's last key
+        end = tl.minimum(end, tl.maximum(n0 + BLOCK_N - 1 + WINDOW - q_off, 0))
     # the keys seen from the queries' rows: position j - q_off
     lo, hi = _parts(n0 - q_off, start, end, K, not CAUSAL, True, BLOCK_N, BLOCK_M, SPLIT)
     # after [start, lo) (queries K or more before the keys), before [hi, end), the band
@@ -352,6 +357,7 @@ def _relbias_bwd_dkdv_kernel(
             UPCAST,
             F32,
             COL,
+            WINDOW,
             BLOCK_M,
             BLOCK_N,
         )

@@ -31,6 +31,7 @@ from posenc_kernels._relbias_common import (
     _parts,
     _program_of,
     _row_sums,
+    _window_start,
 )
 
 
@@ -85,6 +86,7 @@ def _dq_part(
     UPCAST: tl.constexpr,
     F32: tl.constexpr,
     COL: tl.constexpr,
+    WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -121,6 +123,7 @@ def _dq_part(
                 BIAS,
                 CAUSAL,
                 K,
+                WINDOW,
             )
         else:
             s = _far_logits(qk, bias, rel, mask_n[None, :], slope2, PART, BIAS, MASK_N)
@@ -227,6 +230,7 @@ def _relbias_bwd_dq_kernel(
     GROUP: tl.constexpr,
     SEQ: tl.constexpr,
     COL: tl.constexpr,
+    WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -283,7 +287,8 @@ def _relbias_bwd_dq_kernel(
     side0 = tl.zeros((BLOCK_M,), tl.float32)
     side1 = tl.zeros((BLOCK_M,), tl.float32)
     end = _key_end(lk, lq, m0, q_off, CAUSAL, SEQ, BLOCK_M)
-    lo, hi = _parts(m0 + q_off, 0, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
+    start = _window_start(0, m0 + q_off, WINDOW, BLOCK_N)
+    lo, hi = _parts(m0 + q_off, start, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
     # before [0, lo), after [hi, end), then the band [lo, hi)
     for i in tl.static_range(3):
         dq, totals, rel_sums, side0, side1 = _dq_part(
@@ -306,7 +311,7 @@ def _relbias_bwd_dq_kernel(
             mask_m,
             offs_d,
             mask_d,
-            0,
+            start,
             lo,
             hi,
             end,
@@ -336,6 +341,7 @@ def _relbias_bwd_dq_kernel(
             UPCAST,
             F32,
             COL,
+            WINDOW,
             BLOCK_M,
             BLOCK_N,
         )

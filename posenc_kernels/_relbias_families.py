@@ -55,12 +55,15 @@ class _Spec:
         fwd_tiles=None,
         bwd_tiles=None,
         col=False,
+        window=0,
     ):
         self.bias, self.causal, self.scale, self.clip = bias, causal, scale, clip
+        self.window = window  # a sliding window's width (0: none); every loop is then band
         self.n_rel, self.has_value, self.table_grad = n_rel, has_value, table_grad
         self.col = col  # a per-key term (FoX's D_j) subtracted from every logit
         self.nb = max(16, triton.next_power_of_2(n_rel))
         self.constexprs = dict(BIAS=bias, CAUSAL=causal, K=clip, HAS_VALUE=has_value, COL=col)
+        self.constexprs["WINDOW"] = window
         self.user_tiles = {False: fwd_tiles, True: bwd_tiles}
 
     def tiles(self, q: Tensor, backward: bool) -> tuple[Tiles, Tiles | None]:
@@ -115,6 +118,7 @@ class Options(NamedTuple):
     shaw_v: Tensor | None
     queries: Tensor | None = None  # (B, Lq) each query's key position (FoX reads D there)
     keys: int = 0  # the key positions of a row (Lk; paged: the block table's)
+    window: int = 0  # a sliding window (0: none)
 
 
 def _t5_buckets(rel: Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
@@ -163,7 +167,7 @@ def _alibi(slopes: Tensor, q: Tensor, o: Options) -> Prepared:
     _on_q("alibi_slopes", slopes, q)
     if tuple(slopes.shape) != (heads,):
         raise ValueError(f"alibi_slopes must be ({heads},), got {tuple(slopes.shape)}")
-    spec = _Spec(ALIBI, o.causal, o.scale, 0, 1, table_grad=o.trains, **o.tiles)
+    spec = _Spec(ALIBI, o.causal, o.scale, 0, 1, table_grad=o.trains, **o.tiles, window=o.window)
     return Prepared(spec, table=slopes.float())
 
 
@@ -174,7 +178,9 @@ def _t5(table: Tensor, q: Tensor, o: Options) -> Prepared:
         raise ValueError(f"t5_table must be {(num_buckets, q.shape[1])}, got {tuple(table.shape)}")
     clip = max(max_distance, num_buckets)  # beyond max_distance every offset has the last bucket
     gidx = _bucket_index(clip, q.device, o.t5)
-    spec = _Spec(TABLE, o.causal, o.scale, clip, num_buckets, table_grad=o.trains, **o.tiles)
+    spec = _Spec(
+        TABLE, o.causal, o.scale, clip, num_buckets, table_grad=o.trains, **o.tiles, window=o.window
+    )
     return Prepared(spec, table=table.float().t(), gidx=gidx)  # read as (H, num_buckets)
 
 
@@ -184,7 +190,16 @@ def _shaw_bias(table: Tensor, q: Tensor, o: Options) -> Prepared:
     if table.dim() != 2 or table.shape[0] != heads or table.shape[1] % 2 == 0:
         raise ValueError(f"shaw_bias must be (H={heads}, 2K+1), got {tuple(table.shape)}")
     clip = (table.shape[1] - 1) // 2  # the bucket of an index is the index
-    spec = _Spec(TABLE, o.causal, o.scale, clip, table.shape[1], table_grad=o.trains, **o.tiles)
+    spec = _Spec(
+        TABLE,
+        o.causal,
+        o.scale,
+        clip,
+        table.shape[1],
+        table_grad=o.trains,
+        **o.tiles,
+        window=o.window,
+    )
     return Prepared(spec, table=table.float(), gidx=_bucket_index(clip, q.device))
 
 
@@ -198,7 +213,9 @@ def _shaw_kv(shaw_k: Tensor, q: Tensor, o: Options) -> Prepared:
             raise ValueError(f"{name} must be (2K+1, D={d}), got {tuple(t.shape)}")
     clip = (shaw_k.shape[0] - 1) // 2
     has_value = o.shaw_v is not None
-    spec = _Spec(SHAW_KV, o.causal, o.scale, clip, shaw_k.shape[0], has_value, **o.tiles)
+    spec = _Spec(
+        SHAW_KV, o.causal, o.scale, clip, shaw_k.shape[0], has_value, **o.tiles, window=o.window
+    )
     # the key term's (B, H, Lq, 2K + 1) table: O(L K), not O(L^2)
     relk = torch.matmul(q.float() * o.scale, shaw_k.float().t())
     return Prepared(spec, relk=relk, ev=o.shaw_v.float() if has_value else None)
@@ -221,7 +238,7 @@ def _fox(log_f: Tensor, q: Tensor, o: Options) -> Prepared:
     d = torch.cumsum(log_f.float(), dim=-1)  # (B, H, Lk)
     pos = o.queries[:, None, :].expand(shape[0], shape[1], -1)  # (B, H, Lq)
     relk = torch.gather(d, 2, pos).unsqueeze(-1)  # (B, H, Lq, 1): each query's D_i
-    spec = _Spec(SHAW_KV, o.causal, o.scale, 0, 1, col=True, **o.tiles)
+    spec = _Spec(SHAW_KV, o.causal, o.scale, 0, 1, col=True, **o.tiles, window=o.window)
     return Prepared(spec, relk=relk, col=d)
 
 

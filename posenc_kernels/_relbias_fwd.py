@@ -31,6 +31,7 @@ from posenc_kernels._relbias_common import (
     _program,
     _program_of,
     _row_sums,
+    _window_start,
 )
 
 
@@ -84,6 +85,7 @@ def _fwd_part(
     F32: tl.constexpr,
     PAGE: tl.constexpr,
     COL: tl.constexpr,
+    WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -130,6 +132,7 @@ def _fwd_part(
                 BIAS,
                 CAUSAL,
                 K,
+                WINDOW,
             )
         else:
             s = _far_logits(qk, bias, rel, mask_n[None, :], slope2, PART, BIAS, MASK_N)
@@ -240,6 +243,7 @@ def _relbias_fwd_kernel(
     PAGE: tl.constexpr,
     COL: tl.constexpr,
     SINKS: tl.constexpr,
+    WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -280,6 +284,7 @@ def _relbias_fwd_kernel(
     if SPLIT_K:  # this program's share of the keys: [split * CHUNK, + CHUNK)
         start = split * CHUNK
         end = tl.minimum(end, start + CHUNK)
+    start = _window_start(start, m0 + q_off, WINDOW, BLOCK_N)
     lo, hi = _parts(m0 + q_off, start, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
     # before [0, lo), after [hi, end), then the band [lo, hi) (its sums are zero until then)
     for i in tl.static_range(3):
@@ -332,6 +337,7 @@ def _relbias_fwd_kernel(
             F32,
             PAGE,
             COL,
+            WINDOW,
             BLOCK_M,
             BLOCK_N,
         )

@@ -180,7 +180,7 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
             UPCAST=_upcast(q),
             # float32: 3xTF32; with Shaw's value term IEEE (its 3xTF32 spills at every tile)
             F32=(IEEE if spec.has_value else TF32X3) if q.dtype == torch.float32 else NATIVE,
-            SPLIT=_split(q, ieee=spec.has_value),
+            SPLIT=_split(q, ieee=spec.has_value) and not spec.window,
             GROUP=heads // kv_heads,
             SEQ=seq.mode,
             SPLIT_K=n_split > 1,
@@ -252,7 +252,7 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
         **spec.constexprs,
         UPCAST=_upcast(q),
         F32=IEEE if q.dtype == torch.float32 else NATIVE,
-        SPLIT=_split(q, ieee=True),
+        SPLIT=_split(q, ieee=True) and not spec.window,
         GROUP=group,
         SEQ=seq.mode,
     )
@@ -429,10 +429,11 @@ def relative_attention(
     block_table: Tensor | None = None,
     fox_log_f: Tensor | None = None,
     sinks: Tensor | None = None,
+    window: int | None = None,
     fwd_tiles: Tiles | None = None,
     bwd_tiles: Tiles | None = None,
 ) -> Tensor:
-    """softmax(scale q k^T + bias [causal]) v with exactly one bias family.
+    """softmax(scale q k^T + bias [causal]) v with at most one bias family (none: no bias).
 
     q: (B, H, Lq, D); k, v: (B, Hk, Lk, D) with Hk dividing H (grouped-query attention: query
     head h reads kv head h // (H / Hk); dk and dv per query head in float32, summed per group);
@@ -446,6 +447,9 @@ def relative_attention(
       cumulative sum over positions; causal only. Gradients reach the gates.
     sinks (H,), with any family: each head's sink logit joins every row's softmax and adds no
       value (gpt-oss); differentiable.
+    window: a sliding window of W keys (causal only; transformers' convention): the query at
+      position p sees keys p - W < j <= p; the key blocks wholly outside it are not read, so
+      the cost grows with L x W.
     Query i sits at position Lk - Lq + i (Lq <= Lk: the last Lq tokens of a cache of Lk, as in
     decoding; Lq == Lk: self-attention): every bias takes its distance j - (Lk - Lq + i), and
     causal masks j > Lk - Lq + i.
@@ -481,8 +485,13 @@ def relative_attention(
     given = [name for name, t in tables.items() if t is not None]
     if shaw_v is not None and shaw_k is None:
         raise ValueError("shaw_v needs shaw_k (Shaw's value term comes with the key term)")
-    if len(given) != 1:
-        raise ValueError(f"pass exactly one of {', '.join(FAMILIES)}; got {given}")
+    if len(given) > 1:
+        raise ValueError(f"pass at most one of {', '.join(FAMILIES)}; got {given}")
+    if not given:  # no bias: ALiBi's path with slopes of 0
+        given, tables["alibi_slopes"] = ["alibi_slopes"], q.new_zeros(q.shape[1], dtype=torch.float)
+    window = _check_window(window, causal)
+    if window and num_splits is None:  # a window reads W keys: nothing to split
+        num_splits = 1
     if block_table is None:
         _check_qkv(q, k, v)
         seq = sequences(q, k, causal, kv_lens, cu_seqlens, max_seqlen)
@@ -509,6 +518,7 @@ def relative_attention(
         if fox_log_f is not None
         else None,
         keys=keys,
+        window=window,
     )
     p = FAMILIES[given[0]](table, q, options)
     sinks = _check_sinks(sinks, q)
@@ -523,6 +533,17 @@ def relative_attention(
     if not grad and (seq.page_size or seq.mode != PACKED and num_splits != 1):  # no autograd
         return _forward(q, k, v, p, sinks, seq, num_splits)[0]
     return RelativeBiasAttention.apply(q, k, v, *p[1:], sinks, p.spec, seq)
+
+
+def _check_window(window, causal: bool) -> int:
+    """window: None or a positive int, with causal -> its width (0: none)."""
+    if window is None:
+        return 0
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be a positive int (keys a query sees), got {window!r}")
+    if not causal:
+        raise ValueError("window needs causal=True (a query sees the window's keys up to itself)")
+    return window
 
 
 def _check_sinks(sinks, q: Tensor) -> Tensor | None:
