@@ -37,8 +37,9 @@ loops over its tile's indices [lo, hi], taken from the tile's corners.
 
 A sliding WINDOW W (a constexpr, 0 without): query i at position p sees keys j with
 p - W < j <= p (causal, transformers' convention); the loops start at the window's first block
-(_window_start; the dk/dv query loop ends at the last query that sees the key block), and the
-whole loop is band (the launchers pass SPLIT False: the window's edge crosses any part).
+(_window_start; the dk/dv query loop ends at the last query that sees the key block), and every
+part masks r <= -W (the window's edge may cross any block before the band: one `where` a tile,
+no inner loop, so the parts stay pipelined).
 
 Why this file is long: this docstring is the three passes' shared specification (layout,
 logits, each family's bias, the three-part loop), written once here rather than in each pass.
@@ -239,15 +240,26 @@ def _part_bias(
 
 @triton.jit
 def _far_logits(
-    qk, bias, rel, mask, slope2, PART: tl.constexpr, BIAS: tl.constexpr, MASK: tl.constexpr
+    qk,
+    bias,
+    rel,
+    mask,
+    slope2,
+    PART: tl.constexpr,
+    BIAS: tl.constexpr,
+    MASK: tl.constexpr,
+    WINDOW: tl.constexpr = 0,
 ):
     """Base-2 logits of a tile beyond the clip: qk (already scaled) + the part's bias (broadcast
-    like qk), ALiBi's -slope |r| with the part's sign of r; -inf past the bounds if MASK."""
+    like qk), ALiBi's -slope |r| with the part's sign of r; -inf past the bounds if MASK, and
+    with a WINDOW at r <= -WINDOW (its edge may cross any block before the band)."""
     s = qk + bias
     if BIAS == ALIBI:  # -slope |r| = slope r before (r <= 0), -slope r after (bias is 0)
         s += rel.to(tl.float32) * (slope2 * (1 - 2 * (PART == AFTER)))
     if MASK:
         s = tl.where(mask, s, float("-inf"))
+    if WINDOW > 0:
+        s = tl.where(rel > -WINDOW, s, float("-inf"))
     return s
 
 

@@ -164,7 +164,7 @@ def _dkdv_part(
             bias = _part_bias(
                 relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
             )
-            s_t = _far_logits(qk_t, bias[None, :], rel_t, mask_m, slope2, PART, BIAS, False)
+            s_t = _far_logits(qk_t, bias[None, :], rel_t, mask_m, slope2, PART, BIAS, False, WINDOW)
         if COL:
             s_t -= ck[:, None]
         p_t = tl.exp2(s_t - lse[None, :])  # 0 where masked

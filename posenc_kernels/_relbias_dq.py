@@ -126,7 +126,7 @@ def _dq_part(
                 WINDOW,
             )
         else:
-            s = _far_logits(qk, bias, rel, mask_n[None, :], slope2, PART, BIAS, MASK_N)
+            s = _far_logits(qk, bias, rel, mask_n[None, :], slope2, PART, BIAS, MASK_N, WINDOW)
         if COL:  # FoX: - D_j
             s -= _key_col(col_base, offs_n, mask_n, stride_cn, COL)[None, :]
         p = tl.exp2(s - lse[:, None])  # 0 where masked (s = -inf) and past LQ (lse = +inf)

@@ -58,7 +58,7 @@ class _Spec:
         window=0,
     ):
         self.bias, self.causal, self.scale, self.clip = bias, causal, scale, clip
-        self.window = window  # a sliding window's width (0: none); every loop is then band
+        self.window = window  # a sliding window's width (0: none)
         self.n_rel, self.has_value, self.table_grad = n_rel, has_value, table_grad
         self.col = col  # a per-key term (FoX's D_j) subtracted from every logit
         self.nb = max(16, triton.next_power_of_2(n_rel))

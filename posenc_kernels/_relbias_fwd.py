@@ -135,7 +135,7 @@ def _fwd_part(
                 WINDOW,
             )
         else:
-            s = _far_logits(qk, bias, rel, mask_n[None, :], slope2, PART, BIAS, MASK_N)
+            s = _far_logits(qk, bias, rel, mask_n[None, :], slope2, PART, BIAS, MASK_N, WINDOW)
         if COL:  # FoX: - D_j
             s -= _key_col(col_base, offs_n, mask_n, stride_cn, COL)[None, :]
         m_new = tl.maximum(m_i, tl.max(s, 1))

@@ -180,7 +180,7 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
             UPCAST=_upcast(q),
             # float32: 3xTF32; with Shaw's value term IEEE (its 3xTF32 spills at every tile)
             F32=(IEEE if spec.has_value else TF32X3) if q.dtype == torch.float32 else NATIVE,
-            SPLIT=_split(q, ieee=spec.has_value) and not spec.window,
+            SPLIT=_split(q, ieee=spec.has_value),
             GROUP=heads // kv_heads,
             SEQ=seq.mode,
             SPLIT_K=n_split > 1,
@@ -252,7 +252,7 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
         **spec.constexprs,
         UPCAST=_upcast(q),
         F32=IEEE if q.dtype == torch.float32 else NATIVE,
-        SPLIT=_split(q, ieee=True) and not spec.window,
+        SPLIT=_split(q, ieee=True),
         GROUP=group,
         SEQ=seq.mode,
     )

@@ -159,6 +159,8 @@ def _launch_relbias(spec: Spec) -> None:
     kwargs = family.kernel_args(tables)
     if spec.sinks:
         kwargs["sinks"] = _meta(h, grad=grad)
+    if spec.window:
+        kwargs["window"] = spec.window
     tiles = {
         "fwd_tiles": spec.fwd_tiles and relbias.Tiles(*spec.fwd_tiles),
         "bwd_tiles": spec.bwd_tiles and relbias.Tiles(*spec.bwd_tiles),

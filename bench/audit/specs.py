@@ -27,6 +27,7 @@ class Spec:
     fwd_tiles: tuple | None = None  # a candidate (not the launcher's default)
     bwd_tiles: tuple | None = None
     sinks: bool = False  # relbias: a sink logit per head
+    window: int = 0  # relbias: a sliding window (gpt-oss's 128, Mistral's 4096)
 
     @property
     def variant(self) -> str:
@@ -40,8 +41,9 @@ class Spec:
         gqa = f" gqa {self.kv_heads}" if self.kv_heads else ""
         seq = f" {self.seq}" if self.seq else ""
         sinks = " sinks" if self.sinks else ""
+        window = f" window {self.window}" if self.window else ""
         kind = "candidate" if self.fwd_tiles or self.bwd_tiles else "default"
-        return kind + gqa + seq + sinks
+        return kind + gqa + seq + sinks + window
 
 
 TARGETS = {"sm_90a": 90, "sm_80": 80}
@@ -100,6 +102,10 @@ def specs(only: str | None = None) -> list[Spec]:
     # decode steps over paged caches (block size 16), every family
     attn += [Spec("relbias", f, causal=True, kv_heads=4, seq="paged") for f in families]
     attn += [Spec("relbias", "alibi", "float16", causal=True, kv_heads=4, seq="paged")]
+    # sliding windows (one masked loop): gpt-oss's layers (sinks, GQA), a decode step, T5's
+    attn += [Spec("relbias", "alibi", causal=True, kv_heads=4, sinks=True, window=128)]
+    attn += [Spec("relbias", "alibi", causal=True, kv_heads=4, seq="decode", window=128)]
+    attn += [Spec("relbias", "t5", causal=True, window=4096)]
     out = [s for s in rope + attn if only in (None, s.kernel)]
     return out
 
