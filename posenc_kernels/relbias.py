@@ -490,8 +490,6 @@ def relative_attention(
     if not given:  # no bias: ALiBi's path with slopes of 0
         given, tables["alibi_slopes"] = ["alibi_slopes"], q.new_zeros(q.shape[1], dtype=torch.float)
     window = _check_window(window, causal)
-    if window and num_splits is None:  # a window reads W keys: nothing to split
-        num_splits = 1
     if block_table is None:
         _check_qkv(q, k, v)
         seq = sequences(q, k, causal, kv_lens, cu_seqlens, max_seqlen)

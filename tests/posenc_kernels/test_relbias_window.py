@@ -135,8 +135,8 @@ def test_shaws_key_and_value_terms_and_forgetting_gates_take_the_window():
 
 
 def test_caches_of_ragged_lengths_and_packed_documents_take_the_window():
-    """A decode step of 2 queries against caches of 9 and 37 keys; three packed documents (the
-    window restarts in each), forward and backward."""
+    """A decode step of 2 queries against caches of 9 and 37 keys, its keys split or not; three
+    packed documents (the window restarts in each), forward and backward."""
     q = torch.randn(2, 2, 2, 16)
     k, v = (torch.randn(2, 1, 40, 16) for _ in "kv")
     lens = torch.tensor([9, 37])
@@ -145,6 +145,11 @@ def test_caches_of_ragged_lengths_and_packed_documents_take_the_window():
         q.double(), k.double(), v.double(), causal=True, window=6, kv_lens=lens
     )
     assert_close(got.double(), want, atol=TOL, rtol=TOL)
+    for splits in (1, 4):  # whole splits before the window read nothing; the merge keeps it so
+        got = relbias.relative_attention(
+            q, k, v, causal=True, window=6, kv_lens=lens, num_splits=splits
+        )
+        assert_close(got.double(), want, atol=TOL, rtol=TOL)
     cu = torch.tensor([0, 5, 30, 41])
     q, k, v = (_leaf(torch.randn(1, 2, 41, 16)) for _ in "qkv")
     alibi = posenc.ALiBi(2)
@@ -195,4 +200,6 @@ def test_no_bias_is_plain_attention():
     want = torch.nn.functional.scaled_dot_product_attention(
         q.double(), k.double(), v.double(), is_causal=True
     )
-    assert_close(relbias.relative_attention(q, k, v, causal=True).double(), want, atol=TOL, rtol=TOL)
+    assert_close(
+        relbias.relative_attention(q, k, v, causal=True).double(), want, atol=TOL, rtol=TOL
+    )
