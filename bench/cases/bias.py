@@ -5,27 +5,26 @@ Implementations, each called as its own documentation does:
   reference    posenc's eager attention (the (H, L, L) bias built inside the call);
   compiled     torch.compile of it;
   sdpa         F.scaled_dot_product_attention with the bias materialized as attn_mask: once,
-               outside the timed call, when the table does not train (forward rows: a cached
-               bias, as a model reuses across its layers); inside the call when it trains;
+               outside the timed call, when the table does not train (a cached bias, as a model
+               reuses across its layers); inside the call when it trains;
   sdpa_nobias  SDPA with no bias at all: the ceiling a biased kernel is measured against;
   flex         torch.compile(flex_attention), the bias as a score_mod reading a table (T5's
-               bucket of each j - i looked up from a table built once, no logarithm per score),
-               causal masking as a block mask built once;
+               bucket of each j - i from a table built once), the mask a block mask built once;
   triton       posenc_kernels.relative_attention, the bias computed in the tile;
   hf, fla      T5's and BLOOM's attention in transformers, fla-core's FoX (bench/cases/_peers.py).
-Shaw's value term adds to the output, which neither SDPA nor a score_mod can express.
+Shaw's value term adds to the output, which neither SDPA nor a score_mod can express. Each
+family is declared once (bench/cases/families.py); this file makes its case.
 
-Each family is declared once (bench/cases/families.py); this file makes its case.
-
-Knobs: causal, num_kv_heads (grouped-query attention: k and v with fewer heads; SDPA and
-FlexAttention get `enable_gqa=True`, the reference and the kernel take them as they are), and
-the Triton kernel's tiles (fwd_tiles, bwd_tiles: "default" or
+Knobs: causal, num_kv_heads (grouped-query attention: SDPA and FlexAttention get
+`enable_gqa=True`, the reference and the kernel take k and v as they are), window (a sliding
+window, bench/cases/_window.py), the Triton kernel's tiles (fwd_tiles, bwd_tiles: "default" or
 MxNxWARPSxSTAGES, for tuning; other implementations run at the default only).
 
-Cost model: forward 4 B H L^2 D FLOPs (half when causal) plus Shaw's relative terms (Q E_K^T
-and the per-bucket weights times E_V: 4 B H L (2K + 1) D); reads q, k, v and the table, writes
-the output. Backward: 2.5 times the attention FLOPs (QK^T recomputed, dV, dP, dQ, dK), twice the
-relative terms'; reads q, k, v, out, dout and the table, writes dq, dk, dv and its gradient.
+Cost model: forward 4 B H D FLOPs per (query, visible key) pair (L^2, half when causal, L W
+within a window) plus Shaw's relative terms (Q E_K^T and the per-bucket weights times E_V:
+4 B H L (2K + 1) D); reads q, k, v and the table, writes the output. Backward: 2.5 times the
+attention FLOPs (QK^T recomputed, dV, dP, dQ, dK), twice the relative terms'; reads q, k, v,
+out, dout and the table, writes dq, dk, dv and its gradient.
 """
 
 from __future__ import annotations
@@ -54,6 +53,7 @@ from bench.cases._peers import (
     hf_plain,
     t5_attention,
 )
+from bench.cases._window import WINDOW, flex_mask, hidden, no_window, pairs, windowed
 from bench.cases.families import FAMILIES, BiasFamily, sinks_of
 from bench.checks import bools
 from bench.registry import Case, Cost, Impl, Knob, Level, Point
@@ -131,10 +131,10 @@ def _truth(family: BiasFamily):
 
 
 def _mask(family: BiasFamily, inputs: dict):
-    """-> () -> the (H, L, L) additive mask in q's dtype, -inf above the diagonal if causal."""
+    """-> () -> the (H, L, L) additive mask in q's dtype, -inf where `hidden`."""
     module, q = family.module(inputs), inputs["q"]
-    n, causal = q.shape[2], inputs["causal"]
-    upper = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1) if causal else None
+    n = q.shape[2]
+    upper = hidden(inputs, n, q.device)
 
     def build():
         bias = module.bias(n, n).to(q.dtype)
@@ -144,8 +144,7 @@ def _mask(family: BiasFamily, inputs: dict):
 
 
 def trains(inputs) -> bool:
-    """Whether a learned table requires grad (a bias materialized for SDPA is then built inside
-    the call, for its gradient to flow; else once, outside it, as a model caches it)."""
+    """Whether a learned table requires grad (SDPA's bias then built inside the call)."""
     return any(p.requires_grad for p in inputs.get("params", {}).values())
 
 
@@ -166,9 +165,10 @@ def _sdpa(family: BiasFamily):
 
 
 def _sdpa_nobias(inputs):
-    causal, grouped = inputs["causal"], gqa(inputs)
+    causal, grouped, q = inputs["causal"], gqa(inputs), inputs["q"]
+    mask = ~hidden(inputs, q.shape[2], q.device) if inputs.get("window") else None  # a band
     return lambda q, k, v: nnf.scaled_dot_product_attention(
-        q, k, v, is_causal=causal, enable_gqa=grouped
+        q, k, v, attn_mask=mask, is_causal=causal and mask is None, enable_gqa=grouped
     )
 
 
@@ -182,10 +182,10 @@ def _flex(family: BiasFamily):
 
         q, k = inputs["q"], inputs["k"]
         block_mask = None
-        if inputs["causal"]:
-            block_mask = create_block_mask(
-                lambda b, h, i, j: j <= i, None, None, q.shape[2], k.shape[2], device=q.device
-            )
+        if inputs["causal"]:  # with a window, its sliding-window mask: blocks outside skipped
+            seen = flex_mask(inputs.get("window"))
+            n, m = q.shape[2], k.shape[2]
+            block_mask = create_block_mask(seen, None, None, n, m, device=q.device)
         fn = compile_impl(flex_attention)
         score_mod, grouped = family.score_mod(inputs), gqa(inputs)
         return lambda q, k, v: fn(
@@ -200,6 +200,7 @@ def _triton(family: BiasFamily):
         kwargs = dict(
             family.kernel_args(inputs),
             causal=inputs["causal"],
+            window=inputs.get("window"),
             fwd_tiles=parse_tiles(inputs.get("fwd_tiles", "default")),
             bwd_tiles=parse_tiles(inputs.get("bwd_tiles", "default")),
         )
@@ -222,16 +223,15 @@ def attentions(family: BiasFamily) -> dict:
 
 
 def _default_tiles(point: Point) -> str | None:
-    if point.fwd_tiles == point.bwd_tiles == "default":
-        return None
-    return "tiles apply to the triton implementation only"
+    tuned = point.fwd_tiles != "default" or point.bwd_tiles != "default"
+    return "tiles apply to the triton implementation only" if tuned else None
 
 
 def _cost(family: BiasFamily):
     def cost(point: Point, dtype, mode: str) -> Cost:
         b, h, n, d = point.batch, point.num_heads, point.seq_len, point.head_dim
         hk = point.kv_heads
-        attn = 4 * b * h * n * n * d // (2 if point.causal else 1)
+        attn = 4 * b * h * d * pairs(point)
         rel = b * h * n * family.extra_flops(d)
         table = family.table_bytes(h, d, dtype)
         act, act_kv = (b * heads * n * d * dtype.itemsize for heads in (h, hk))
@@ -251,6 +251,7 @@ def _with_knobs(build):
         return dict(
             build(point, device, dtype),
             causal=point.causal,
+            window=point.window,
             fwd_tiles=point.fwd_tiles,
             bwd_tiles=point.bwd_tiles,
         )
@@ -263,10 +264,12 @@ def either(first, second):
     return lambda point: first(point) or second(point)
 
 
+T5_HF = hf_impl(on_qkv(t5_attention), either(hf_plain, no_window), note="transformers' T5 bias")
+BLOOM = either(bloom_supports, no_window)
 PEERS = {  # family -> implementations outside the project that compute the same attention
-    "t5": {"hf": hf_impl(on_qkv(t5_attention), hf_plain, note="transformers' T5 bias")},
-    "alibi": {"hf": hf_impl(on_qkv(bloom_alibi_attention), bloom_supports, note="BLOOM's ALiBi")},
-    "fox": {"fla": fla_impl(on_qkv(fla_fox_attention), plain_softmax)},
+    "t5": {"hf": T5_HF},
+    "alibi": {"hf": hf_impl(on_qkv(bloom_alibi_attention), BLOOM, note="BLOOM's ALiBi")},
+    "fox": {"fla": fla_impl(on_qkv(fla_fox_attention), either(plain_softmax, no_window))},
 }
 
 
@@ -318,8 +321,8 @@ def _case(family: BiasFamily) -> Case:
         if family.trains
         else ("q", "k", "v", "sinks"),
         batched=("q", "k", "v", "params") if family.per_token else ("q", "k", "v"),
-        knobs=(CAUSAL, NUM_KV_HEADS, FWD_TILES, BWD_TILES, SINKS),
-        constraint=family.refuses,
+        knobs=(CAUSAL, NUM_KV_HEADS, FWD_TILES, BWD_TILES, SINKS, WINDOW),
+        constraint=either(family.refuses, windowed),
         truth_holds=4,
     )
 

@@ -108,7 +108,7 @@ class BiasFamily:
 
     def attention(self, inputs: dict, causal: bool, seq: dict | None = None) -> Attention:
         """The reference attention as a function of (q, k, v), with the point's sinks."""
-        seq = dict(seq or {}, sinks=sinks_of(inputs))
+        seq = dict(seq or {}, sinks=sinks_of(inputs), window=inputs.get("window"))
         if self.eager is not None:
             return self.eager(inputs, causal, seq)
         bias = self.module(inputs)
@@ -175,11 +175,13 @@ def _shaw_tables(heads: int, head_dim: int) -> nn.Module:
 
 def _shaw_kv_eager(inputs, causal, seq):
     """posenc's Shaw attention on each sequence: queries at the end of its keys."""
-    p, sinks = inputs["params"], seq.pop("sinks", None)
+    p, sinks, window = inputs["params"], seq.pop("sinks", None), seq.pop("window", None)
 
     def attend(q_s, k_s, v_s, _at):
         lq, lk = q_s.shape[2], k_s.shape[2]
         mask = torch.ones(lq, lk, dtype=torch.bool, device=q_s.device).tril(lk - lq)
+        if window:  # and keys past the window: j > p - W
+            mask &= ~torch.ones_like(mask).tril(lk - lq - window)
         ek, ev, mask = p["emb_k"], p["emb_v"], mask if causal else None
         return F.shaw_attention(
             q_s, k_s, v_s, ek, ev, SHAW_K, mask=mask, offset=lk - lq, sinks=sinks
@@ -191,11 +193,13 @@ def _shaw_kv_eager(inputs, causal, seq):
 def _fox_eager(inputs, causal, seq):
     """posenc's FoX attention on each sequence: the bias from the gates of its own keys, its
     queries at their end (causal: FoX is defined so)."""
-    log_f, sinks = inputs["params"]["log_f"], seq.pop("sinks", None)
+    log_f, sinks, window = inputs["params"]["log_f"], seq.pop("sinks", None), seq.pop("window")
 
     def attend(q_s, k_s, v_s, at):
         bias = F.forgetting_bias(log_f[at[0], :, at[2]], q_s.shape[2])
-        return F.relative_attention(q_s, k_s, v_s, bias=bias, causal=True, sinks=sinks)
+        return F.relative_attention(
+            q_s, k_s, v_s, bias=bias, causal=True, sinks=sinks, window=window
+        )
 
     return lambda q, k, v: F.each_sequence(attend, q, k, v, **seq)
 
