@@ -82,7 +82,7 @@ class ModelSpec:
     rope_base_dim: int = 0  # the dim partial_rotary_factor takes its part of (transformers')
     sinks: bool = False
     source: str = ""
-    extra: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # head_dims per layer type, mla: latent width, ...
 
     def parameters(self, layer_type: str | None = None) -> dict:
         """The RoPE parameters of a layer type (the model's only ones when it has one set)."""
@@ -283,7 +283,7 @@ def _spec(name: str, config, source: str) -> ModelSpec:
         source=source,
         extra={
             **({"head_dims": dims} if len(set(dims.values())) > 1 else {}),
-            **({"mla": True} if getattr(text, "qk_nope_head_dim", None) else {}),
+            **({"mla": text.kv_lora_rank} if getattr(text, "qk_nope_head_dim", None) else {}),
             **({"attention_chunk": n} if (n := _attr(text, "attention_chunk_size")) else {}),
         },
     )

@@ -7,6 +7,7 @@ from bench.cases.attention import ATTENTION_SINUSOIDAL, ROPE_ATTENTION, SHAW_ATT
 from bench.cases.bias import ATTENTION as BIAS_ATTENTION
 from bench.cases.layer import DECODE as LAYER_DECODE
 from bench.cases.layer import PREFILL as LAYER
+from bench.cases.mla import MLA
 from bench.cases.multimodal import MROPE, ROPE_2D
 from bench.cases.relative import RELATIVE_TABLES
 from bench.cases.rope import ROPE
@@ -23,6 +24,7 @@ for _case in (
     ROPE_MODULE,
     MROPE,
     ROPE_2D,
+    MLA,
     ROPE_TABLES,
     RELATIVE_TABLES,
     ATTENTION_SINUSOIDAL,

@@ -35,7 +35,8 @@ def _rows(df: pd.DataFrame) -> pd.DataFrame:
     if "model" not in df:
         return df.iloc[0:0]
     named = df["model"].notna() & (df["model"].astype(str) != "")
-    ok = df[(df["status"] == "ok") & named & df["p50_ms"].notna()]
+    ours = df["case"].isin([case for case, _, _ in PANELS])
+    ok = df[(df["status"] == "ok") & named & ours & df["p50_ms"].notna()]
     ok = ok[ok["impl"] != "nope"]
     if ok.empty:
         return ok
