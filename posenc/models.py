@@ -13,18 +13,17 @@ ValueError naming it, never a different table.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
 
+from posenc._configs import PRESETS, preset_names, read_config, source_of
 from posenc.functional import rope_cos_sin
 
-PRESETS = Path(__file__).resolve().parents[1] / "configs" / "models"
+__all__ = ["PRESETS", "ModelSpec", "hf_config", "load", "preset_names"]
 INSTALL = "reading a model's config needs transformers: pip install 'transformers>=5.25'"
 # The keys of each rope_type posenc reproduces (transformers' names), beside rope_theta.
 KNOWN = {
@@ -69,7 +68,7 @@ class ModelSpec:
     rotary_dim: int
     interleaved: bool
     rope_theta: float
-    rope_type: str
+    rope_type: str  # transformers' names; "none": no RoPE (T5, BLOOM)
     rope_parameters: dict
     layer_types: tuple[str, ...]
     sliding_window: int | None
@@ -112,6 +111,8 @@ class ModelSpec:
     def schedule(self, layer_type: str | None = None) -> tuple[dict | None, int, float, float]:
         """(posenc scaling dict or None, rotary dim, rotate_fraction, theta) of a layer type;
         ValueError naming what posenc does not reproduce."""
+        if not self.rope_parameters:  # T5's buckets, BLOOM's ALiBi: positions of their own
+            raise ValueError(f"{self.name}: no RoPE ({self.model_type} has its own positions)")
         p = self.parameters(layer_type)
         kind = p.get("rope_type", "default")
         if kind not in KNOWN:
@@ -175,19 +176,15 @@ def _scaling(kind: str, p: dict, max_positions: int) -> dict | None:
     return {k: v for k, v in out.items() if v is not None or k == "factor"}
 
 
-def preset_names() -> list[str]:
-    return sorted(p.stem for p in PRESETS.glob("*.json"))
-
-
 def load(model: str | Path | dict) -> ModelSpec:
     """A ModelSpec from a preset name, a config.json path (or its folder), or a config dict."""
     name, config = hf_config(model)
-    return _spec(name, config, source=str(_source(model)))
+    return _spec(name, config, source=str(source_of(model)))
 
 
 def hf_config(model: str | Path | dict):
     """(name, transformers' config object) of a preset, a config.json or a dict."""
-    name, data = _read(model)
+    name, data = read_config(model)
     try:
         from transformers import AutoConfig
     except ImportError as exc:
@@ -203,50 +200,14 @@ def hf_config(model: str | Path | dict):
     return name, config
 
 
-def _read(model) -> tuple[str, dict]:
-    if isinstance(model, dict):
-        return str(model.get("_name_or_path") or model.get("model_type") or "model"), dict(model)
-    if not isinstance(model, (str, Path)):
-        raise TypeError(
-            f"model must be a preset name, a path or a dict, got {type(model).__name__}"
-        )
-    path = Path(model)
-    if path.is_dir():
-        path = path / "config.json"
-    elif not path.exists():
-        preset = PRESETS / f"{model}.json"
-        if preset.is_file():
-            path = preset
-        elif path.suffix != ".json" and "/" not in str(model):
-            raise ValueError(
-                f"model={model!r}: not a preset ({', '.join(preset_names())}) nor a config.json"
-            )
-    if not path.is_file():
-        raise ValueError(f"model={model}: no such file")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"model={model}: not JSON ({exc.msg}, line {exc.lineno})") from None
-    return data.get("_name", path.parent.name if path.name == "config.json" else path.stem), data
-
-
-def _source(model) -> Any:
-    if isinstance(model, dict):
-        return model.get("_source", "a dict")
-    path = Path(model)
-    preset = PRESETS / f"{model}.json"
-    if not path.exists() and preset.is_file():
-        return json.loads(preset.read_text()).get("_source", preset.name)
-    return path / "config.json" if path.is_dir() else path
-
-
 def _spec(name: str, config, source: str) -> ModelSpec:
     text = config.get_text_config()
     heads = text.num_attention_heads
     layers = text.num_hidden_layers
     layer_types = tuple(getattr(text, "layer_types", None) or ("full_attention",) * layers)
     dims = _head_dims(text, layer_types)
-    base_dim = dims.get("full_attention") or _attr(text, "head_dim") or text.hidden_size // heads
+    base_dim = dims.get("full_attention") or _attr(text, "head_dim") or _attr(text, "d_kv")
+    base_dim = base_dim or text.hidden_size // heads
     head_dim = base_dim
     if getattr(text, "qk_nope_head_dim", None):  # MLA: RoPE on a decoupled slice of each head
         head_dim = text.qk_nope_head_dim + text.qk_rope_head_dim
@@ -269,7 +230,7 @@ def _spec(name: str, config, source: str) -> ModelSpec:
         rope_base_dim=base_dim,
         interleaved=bool(getattr(text, "rope_interleave", text.model_type in INTERLEAVED)),
         rope_theta=float(first.get("rope_theta", math.nan)),
-        rope_type=first.get("rope_type", "default"),
+        rope_type=first.get("rope_type", "default") if params else "none",
         rope_parameters=params,
         layer_types=layer_types,
         sliding_window=window,
@@ -277,7 +238,7 @@ def _spec(name: str, config, source: str) -> ModelSpec:
         hidden_size=text.hidden_size,
         mlp_size=_mlp_size(text),
         num_layers=layers,
-        max_position_embeddings=text.max_position_embeddings,
+        max_position_embeddings=getattr(text, "max_position_embeddings", 0),
         nope_layers=tuple(i for i, use in enumerate(nope) if not use),
         sinks=text.model_type == "gpt_oss",
         source=source,
@@ -292,7 +253,8 @@ def _spec(name: str, config, source: str) -> ModelSpec:
 def _mlp_size(text) -> int:
     """The MLP width a token goes through (its FLOPs, not the weights read): intermediate_size,
     or a mixture's experts per token plus its shared ones (DeepSeek, Qwen2-MoE, Llama 4's)."""
-    inter = getattr(text, "intermediate_size", 0) or 0
+    inter = getattr(text, "intermediate_size", 0) or getattr(text, "d_ff", 0) or 0  # T5: d_ff
+    inter = inter or (4 * text.hidden_size if text.model_type == "bloom" else 0)  # its 4 x
     k = getattr(text, "num_experts_per_tok", None)
     if not k:
         return inter

@@ -83,8 +83,33 @@ def interleaved(point: Point) -> bool:
     return bool(point.model) and spec_of(point.model).interleaved
 
 
+# The relative-bias family of the models without RoPE (transformers' model types)
+BIAS_OF = {"t5": "t5", "mt5": "t5", "umt5": "t5", "longt5": "t5", "bloom": "alibi", "mpt": "alibi"}
+
+
+def bias_problem(point: Point, family: str) -> str | None:
+    """A bias case's constraint with a model: the model's positions must be the family's, and a
+    T5's buckets the case's (T5_ARGS: 32 buckets, max distance 128, bidirectional)."""
+    if not point.model:
+        return None
+    spec = spec_of(point.model)
+    own = BIAS_OF.get(spec.model_type, "RoPE" if spec.rope_type != "none" else "none")
+    if own != family:
+        return f"{point.model}: its positions are {own}'s, not {family}'s"
+    from posenc import models
+
+    _, config = models.hf_config(point.model)
+    buckets = getattr(config, "relative_attention_num_buckets", 32)
+    distance = getattr(config, "relative_attention_max_distance", 128)
+    if family == "t5" and (buckets, distance) != (32, 128):
+        return f"{point.model}: {buckets} buckets to {distance}, the case's are 32 to 128"
+    return None
+
+
 def model_only(point: Point) -> str | None:
     """A case's constraint: a model sets the schedule and form, the knobs may not as well."""
+    if point.model and spec_of(point.model).rope_type == "none":
+        return f"{point.model}: no RoPE (its positions are its own: its attention case)"
     if point.model and (point.rope_scaling != "none" or point.rope_variant != "plain"):
         return "model= sets the RoPE schedule: rope_scaling and rope_variant stay at their defaults"
     return None

@@ -44,6 +44,7 @@ from bench.cases._common import (
     per_mode,
     triton_kernels,
 )
+from bench.cases._model import MODEL, bias_problem
 from bench.cases._peers import (
     bloom_alibi_attention,
     bloom_supports,
@@ -133,8 +134,7 @@ def _truth(family: BiasFamily):
 def _mask(family: BiasFamily, inputs: dict):
     """-> () -> the (H, L, L) additive mask in q's dtype, -inf where `hidden`."""
     module, q = family.module(inputs), inputs["q"]
-    n = q.shape[2]
-    upper = hidden(inputs, n, q.device)
+    n, upper = q.shape[2], hidden(inputs, q.shape[2], q.device)
 
     def build():
         bias = module.bias(n, n).to(q.dtype)
@@ -321,8 +321,8 @@ def _case(family: BiasFamily) -> Case:
         if family.trains
         else ("q", "k", "v", "sinks"),
         batched=("q", "k", "v", "params") if family.per_token else ("q", "k", "v"),
-        knobs=(CAUSAL, NUM_KV_HEADS, FWD_TILES, BWD_TILES, SINKS, WINDOW),
-        constraint=either(family.refuses, windowed),
+        knobs=(CAUSAL, NUM_KV_HEADS, FWD_TILES, BWD_TILES, SINKS, WINDOW, MODEL),
+        constraint=either(family.refuses, lambda p: windowed(p) or bias_problem(p, family.name)),
         truth_holds=4,
     )
 

@@ -55,9 +55,15 @@ def test_every_preset_loads_and_its_tables_equal_transformers(name):
     assert data["_name"] == name and data["_source"]
     spec = models.load(name)
     assert spec.name == name and spec.source == data["_source"]
-    assert spec.num_heads == data["num_attention_heads"]
+    heads = data.get("num_attention_heads") or data.get("num_heads") or data["n_head"]
+    assert spec.num_heads == heads  # T5's and BLOOM's own spellings
     assert spec.num_kv_heads == data.get("num_key_value_heads", spec.num_heads)
     config = AutoConfig.for_model(**{k: v for k, v in data.items() if not k.startswith("_")})
+    if spec.rope_type == "none":  # T5's buckets, BLOOM's ALiBi: never a table of RoPE
+        assert name in ("t5-base", "bloom-7b1") and not spec.rope_parameters
+        with pytest.raises(ValueError, match=f"{name}: no RoPE"):
+            spec.rope_tables(8)
+        return
     _check_tables(spec, config)
 
 
@@ -80,6 +86,8 @@ MLP = {
     "qwen3-8b": 12288,
     "qwen3.5-27b": 17408,
     "smollm3-3b": 11008,
+    "t5-base": 3072,  # d_ff
+    "bloom-7b1": 4 * 4096,
 }
 
 

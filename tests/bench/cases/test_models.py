@@ -26,7 +26,7 @@ def test_models_set_the_shapes_and_the_rope(tmp_path, monkeypatch):
     out = tmp_path / "m"
     args = [
         "model=[llama-3.1-8b,deepseek-v3,pythia-1.4b]",
-        "cases=[rope,alibi_attention]",
+        "cases=[rope,shaw_attention]",
         "impls=[reference,hf,triton]",
         "seq_len=[16]",
         "batch=1",
@@ -62,7 +62,7 @@ def test_models_set_the_shapes_and_the_rope(tmp_path, monkeypatch):
         (["model=no-such-model"], "model='no-such-model': not a preset"),
         (["model=llama-3.1-8b", "d_model=512"], "d_model: model= sets it"),
         (["model=llama-3.1-8b", "rope_theta=1e4"], "rope_theta: model= sets it"),
-        (["model=llama-3.1-8b", "cases=[alibi_attention]"], "none of the chosen cases takes"),
+        (["model=llama-3.1-8b", "cases=[shaw_attention]"], "none of the chosen cases takes"),
         (["model=/no/such/config.json"], "no such file"),
     ],
 )
@@ -183,3 +183,22 @@ def test_a_models_layer_and_decode_step_are_gated_with_their_share(tmp_path, mon
 def test_a_layer_the_model_does_not_have_is_said(model, seq_len, why):
     assert why in CASES["layer_rope"].constraint(_point(model, seq_len))
     assert CASES["layer_rope"].constraint(_point("mistral-7b", 4096)) is None
+
+
+@pytest.mark.parametrize(
+    ("case", "model", "why"),
+    [
+        ("t5_attention", "t5-base", None),
+        ("alibi_attention", "bloom-7b1", None),
+        ("alibi_attention", "t5-base", "its positions are t5's, not alibi's"),
+        ("t5_attention", "llama-3.1-8b", "its positions are RoPE's, not t5's"),
+        ("rope", "bloom-7b1", "no RoPE"),
+        ("layer_rope", "t5-base", "no RoPE"),
+    ],
+)
+def test_each_model_runs_the_cases_of_its_positions(case, model, why):
+    """T5 and BLOOM presets at their shapes in their attention cases; the others say why not."""
+    spec = models.load(model)
+    point = Point(1, 16, spec.num_heads * spec.head_dim, spec.num_heads, model=model)
+    got = CASES[case].constraint(point)
+    assert got is None if why is None else why in got
