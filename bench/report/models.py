@@ -111,7 +111,8 @@ def plot(df: pd.DataFrame, out: Path) -> list[Path]:
         axes[0][0].invert_yaxis()
         handles = [plt.Rectangle((0, 0), 1, 1, color=colors[i]) for i in impls]
         fig.legend(handles, impls, loc="outside lower center", ncols=len(impls), fontsize=9)
-        fig.suptitle(wrap(f"RoPE per model ({mode}, {dtype}); dots: the profiler's share", 90))
+        dots = "; dots: the profiler's share" if len(panels) > 1 else ""
+        fig.suptitle(wrap(f"RoPE per model ({mode}, {dtype}){dots}", 45 * len(panels)))
         path = out / f"models_{mode.replace('+', '_')}_{dtype}.png"
         save(fig, path, dpi=110)
         written.append(path)

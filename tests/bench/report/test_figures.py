@@ -1,8 +1,8 @@
 """Plots that read at a glance: every plot kind, drawn from committed runs with the longest
-labels the cases produce (the serving cases' knobs, the layer share, single-length panels, a
-CPU-vs-CUDA comparison, the probe), keeps each text inside its figure with no two titles
-overlapping, and every committed PNG has a white margin (no dark pixel within 3 px of an edge).
-"""
+labels the cases produce (the serving cases' knobs, the layer share, the models' panels,
+single-length panels, a CPU-vs-CUDA comparison, the probe), keeps each text inside its figure
+with no two titles overlapping, and every committed PNG has a white margin (no dark pixel
+within 3 px of an edge)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from bench.probe import report as probe_report
-from bench.report import plots, rows, share
+from bench.report import models, plots, rows, share
 
 ROOT = Path(__file__).parents[3]
 REFERENCE = ROOT / "results" / "reference"
@@ -32,7 +32,7 @@ def figures(monkeypatch):
         drawn.append(Path(path).name)
         fig.savefig(path, dpi=dpi, bbox_inches="tight", pad_inches=0.15)
 
-    for module in (plots, share, probe_report):
+    for module in (plots, share, models, probe_report):
         monkeypatch.setattr(module, "save", keep)
     return drawn
 
@@ -80,6 +80,12 @@ def test_every_plot_of_a_committed_run_fits_its_frame(tmp_path, figures, run):
 def test_the_layer_share_fits_its_frame(tmp_path, figures):
     share.plot(_ok("layer-cpu"), tmp_path)
     assert figures
+
+
+def test_the_models_plot_fits_its_frame(tmp_path, figures):
+    """Every preset's bars, three panels, the implementations' legend under them."""
+    models.plot(_ok("models-cpu"), tmp_path)
+    assert {"models_forward_float32.png", "models_forward_backward_float32.png"} <= set(figures)
 
 
 def test_cpu_against_cuda_and_the_probe_fit_their_frames(tmp_path, figures):
