@@ -98,23 +98,23 @@ import torch
 from bench.checks import positive_ints
 from bench.registry import Case, Cost, Impl, Knob, register_case
 
-WINDOW = Knob("window", 4, "the toy's window: positive integers", positive_ints)
+SPAN = Knob("span", 4, "the toy's span: positive integers", positive_ints)
 
 def build(point, device, dtype):
     return {"x": torch.randn(point.batch, point.seq_len, device=device).to(dtype),
-            "window": point.window}
+            "span": point.span}
 
-def summed(inputs):  # a running sum over the last `window` positions
-    x, w = inputs["x"], inputs["window"]
+def summed(inputs):  # a running sum over the last `span` positions
+    x, w = inputs["x"], inputs["span"]
     c = torch.nn.functional.pad(x.cumsum(-1), (w, 0))
     return c[..., w:] - c[..., :-w]
 
 register_case(Case(
     name="windowed", level="encoder", build=build,
-    reference=lambda inputs: summed({"x": inputs["x"].double(), "window": inputs["window"]}),
+    reference=lambda inputs: summed({"x": inputs["x"].double(), "span": inputs["span"]}),
     impls={"cumsum": Impl(lambda i: lambda: summed(i), grad=False)}, baseline="cumsum",
     cost=lambda p, dtype, mode: Cost(8 * p.batch * p.seq_len, 2 * p.batch * p.seq_len),
-    knobs=(WINDOW,),
+    knobs=(SPAN,),
 ))
 """
 
@@ -124,14 +124,14 @@ def test_a_knob_declared_once_is_a_key_a_help_line_a_check_and_a_params_entry(tm
     plugin.write_text(WINDOWED)
     run = tmp_path / "run"
     args = [f"plugins=[{plugin}]", "cases=[windowed]", "impls=all", "mode=forward"]
-    proc = run_bench(*args, "window=[2,4]", *QUICK, f"hydra.run.dir={run}")
+    proc = run_bench(*args, "span=[2,4]", *QUICK, f"hydra.run.dir={run}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_rows(run / "results.csv")
-    assert {r["params"] for r in rows} == {'{"window": 2}', '{"window": 4}'}
-    assert len(rows) == 2 * 2 and {r["status"] for r in rows} == {"ok"}  # 2 lengths x 2 windows
-    assert "window" in run_bench(*args, "--help").stdout
-    bad = run_bench(*args, "window=0", *QUICK, f"hydra.run.dir={tmp_path / 'bad'}")
-    assert bad.returncode == 2 and "window: every value must be a positive integer" in bad.stderr
+    assert {r["params"] for r in rows} == {'{"span": 2}', '{"span": 4}'}
+    assert len(rows) == 2 * 2 and {r["status"] for r in rows} == {"ok"}  # 2 lengths x 2 spans
+    assert "span" in run_bench(*args, "--help").stdout
+    bad = run_bench(*args, "span=0", *QUICK, f"hydra.run.dir={tmp_path / 'bad'}")
+    assert bad.returncode == 2 and "span: every value must be a positive integer" in bad.stderr
 
 
 def test_a_plugin_that_fails_to_load_is_named(tmp_path):
