@@ -45,19 +45,59 @@ MODEL = Knob(
 )
 
 
-def shape_of(model: str) -> tuple[int, int, int]:
+def _layer_type_check(value, key: str) -> list:
+    values = as_list(value)
+    for v in values:
+        if v is not None and not isinstance(v, str):
+            raise ValueError(f"{key}: a layer type of the model (sliding_attention), got {v!r}")
+    return values
+
+
+LAYER_TYPE = Knob(
+    "layer_type",
+    None,
+    "with model=: the layers measured, by transformers' name (sliding_attention: the local "
+    "layers' RoPE and window); null: the global layers",
+    _layer_type_check,
+    quiet_default=True,
+)
+
+
+def shape_of(model: str, layer_type: str | None = None) -> tuple[int, int, int]:
     """(d_model, num_heads, num_kv_heads) of the model's attention as the rope case sees it:
-    heads x the rotated width; MLA (DeepSeek) rotates a 64-d slice of every query head and one
-    key head shared by all of them."""
+    heads x the rotated width (a layer type's own head dim, as Gemma 4's); MLA (DeepSeek)
+    rotates a 64-d slice of every query head and one key head shared by all of them."""
     spec = spec_of(model)
     if spec.rotary_dim < spec.head_dim and spec.extra.get("mla", False):
         return spec.num_heads * spec.rotary_dim, spec.num_heads, 1
-    return spec.num_heads * spec.head_dim, spec.num_heads, spec.num_kv_heads
+    head_dim = spec.extra.get("head_dims", {}).get(layer_type) or spec.head_dim
+    return spec.num_heads * head_dim, spec.num_heads, spec.num_kv_heads
+
+
+def layer_problem(point: Point) -> str | None:
+    """A layer_type the model does not have, said in one line (None: it has it, or none)."""
+    if point.layer_type is None:
+        return None
+    types = set(spec_of(point.model).layer_types) if point.model else set()
+    if point.layer_type not in types:
+        return f"layer_type={point.layer_type}: {point.model or 'no model'} has {sorted(types)}"
+    return None
+
+
+def window_of(point: Point) -> int | None:
+    """The sliding window of the point's layers: a local layer's, or every layer's where the
+    model has no global ones (Mistral-7B); None for a global layer."""
+    spec = spec_of(point.model)
+    local = point.layer_type == "sliding_attention"
+    if local or "sliding_attention" not in spec.layer_types:
+        return spec.sliding_window
+    return None
 
 
 def model_tables(point: Point, dtype, device):
-    """cos, sin (L, R/2) of the point's model (its global layers' schedule), in dtype."""
-    scaling, rotary, fraction, theta = spec_of(point.model).schedule()
+    """cos, sin (L, R/2) of the point's model (its layer type's schedule: the global layers'
+    without one), in dtype."""
+    scaling, rotary, fraction, theta = spec_of(point.model).schedule(point.layer_type)
     if rotary > point.head_dim:  # MLA: the point is the rotated slice itself
         rotary = point.head_dim
     return F.rope_cos_sin(

@@ -29,7 +29,9 @@ Implementations of the positional part, each as bench/cases/rope.py and bias.py 
                          positions (1 below 8191: at these lengths, the multiply's cost).
 Knobs: num_kv_heads, d_ff (null: 3.5 d_model, Llama 3's ratio), rope_scaling (layer_rope:
 RoPE with a long-context schedule), mrope_style, kv_cache, sinks (the bias families: a sink
-logit per head, part of the measured share).
+logit per head, part of the measured share), model and layer_type (layer_rope and its decode
+step: a layer of the model, docs/models.md; its sliding window and sinks, where it has them,
+in every row's attention, posenc's reference: the share stays RoPE's).
 
 Why this file is long: one case per encoding kind, each kind's hooks built here from the
 shared factories (bias.py, sequences.py), beside the layer's cost model.
@@ -58,7 +60,15 @@ from bench.cases._common import (
     per_mode,
     triton_kernels,
 )
-from bench.cases._model import MODEL, model_only, model_tables, spec_of
+from bench.cases._model import (
+    LAYER_TYPE,
+    MODEL,
+    layer_problem,
+    model_only,
+    model_tables,
+    spec_of,
+    window_of,
+)
 from bench.cases.families import FAMILIES
 from bench.cases.multimodal import MROPE_STYLE, _mrope_constraint, mrope_section, mrope_segments
 from bench.cases.rope import ROPE_SCALING, scaling_of
@@ -145,6 +155,11 @@ def _builder(encoding: str, decode: bool):
             fixed = FAMILIES[encoding].fixed(point.num_heads)
             inputs["fixed"] = {n: t.to(device) for n, t in fixed.items()}
         inputs["sinks"] = Bias.sinks_input(point, device, dtype)
+        if encoding == "rope" and point.model:  # the model's window and sinks, in every row
+            inputs["window"] = window_of(point)
+            if spec_of(point.model).sinks:  # gpt-oss: a learned logit per head
+                sinks = torch.randn(point.num_heads, device=device).to(dtype)
+                inputs["sinks"] = {"sinks": torch.nn.Parameter(sinks)}
         if KIND[encoding] == "temperature":  # Llama 4's factors at the tokens' positions
             scale = F.irope_temperature(n)  # its floor_scale 8192 and attn_scale 0.1
             inputs["q_scale"] = scale.to(device, torch.float32)
@@ -285,9 +300,24 @@ def _gated(family, impl: str, inputs) -> dict:
     return {"gate": gate, "attend": attend}
 
 
+def _model_attention(inputs) -> dict:
+    """A model layer's attention where SDPA's causal one is not it (a sliding window, sinks):
+    posenc's reference, the same in every row of the point (its share is RoPE's alone)."""
+    window, sinks = inputs.get("window"), inputs["sinks"].get("sinks")
+    if not window and sinks is None:
+        return {}
+    lens = inputs.get("kv_lens")
+
+    def attend(q, k, v):
+        return F.relative_attention(q, k, v, causal=True, window=window, sinks=sinks, kv_lens=lens)
+
+    return {"attend": attend}
+
+
 def _call(encoding: str, impl: str, truth: bool = False):
     def make(inputs):
         layer, x, hooks = _layer(inputs), inputs["x"], _hooks(encoding, impl, inputs, truth)
+        hooks.update(_model_attention(inputs))
         if "cache_k" not in inputs:
             return lambda: layer(x, **hooks)
         k, lens = inputs["cache_k"], inputs["kv_lens"]
@@ -309,7 +339,10 @@ def _cost(encoding: str, decode: bool):
         mats = 2 * d * h * hd + 2 * d * hk * hd + 3 * d * d_ff(point)  # q, o; k, v; the MLP
         weights = mats + 2 * d  # and the two norms'
         tokens = b if decode else b * n
-        pairs = sum(Seq.kv_lengths(point)) if decode else b * n * (n + 1) // 2
+        w = window_of(point) if point.model and encoding == "rope" else None
+        w = w or n + 1  # no window: every earlier key
+        lens = Seq.kv_lengths(point) if decode else []
+        pairs = sum(min(x, w) for x in lens) if decode else b * sum(min(i + 1, w) for i in range(n))
         attn = 4 * h * hd * pairs
         rel = h * tokens * FAMILIES[encoding].extra_flops(hd) if encoding in FAMILIES else 0
         matmul = 2 * tokens * mats
@@ -368,14 +401,10 @@ def _model_problem(point: Point) -> str | None:
         return f"{point.model}: MLA attention (the rope case measures its rotated slice)"
     if spec.model_type == "deepseek_v4":
         return f"{point.model}: compressed attention, which this layer does not have"
-    if spec.sinks:
-        return f"{point.model}: attention sinks, which this layer does not have"
-    window = spec.extra.get("attention_chunk") or (  # Llama 4's RoPE layers attend in chunks
-        spec.sliding_window if "sliding_attention" not in spec.layer_types else None
-    )  # (a model with global layers: the layer is one of those)
-    if window and point.seq_len > window:
-        return f"{point.model}: its layers see {window} keys at most, this one {point.seq_len}"
-    return model_only(point)
+    chunk = spec.extra.get("attention_chunk")  # Llama 4's RoPE layers attend in chunks
+    if chunk and point.seq_len > chunk:
+        return f"{point.model}: its layers attend in chunks of {chunk}, this one {point.seq_len}"
+    return layer_problem(point) or model_only(point)
 
 
 def _constraint(encoding: str):
@@ -391,7 +420,7 @@ def _constraint(encoding: str):
 
 def _case(encoding: str, decode: bool) -> Case:
     knobs = [NUM_KV_HEADS, D_FF]
-    knobs += {"rope": [ROPE_SCALING, MODEL], "mrope": [MROPE_STYLE]}.get(encoding, [])
+    knobs += {"rope": [ROPE_SCALING, MODEL, LAYER_TYPE], "mrope": [MROPE_STYLE]}.get(encoding, [])
     knobs += [Bias.SINKS] if KIND[encoding] in ("bias", "gate") else []
     knobs += [Seq.KV_CACHE] if decode else []
     batched = ("x", "cache_k", "cache_v", "kv_lens") if decode else ("x",)

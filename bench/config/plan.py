@@ -139,7 +139,7 @@ def _model_shaped(point: Point) -> Point:
         return point
     from bench.cases._model import shape_of
 
-    d_model, heads, kv = shape_of(point.model)
+    d_model, heads, kv = shape_of(point.model, point.layer_type)
     knobs = dict(point.knobs, num_kv_heads=None if kv == heads else kv)
     return Point(point.batch, point.seq_len, d_model, heads, **knobs)
 

@@ -174,15 +174,14 @@ def test_a_models_layer_and_decode_step_are_gated_with_their_share(tmp_path, mon
     ("model", "seq_len", "why"),
     [
         ("deepseek-v3", 16, "MLA attention"),
-        ("gpt-oss-20b", 16, "attention sinks"),
         ("deepseek-v4-flash", 16, "compressed attention"),
-        ("mistral-7b", 8192, "see 4096 keys at most"),
-        ("llama-4-scout", 16384, "see 8192 keys at most"),
+        ("llama-4-scout", 16384, "attend in chunks of 8192"),
     ],
 )
 def test_a_layer_the_model_does_not_have_is_said(model, seq_len, why):
     assert why in CASES["layer_rope"].constraint(_point(model, seq_len))
-    assert CASES["layer_rope"].constraint(_point("mistral-7b", 4096)) is None
+    assert CASES["layer_rope"].constraint(_point("mistral-7b", 8192)) is None  # its window, applied
+    assert CASES["layer_rope"].constraint(_point("gpt-oss-20b", 16)) is None  # sinks, applied
 
 
 @pytest.mark.parametrize(
@@ -202,3 +201,67 @@ def test_each_model_runs_the_cases_of_its_positions(case, model, why):
     point = Point(1, 16, spec.num_heads * spec.head_dim, spec.num_heads, model=model)
     got = CASES[case].constraint(point)
     assert got is None if why is None else why in got
+
+
+def _tiny_local(tmp_path, model_type, **extra):
+    """A small model with local layers of window 4 beside global ones (Gemma 3's or gpt-oss's
+    form): local base 1e4, global base 1e6 with linear x8 (Gemma 3), YaRN for gpt-oss."""
+    types = ["sliding_attention", "full_attention"] * 2
+    config = {
+        "model_type": model_type,
+        "hidden_size": 48,
+        "intermediate_size": 64,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "sliding_window": 4,
+        "layer_types": types,
+        **extra,
+    }
+    path = tmp_path / f"{model_type}.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_a_local_layer_has_its_schedule_window_and_sinks(tmp_path, monkeypatch):
+    """layer_type=sliding_attention: the local layers' tables and window (gpt-oss: and its
+    sinks) in every row, gated against float64 like the global layer, prefill and decode."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    per_type = {
+        "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+    }
+    gemma = _tiny_local(tmp_path, "gemma3_text", rope_parameters=per_type)
+    oss = _tiny_local(tmp_path, "gpt_oss", num_local_experts=4, num_experts_per_tok=2)
+    local = Point(1, 12, 64, 4, num_kv_heads=2, model=gemma, layer_type="sliding_attention")
+    inputs = CASES["layer_rope"].build(local, "cpu", torch.float32)
+    cos, sin = models.load(gemma).rope_tables(torch.arange(12), "sliding_attention")
+    torch.testing.assert_close(inputs["cos"], cos)
+    assert inputs["window"] == 4 and inputs["sinks"] == {}
+    windowed = CASES["layer_rope"].impls["nope"].make(inputs)()
+    whole = CASES["layer_rope"].impls["nope"].make(dict(inputs, window=None))()
+    assert not torch.allclose(windowed, whole)  # the window is in the layer's attention
+    glob = CASES["layer_rope"].build(_point(gemma, 12), "cpu", torch.float32)
+    assert glob.get("window") is None and not torch.allclose(glob["cos"], cos)
+    oss_local = Point(1, 12, 64, 4, num_kv_heads=2, model=oss, layer_type="sliding_attention")
+    assert CASES["layer_rope"].build(oss_local, "cpu", torch.float32)["sinks"]["sinks"].shape == (
+        4,
+    )
+    points = (local, oss_local, _point(oss, 12))
+    entries = [
+        plans.Entry(case, ("nope", "reference", "triton"), points, ("float32",), ("cpu",), modes)
+        for case, modes in (
+            ("layer_rope", ("forward+backward",)),
+            ("layer_rope_decode", ("forward",)),
+        )
+    ]
+    run = tmp_path / "run"
+    run.mkdir()
+    Runner(plans.Plan(tuple(entries)), FAST_TIMING, run, run_id="t", do_calibrate=False).run()
+    rows = read_rows(run / "results.csv")
+    assert len(rows) == 2 * 3 * 3 and {r["status"] for r in rows} == {"ok"}, [
+        r["message"] for r in rows if r["status"] != "ok"
+    ]
+    bad = Point(1, 12, 64, 4, model=gemma, layer_type="chunked_attention")
+    assert "gemma3_text.json has" in CASES["layer_rope"].constraint(bad)
