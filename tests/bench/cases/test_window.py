@@ -1,5 +1,5 @@
-"""The window knob (bench/cases/_window.py) in the bias attention cases: every family with and
-without sinks, gated against posenc's windowed reference in float64 (outputs and gradients),
+"""The window knob (bench/cases/_window.py) in the bias attention cases: every family with sinks
+(without: tests/posenc_kernels/test_relbias_window.py), gated against posenc's windowed reference in float64 (outputs and gradients),
 the kernel under the interpreter, FlexAttention with its sliding-window block mask (forward:
 no CPU backward), SDPA with the band; a window without causality is said, and the cost counts
 the pairs a window leaves."""
@@ -19,8 +19,8 @@ def test_every_family_is_gated_within_a_window(tmp_path, monkeypatch):
     out = tmp_path / "w"
     grids = (
         "grids=[{cases:[alibi_attention,t5_attention,shaw_kv_attention,fox_attention],"
-        "impls:[reference,sdpa,triton],sinks:[false,true],mode:forward+backward},"
-        "{cases:[alibi_attention,t5_attention],impls:[reference,flex],mode:forward}]"
+        "impls:[reference,sdpa,triton],sinks:true,mode:forward+backward},"
+        "{cases:[alibi_attention,t5_attention],impls:[reference,flex,sdpa],mode:forward}]"
     )
     args = [grids, "causal=true", "window=5", "seq_len=[24]", "batch=1", "d_model=64"]
     args += ["num_heads=2", "num_kv_heads=1", "calibrate=false", *FAST]
@@ -32,7 +32,7 @@ def test_every_family_is_gated_within_a_window(tmp_path, monkeypatch):
     ran = [(r["case"], r["impl"]) for r in rows if r["status"] != "skipped"]
     assert not [r for r in rows if r["status"] not in ("ok", "skipped")]
     for case in ("alibi_attention", "t5_attention", "shaw_kv_attention", "fox_attention"):
-        assert ran.count((case, "triton")) == 2 and ran.count((case, "reference")) >= 2
+        assert ran.count((case, "triton")) == 1 and ran.count((case, "reference")) >= 1
     assert ("alibi_attention", "flex") in ran and ("t5_attention", "sdpa") in ran
 
 
