@@ -1,8 +1,8 @@
 """The window knob (bench/cases/_window.py) in the bias attention cases: every family with sinks
-(without: tests/posenc_kernels/test_relbias_window.py), gated against posenc's windowed reference in float64 (outputs and gradients),
-the kernel under the interpreter, FlexAttention with its sliding-window block mask (forward:
-no CPU backward), SDPA with the band; a window without causality is said, and the cost counts
-the pairs a window leaves."""
+(without: tests/posenc_kernels/test_relbias_window.py), gated against posenc's windowed reference
+in float64 (outputs and gradients), the kernel under the interpreter; FlexAttention with its
+sliding-window block mask and SDPA with the band, forward; a window without causality is said,
+and the cost counts the pairs a window leaves."""
 
 import json
 
