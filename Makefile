@@ -84,9 +84,11 @@ rehearse: $(STAMP) $(COMPAT_VENV)/.installed gpu-wheels
 # Every kernel specialization the GPU runs launch, compiled for sm_90a and sm_80 on this CPU
 # under CI's Triton and the GPU box's, read from the cubins (docs/kernels.md): exit 1 on a
 # spill at a default tile, shared memory past the limit, or a half-precision dot without wgmma.
+# GPU_COMPILE_TARGETS: the targets under this venv's Triton (the GPU stack's always takes both).
 GPU_COMPILE_JOBS ?= 2
+GPU_COMPILE_TARGETS ?= sm_90a,sm_80
 gpu-compile: $(STAMP) $(COMPAT_VENV)/.installed
-	$(PY) -m bench.audit --jobs $(GPU_COMPILE_JOBS)
+	$(PY) -m bench.audit --jobs $(GPU_COMPILE_JOBS) --targets $(GPU_COMPILE_TARGETS)
 	$(COMPAT_VENV)/bin/python -m bench.audit --jobs $(GPU_COMPILE_JOBS)
 
 # On a CUDA machine: the kernel tests (the same CI runs under the interpreter, plus the long
