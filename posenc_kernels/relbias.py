@@ -16,6 +16,7 @@ partial sums, summed on the host: no atomics, so they are deterministic; and onl
 the table requires grad.
 """
 
+import functools
 import math
 
 import torch
@@ -487,8 +488,8 @@ def relative_attention(
         raise ValueError("shaw_v needs shaw_k (Shaw's value term comes with the key term)")
     if len(given) > 1:
         raise ValueError(f"pass at most one of {', '.join(FAMILIES)}; got {given}")
-    if not given:  # no bias: ALiBi's path with slopes of 0
-        given, tables["alibi_slopes"] = ["alibi_slopes"], q.new_zeros(q.shape[1], dtype=torch.float)
+    if not given:  # no bias: ALiBi's path with slopes of 0 (made once per head count and device)
+        given, tables["alibi_slopes"] = ["alibi_slopes"], _no_slopes(q.shape[1], q.device)
     window = _check_window(window, causal)
     if block_table is None:
         _check_qkv(q, k, v)
@@ -531,6 +532,11 @@ def relative_attention(
     if not grad and (seq.page_size or seq.mode != PACKED and num_splits != 1):  # no autograd
         return _forward(q, k, v, p, sinks, seq, num_splits)[0]
     return RelativeBiasAttention.apply(q, k, v, *p[1:], sinks, p.spec, seq)
+
+
+@functools.lru_cache(maxsize=16)
+def _no_slopes(heads: int, device: torch.device) -> Tensor:
+    return torch.zeros(heads, device=device)
 
 
 def _check_window(window, causal: bool) -> int:

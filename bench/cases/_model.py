@@ -136,14 +136,19 @@ def bias_problem(point: Point, family: str) -> str | None:
     own = BIAS_OF.get(spec.model_type, "RoPE" if spec.rope_type != "none" else "none")
     if own != family:
         return f"{point.model}: its positions are {own}'s, not {family}'s"
-    from posenc import models
-
-    _, config = models.hf_config(point.model)
-    buckets = getattr(config, "relative_attention_num_buckets", 32)
-    distance = getattr(config, "relative_attention_max_distance", 128)
-    if family == "t5" and (buckets, distance) != (32, 128):
+    buckets, distance = _t5_buckets(point.model) if family == "t5" else (32, 128)
+    if (buckets, distance) != (32, 128):
         return f"{point.model}: {buckets} buckets to {distance}, the case's are 32 to 128"
     return None
+
+
+@functools.lru_cache(maxsize=32)
+def _t5_buckets(model: str) -> tuple[int, int]:
+    """A T5's (num_buckets, max_distance), its config read once per run."""
+    from posenc import models
+
+    _, config = models.hf_config(model)
+    return config.relative_attention_num_buckets, config.relative_attention_max_distance
 
 
 def model_only(point: Point) -> str | None:
