@@ -66,7 +66,7 @@ COMPAT_PYTHON ?= $(shell for p in $$HOME/.pyenv/versions/3.12*/bin/python3.12 py
 $(COMPAT_VENV)/.installed:
 	@test -x $(COMPAT_VENV)/bin/python || $(COMPAT_PYTHON) -m venv $(COMPAT_VENV)
 	$(COMPAT_VENV)/bin/python -m pip install -q $(COMPAT_TORCH) triton==$(COMPAT_TRITON) 'numpy<2.3' \
-		pandas matplotlib tqdm pyyaml scipy pytest pytest-xdist pytest-benchmark
+		pandas==3.0.6 pyarrow matplotlib tqdm pyyaml scipy pytest pytest-xdist pytest-benchmark
 	@$(COMPAT_VENV)/bin/python -c "import platform, torch, triton; \
 		print('[compat]', 'python', platform.python_version(), 'torch', torch.__version__, 'triton', triton.__version__)"
 	@touch $@

@@ -65,9 +65,14 @@ def t5_relative_bucket(
     else:
         n = n.clamp(min=0)
     max_exact = num_buckets // 2
-    # log-spaced part; n is clamped to >= 1 inside the log only (small n take the exact branch)
+    # log-spaced part; n is clamped to >= 1 inside the log only (small n take the exact branch).
+    # Floored 1e-9 above, in float64: at a boundary whose exact value is an integer (|r| = 16,
+    # 32, 64 at 32 buckets and 128) a logarithm one ulp low (CUDA's float64 log is, at some)
+    # would drop the bucket by one, so the same relative position got two buckets on two
+    # devices; no other value comes within 1e-9 of an integer.
     scaled = torch.log(n.clamp(min=1).double() / max_exact) / math.log(max_distance / max_exact)
-    large = (max_exact + (scaled * (num_buckets - max_exact)).long()).clamp(max=num_buckets - 1)
+    large = max_exact + torch.floor(scaled * (num_buckets - max_exact) + 1e-9).long()
+    large = large.clamp(max=num_buckets - 1)
     return bucket + torch.where(n < max_exact, n, large)
 
 

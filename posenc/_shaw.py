@@ -83,9 +83,13 @@ def shaw_attention(
     if emb_v is not None:
         lq, lk, clip = q.shape[-2], k.shape[-2], max_relative_position
         idx = relative_positions(lq, lk, clip, offset=offset, device=q.device)
-        per_bucket = weights.new_zeros(*weights.shape[:-1], n_rel)  # (B, H, Lq, 2K+1)
-        per_bucket.scatter_add_(-1, idx.expand_as(weights), weights)
-        out = out + torch.matmul(per_bucket, emb_v)
+        # The sums in float32 at least: the two clipped buckets each sum up to Lk weights, which
+        # a half-precision sum stops growing (a bfloat16 sum near 0.5 drops addends below 2^-9:
+        # at Lk 4096 the output was half wrong). Costs a float32 copy of the weights in half.
+        acc = torch.promote_types(weights.dtype, torch.float32)
+        per_bucket = weights.new_zeros(*weights.shape[:-1], n_rel, dtype=acc)  # (B, H, Lq, 2K+1)
+        per_bucket.scatter_add_(-1, idx.expand_as(weights), weights.to(acc))
+        out = out + torch.matmul(per_bucket, emb_v.to(acc)).to(out.dtype)
     return out, weights
 
 

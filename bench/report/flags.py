@@ -64,12 +64,13 @@ def contended(df: pd.DataFrame) -> pd.Series:
 
 def suspect(df: pd.DataFrame) -> pd.Series:
     """Why each row is physically impossible as measured ("" where it is not)."""
-    why = pd.Series("", index=df.index, dtype=object)
+    why = [""] * len(df)  # Python strings: pandas 3's str and object columns do not add
 
     def add(mask: pd.Series, text) -> None:
-        mask = mask.fillna(False) & _ok(df)
-        texts = text if isinstance(text, pd.Series) else pd.Series(text, index=df.index)
-        why[mask] = (why[mask] + "; " + texts[mask]).str.lstrip("; ")
+        mask = (mask.fillna(False) & _ok(df)).to_numpy(dtype=bool)
+        texts = list(text) if isinstance(text, pd.Series) else [text] * len(df)
+        for i in mask.nonzero()[0]:
+            why[i] = f"{why[i]}; {texts[i]}" if why[i] else str(texts[i])
 
     for column, what in (
         ("pct_copy_bw", "a same-size copy timed beside it"),
@@ -86,7 +87,7 @@ def suspect(df: pd.DataFrame) -> pd.Series:
             ["forward", "forward+backward"]
         )
         add(pd.Series(inverted, index=df.index), "forward+backward faster than forward")
-    return why
+    return pd.Series(why, index=df.index, dtype=object)
 
 
 def speedup_suspect(df: pd.DataFrame) -> pd.Series:

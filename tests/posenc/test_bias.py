@@ -43,6 +43,33 @@ def test_t5_buckets_match_the_definition(bidirectional):
     assert torch.equal(got, want)
 
 
+def _t5_bucket_exact(n: int, num_buckets: int, max_distance: int) -> int:
+    """One half's bucket of distance n >= 0 in integers: the log-spaced offset m is the largest
+    with (n / e)^s >= (M / e)^m, i.e. n^s e^m >= M^m e^s (no logarithm, no rounding)."""
+    e, s = num_buckets // 2, num_buckets - num_buckets // 2
+    if n < e:
+        return n
+    m = 0
+    while m + 1 < s and n**s * e ** (m + 1) >= max_distance ** (m + 1) * e**s:
+        m += 1
+    return e + m
+
+
+@pytest.mark.parametrize("ulp_low", [False, True], ids=["log", "log one ulp low"])
+def test_t5_buckets_are_exact_at_every_boundary(monkeypatch, ulp_low):
+    """Against integer arithmetic over many configurations, also where the logarithm lands one
+    ulp low (as CUDA's float64 log does at some arguments): a boundary whose exact value is an
+    integer keeps its bucket on every device."""
+    if ulp_low:
+        log = torch.log
+        monkeypatch.setattr(torch, "log", lambda x: torch.nextafter(log(x), log(x) - 1))
+    for num_buckets, max_distance in [(8, 16), (16, 64), (32, 128), (32, 1024), (64, 256)]:
+        n = torch.arange(0, 3 * max_distance)
+        got = F.t5_relative_bucket(-n, False, num_buckets, max_distance)
+        want = [_t5_bucket_exact(int(x), num_buckets, max_distance) for x in n]
+        assert got.tolist() == [min(w, num_buckets - 1) for w in want], (num_buckets, max_distance)
+
+
 def test_t5_bucket_boundaries_32_128():
     """Hand-checked anchors: exact region, first log buckets, saturation at max_distance."""
     r = torch.tensor([0, -1, 1, -7, -8, -16, -127, -128, -1000, 1000])

@@ -166,6 +166,28 @@ def test_shaw_attention_gradcheck(cells, monkeypatch):
     assert torch.autograd.gradcheck(fn, (q, k, v, emb_k, emb_v))
 
 
+def test_shaws_value_term_sums_in_float32_in_half_precision():
+    """Each clipped bucket of the value term sums up to Lk weights. CUDA's bfloat16 scatter_add
+    sums in bfloat16 and stalls near 0.5 (an H200 at Lk 4096: half the output wrong) where the
+    CPU's sums in float32, so the sums are float32 whatever the device: every scatter_add_ of
+    a bfloat16 call runs on float32, and the output keeps the inputs' dtype and precision."""
+    seen = []
+
+    class Spy(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.scatter_add_:
+                seen.append(args[0].dtype)
+            return func(*args, **(kwargs or {}))
+
+    q, k, v = (torch.randn(1, 2, 8, 16) for _ in range(3))
+    emb_k, emb_v = torch.randn(2, 5, 16)
+    want, _ = F.shaw_attention(q.double(), k.double(), v.double(), emb_k.double(), emb_v.double(), 2)
+    with Spy():
+        got, _ = F.shaw_attention(*(t.bfloat16() for t in (q, k, v, emb_k, emb_v)), 2)
+    assert seen == [torch.float32] and got.dtype == torch.bfloat16
+    assert_close(got.double(), want, atol=3e-2, rtol=3e-2)
+
+
 def test_apply_rope_under_torch_compile_past_one_chunk_of_a_transposed_view():
     """bshd memory seen as (B, H, L, D), more than one CPU chunk: traced, apply_rope equals
     eager (the chunked out= engine came back wrong through AOTAutograd in torch 2.13)."""

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import posenc_kernels
+from tests.posenc_kernels._device import DEVICE
 
 pytest.importorskip("transformers", reason="needs transformers (pip install -e '.[hf]')")
 from transformers.models.llama import modeling_llama  # noqa: E402
@@ -68,8 +69,8 @@ def test_logits_with_the_fused_rope_equal_transformers(restore, family):
         max_position_embeddings=512,
         rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
     )
-    model = model_cls(config).eval()
-    ids = torch.randint(0, 96, (2, 12))
+    model = model_cls(config).eval().to(DEVICE)
+    ids = torch.randint(0, 96, (2, 12), device=DEVICE)
     own = module.apply_rotary_pos_emb
     expected = _logits(module, model, ids, own)
     got = _logits(module, model, ids, posenc_kernels.apply_rotary_pos_emb)

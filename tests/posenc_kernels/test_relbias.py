@@ -728,7 +728,8 @@ def test_queries_at_the_end_of_a_cache(case, dtype):
         want_leaves = [_leaf(t, torch.float64) for t in (q, k, v)]
         out = F.relative_attention(*want_leaves, bias=copy.deepcopy(module).double(), causal=causal)
         leaves = [_leaf(t.to(DEVICE)) for t in (q, k, v)]
-        got_out = relbias.relative_attention(*leaves, causal=causal, **kwargs)
+        on = {n: (t.to(DEVICE) if isinstance(t, torch.Tensor) else t) for n, t in kwargs.items()}
+        got_out = relbias.relative_attention(*leaves, causal=causal, **on)
     grad_out = torch.randn(out.shape, dtype=torch.float64)
     tol = TOL[dtype] * max(1.0, out.abs().max().item())
     assert_close(got_out.detach().cpu().double(), out.detach(), atol=tol, rtol=TOL[dtype])

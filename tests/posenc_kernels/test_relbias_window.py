@@ -77,6 +77,11 @@ def _leaf(t):
     return t.detach().requires_grad_()
 
 
+def _on(*tensors):
+    """The kernel's inputs on DEVICE: copies that autograd carries back to the CPU leaves."""
+    return [t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in tensors]
+
+
 @pytest.mark.parametrize("family", ["none", "alibi", "t5", "shaw"])
 @pytest.mark.parametrize(("lq", "lk", "window"), [(45, 45, 10), (6, 50, 17)])
 def test_the_kernel_forward_and_backward_meet_the_reference(family, lq, lk, window):
@@ -90,7 +95,11 @@ def test_the_kernel_forward_and_backward_meet_the_reference(family, lq, lk, wind
     leaves = [_leaf(t) for t in (q, k, v, sinks)]
     refs = [_leaf(t.double()) for t in (q, k, v, sinks)]
     got = relbias.relative_attention(
-        *(t.to(DEVICE) for t in leaves[:3]), causal=True, window=window, sinks=leaves[3], **kw
+        *_on(*leaves[:3]),
+        causal=True,
+        window=window,
+        sinks=leaves[3].to(DEVICE),
+        **dict(zip(kw, _on(*kw.values()), strict=True)),
     )
     want = F.relative_attention(*refs[:3], bias=ref_bias, causal=True, window=window, sinks=refs[3])
     assert_close(got.double().cpu(), want, atol=TOL, rtol=TOL)
@@ -111,11 +120,10 @@ def test_shaws_key_and_value_terms_and_forgetting_gates_take_the_window():
     band = torch.ones(lq, lk, dtype=torch.bool).tril(off) & ~torch.ones(lq, lk).bool().tril(off - w)
     leaves = [_leaf(t) for t in (q, k, v, emb_k, emb_v)]
     refs = [_leaf(t.double()) for t in leaves]
-    got = relbias.relative_attention(
-        *leaves[:3], shaw_k=leaves[3], shaw_v=leaves[4], causal=True, window=w
-    )
+    q_, k_, v_, ek, ev = _on(*leaves)
+    got = relbias.relative_attention(q_, k_, v_, shaw_k=ek, shaw_v=ev, causal=True, window=w)
     want, _ = F.shaw_attention(*refs, clip, mask=band, offset=off)
-    assert_close(got.double(), want, atol=TOL, rtol=TOL)
+    assert_close(got.double().cpu(), want, atol=TOL, rtol=TOL)
     got.sum().backward()
     want.sum().backward()
     for mine, theirs in zip(leaves, refs, strict=True):
@@ -126,8 +134,9 @@ def test_shaws_key_and_value_terms_and_forgetting_gates_take_the_window():
     c = refs[3].cumsum(-1)
     bias = c[..., off:, None] - c[..., None, :]  # D_p - D_j, p = off + i
     want = F.relative_attention(*refs[:3], bias=bias, causal=True, window=w)
-    got = relbias.relative_attention(*leaves[:3], fox_log_f=leaves[3], causal=True, window=w)
-    assert_close(got.double(), want, atol=TOL, rtol=TOL)
+    q_, k_, v_, log_f_ = _on(*leaves)
+    got = relbias.relative_attention(q_, k_, v_, fox_log_f=log_f_, causal=True, window=w)
+    assert_close(got.double().cpu(), want, atol=TOL, rtol=TOL)
     got.sum().backward()
     want.sum().backward()
     for mine, theirs in zip(leaves, refs, strict=True):
@@ -140,25 +149,24 @@ def test_caches_of_ragged_lengths_and_packed_documents_take_the_window():
     q = torch.randn(2, 2, 2, 16)
     k, v = (torch.randn(2, 1, 40, 16) for _ in "kv")
     lens = torch.tensor([9, 37])
-    got = relbias.relative_attention(q, k, v, causal=True, window=6, kv_lens=lens)
     want = F.relative_attention(
         q.double(), k.double(), v.double(), causal=True, window=6, kv_lens=lens
     )
-    assert_close(got.double(), want, atol=TOL, rtol=TOL)
-    for splits in (1, 4):  # whole splits before the window read nothing; the merge keeps it so
+    for splits in (None, 1, 4):  # whole splits before the window read nothing; the merge too
         got = relbias.relative_attention(
-            q, k, v, causal=True, window=6, kv_lens=lens, num_splits=splits
+            *_on(q, k, v), causal=True, window=6, kv_lens=lens.to(DEVICE), num_splits=splits
         )
-        assert_close(got.double(), want, atol=TOL, rtol=TOL)
+        assert_close(got.double().cpu(), want, atol=TOL, rtol=TOL)
     cu = torch.tensor([0, 5, 30, 41])
     q, k, v = (_leaf(torch.randn(1, 2, 41, 16)) for _ in "qkv")
     alibi = posenc.ALiBi(2)
+    slopes, cu_ = _on(alibi.slopes, cu)
     got = relbias.relative_attention(
-        q, k, v, alibi_slopes=alibi.slopes, causal=True, window=7, cu_seqlens=cu
+        *_on(q, k, v), alibi_slopes=slopes, causal=True, window=7, cu_seqlens=cu_
     )
     refs = [_leaf(t.double()) for t in (q, k, v)]
     want = F.relative_attention(*refs, bias=alibi.double(), causal=True, window=7, cu_seqlens=cu)
-    assert_close(got.double(), want, atol=TOL, rtol=TOL)
+    assert_close(got.double().cpu(), want, atol=TOL, rtol=TOL)
     got.sum().backward()
     want.sum().backward()
     for mine, theirs in zip((q, k, v), refs, strict=True):
@@ -169,11 +177,11 @@ def test_blocks_outside_the_window_are_never_read():
     """L 128, W 8: the last 32 queries see keys 89 and up, so with NaN in keys 0 .. 63 (values
     and keys) their rows stay finite only if those blocks are skipped (a masked read would give
     0 x NaN); in the backward, NaN queries past 64 must not reach dk, dv of keys 0 .. 31."""
-    q, k, v = (torch.randn(1, 2, 128, 16) for _ in "qkv")
+    q, k, v = (torch.randn(1, 2, 128, 16, device=DEVICE) for _ in "qkv")
     k[:, :, :64], v[:, :, :64] = math.nan, math.nan
     out = relbias.relative_attention(q, k, v, causal=True, window=8)
     assert out[:, :, 96:].isfinite().all() and out[:, :, :64].isnan().any()
-    q, k, v = (torch.randn(1, 2, 128, 16) for _ in "qkv")
+    q, k, v = (torch.randn(1, 2, 128, 16, device=DEVICE) for _ in "qkv")
     q[:, :, 64:] = math.nan
     q, k, v = (_leaf(t) for t in (q, k, v))
     relbias.relative_attention(q, k, v, causal=True, window=8).sum().backward()
@@ -200,6 +208,5 @@ def test_no_bias_is_plain_attention():
     want = torch.nn.functional.scaled_dot_product_attention(
         q.double(), k.double(), v.double(), is_causal=True
     )
-    assert_close(
-        relbias.relative_attention(q, k, v, causal=True).double(), want, atol=TOL, rtol=TOL
-    )
+    got = relbias.relative_attention(*_on(q, k, v), causal=True)
+    assert_close(got.double().cpu(), want, atol=TOL, rtol=TOL)
