@@ -10,6 +10,7 @@ from torch.testing import assert_close
 
 import posenc_kernels
 from posenc import functional as F
+from tests.posenc_kernels._device import on_device
 from tests.posenc_kernels.test_rope import DEVICE, _round
 
 SEGMENTS = [3, (1, 3, 4), 2, (2, 2, 2, 5), 1]  # 3 + 12 + 2 + 8 + 1 = 26 tokens
@@ -156,7 +157,6 @@ def test_p_rope_narrow_tables_forward_backward_and_in_place(pairs):
 def test_bad_input_names_the_argument(kwargs, text):
     q, k = torch.zeros(2, 5, 2, 32).to(DEVICE), torch.zeros(2, 5, 1, 32).to(DEVICE)
     cos = kwargs.pop("cos", torch.ones(64, 8)).to(DEVICE)
-    if "xpos_scale" in kwargs:
-        kwargs["xpos_scale"] = kwargs["xpos_scale"].to(DEVICE)
+    kwargs = on_device(kwargs)  # positions and xpos_scale too: the check under test comes first
     with pytest.raises((ValueError, TypeError), match=text):
         posenc_kernels.apply_rope(q, k, cos, cos.clone(), **kwargs)
