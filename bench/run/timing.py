@@ -17,6 +17,7 @@ from bench.run import machine
 from bench.run.samples import Timing
 
 GRAPH_BELOW_MS = 0.01  # CUDA calls shorter than 10 us are timed through a CUDA graph
+LEAD_MAX_MS = 50.0  # the longest GPU spin put before a CUDA sample (see _lead_ms)
 
 
 @dataclass(frozen=True)
@@ -142,14 +143,14 @@ def measure_side_by_side(
         first = turn % len(active)
         turn += 1
         for name in active[first:] + active[:first]:
-            _method, calls, timed, _first = prepared[name]
+            _method, calls, timed, _first, lead = prepared[name]
             end, taken = clock() + slice_s, 0
             try:
                 while True:
                     if before_each is not None:
                         before_each()
                     c0 = time.process_time()
-                    ms = _time_once(timed, device, clock)
+                    ms = _time_once(timed, device, clock, lead)
                     cpu[name][0] += time.process_time() - c0
                     cpu[name][1] += ms / 1e3
                     samples[name].append(ms / calls)
@@ -179,30 +180,32 @@ def _prepare_group(fns, device, warmup_s, graph_below_ms, clock) -> dict:
     fastest one's event-timed median is below graph_below_ms and every call can be captured
     (L2 then stays warm within a replay), else CUDA events for every call (each sample after
     before_each, e.g. a cold-L2 flush); on the CPU, the host clock. A call that raises is
-    returned as its exception."""
-    prepared: dict[str, tuple[str, int, Callable[[], object], float] | Exception] = {}
+    returned as its exception. Each entry: (method, calls per sample, the timed callable, the
+    first call's ms, the GPU lead in ms before each sample: _lead_ms)."""
+    prepared: dict[str, tuple[str, int, Callable[[], object], float, float] | Exception] = {}
     for name, fn in fns.items():
         try:
             first = _warm_up(fn, device, warmup_s, clock)
-            prepared[name] = ("host" if device.type != "cuda" else "events", 1, fn, first)
+            method = "host" if device.type != "cuda" else "events"
+            prepared[name] = (method, 1, fn, first, _lead_ms(fn, device, clock))
         except Exception as exc:
             prepared[name] = exc
     live = {n: p for n, p in prepared.items() if not isinstance(p, Exception)}
     if device.type != "cuda" or graph_below_ms is None or not live:
         return prepared
     probes = {
-        n: statistics.median(_time_once(p[2], device, clock) for _ in range(5))
+        n: statistics.median(_time_once(p[2], device, clock, p[4]) for _ in range(5))
         for n, p in live.items()
     }
     if min(probes.values()) >= graph_below_ms:
         return prepared
     graphed = {}
-    for name, (_, _, fn, first) in live.items():
+    for name, (_, _, fn, first, _) in live.items():
         calls = max(1, min(1000, round(0.5 / max(probes[name], 1e-4))))  # ~0.5 ms per replay
         replay = _graphed(fn, device, calls)
         if replay is None:  # one call cannot be captured: the whole group keeps events
             return prepared
-        graphed[name] = ("cuda_graph", calls, replay, first)
+        graphed[name] = ("cuda_graph", calls, replay, first, _lead_ms(replay, device, clock))
     return {**prepared, **graphed}
 
 
@@ -237,10 +240,13 @@ def _graphed(fn: Callable[[], object], device: torch.device, calls: int):
     return graph.replay
 
 
-def _time_once(fn: Callable[[], object], device: torch.device, clock) -> float:
-    """One call in ms: CUDA events around it on the GPU, the host clock on the CPU."""
+def _time_once(fn: Callable[[], object], device: torch.device, clock, lead_ms=0.0) -> float:
+    """One call in ms: CUDA events around it on the GPU (after a spin of lead_ms that keeps the
+    GPU busy while the host launches the call: _lead_ms), the host clock on the CPU."""
     if device.type == "cuda":
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if lead_ms > 0:
+            torch.cuda._sleep(int(lead_ms * _cycles_per_ms(device)))
         begin.record()
         fn()
         end.record()
@@ -249,6 +255,44 @@ def _time_once(fn: Callable[[], object], device: torch.device, clock) -> float:
     t0 = clock()
     fn()
     return (clock() - t0) * 1e3
+
+
+def _lead_ms(fn: Callable[[], object], device: torch.device, clock) -> float:
+    """How long the GPU spins before each CUDA sample: 1.5x the host's time to launch the call
+    (the median of 5, each after a sync) plus 20 us, at most LEAD_MAX_MS; 0 off CUDA. Why: a
+    sample syncs at its end, so without a lead the begin event fires at once and the GPU then
+    waits for the host's launch work (Python, argument checks, autograd), which the events
+    counted as the call's time (an H200 run: 0.27 ms for a RoPE kernel that runs in 0.17 ms
+    when queued ahead, as in a model's forward). With the spin queued first, the call's kernels
+    are all queued by the time the begin event fires, so the events time the GPU's work. A call
+    that syncs inside still waits on the host: its time is host time, as its users pay."""
+    if device.type != "cuda":
+        return 0.0
+    host = []
+    for _ in range(5):
+        _sync(device)
+        t0 = clock()
+        fn()
+        host.append((clock() - t0) * 1e3)
+    _sync(device)
+    return min(LEAD_MAX_MS, 1.5 * statistics.median(host) + 0.02)
+
+
+_CYCLES: dict[torch.device, float] = {}
+
+
+def _cycles_per_ms(device: torch.device) -> float:
+    """GPU clock cycles per ms, measured once per device (torch.cuda._sleep spins in cycles)."""
+    if device not in _CYCLES:
+        cycles = 1 << 22
+        torch.cuda._sleep(cycles)  # first use loads the kernel
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        _CYCLES[device] = cycles / max(begin.elapsed_time(end), 1e-3)
+    return _CYCLES[device]
 
 
 def l2_flusher(device: torch.device) -> Callable[[], object] | None:

@@ -1,6 +1,7 @@
 """bench.run.timing with a fake clock: warm-up by time, repeat limits, quantiles."""
 
 import math
+import time
 
 import pytest
 import torch
@@ -155,6 +156,29 @@ def test_short_calls_are_timed_through_a_cuda_graph_on_cuda_only():
     assert long.method == "events"
 
 
+def test_cuda_samples_time_the_gpu_not_the_host_launch():
+    """A CUDA sample queues a spin before its begin event that outlasts the call's host launch
+    work, so a call whose host side takes 3 ms to launch a tiny kernel measures the kernel
+    (timed on the GPU box's test run); with no lead (the control) the events count the host's
+    3 ms. On the CPU there is no lead: the host clock is the time."""
+    from bench.run import timing
+
+    if not torch.cuda.is_available():
+        assert timing._lead_ms(lambda: None, torch.device("cpu"), time.perf_counter) == 0.0
+        return
+    x = torch.ones(16, device="cuda")
+
+    def slow_launch():
+        time.sleep(0.003)
+        x.mul_(1.0)
+
+    quick = Budget(warmup_s=0.05, min_reps=5, max_reps=20, budget_s=0.5)
+    assert measure(slow_launch, "cuda", quick).p50 < 1.0
+    cuda = torch.device("cuda")
+    timing._sync(cuda)
+    assert timing._time_once(slow_launch, cuda, time.perf_counter, 0.0) > 2.5
+
+
 class SlowPhaseMachine:
     """A fake clock whose calls take twice as long during [slow_from, slow_to): the slow phase
     of a shared machine."""
@@ -259,7 +283,7 @@ def test_one_timing_method_per_side_by_side_group(monkeypatch):
     from bench.run import timing
 
     monkeypatch.setattr(timing, "_sync", lambda device: None)
-    monkeypatch.setattr(timing, "_time_once", lambda fn, device, clock: fn())  # fn -> its ms
+    monkeypatch.setattr(timing, "_time_once", lambda fn, device, clock, lead=0.0: fn())  # its ms
     capturable = {"fast", "slow"}
 
     def graphed(fn, device, calls):
