@@ -27,6 +27,7 @@ from bench.visit.warm import CARRIED, compiled_kernels, unpack, unpack_wheels
 ROOT = Path(__file__).resolve().parents[2]
 PACK_S = 15  # seconds between archives while a part runs
 SMOKE_SLACK = 5  # the rehearsal's limits: the CPU interpreter on a machine that may be busy
+WORKERS = max(1, (os.cpu_count() or 4) - 2)  # pytest workers of the kernel tests part
 VERSIONS = """
 import importlib, platform, torch, triton
 print("python", platform.python_version(), "torch", torch.__version__, "triton",
@@ -129,7 +130,10 @@ class Visit:
         device = "cpu" if self.smoke else "cuda"
         return [
             self.python,
-            *(a.format(res=self.res, device=device, audit=self.audit) for a in args),
+            *(
+                a.format(res=self.res, device=device, audit=self.audit, workers=WORKERS)
+                for a in args
+            ),
         ]
 
     def run_part(self, part: Part) -> None:

@@ -33,10 +33,12 @@ ROOT = Path(__file__).resolve().parents[2]
 AUDIT_CSV = ROOT / "results" / "gpu-compile" / "triton-3.6.0.csv"
 TEST_LAUNCHES = ROOT / "results" / "gpu-compile" / "test-launches.json"
 START_S = 10  # assumed: a process importing torch (CUDA), triton, hydra (4-6 s on the VM)
-INDUCTOR_S = 20  # assumed: one torch.compile graph (a FlexAttention forward, or its backward)
+INDUCTOR_S = 8  # one torch.compile graph: about 5 s on an H200 node (docs/gpu.md)
 TRUTH_S = 0.5  # assumed: the float64 truth of one point and mode on the GPU
-TEST_WORKERS = 8  # pytest -n 8
-TEST_CALL_S = 0.3  # assumed: one kernel test's own work (float64 references on the host)
+TEST_WORKERS = 14  # pytest -n {workers}: the cores less two, 14 on a 16-core H200 node
+# one kernel test's own work beside its compiles, fitted to an H200 node (2026-12-04): the
+# kernel tests took 66 s on 14 workers (results/gpu/2026-12-04-h200/recheck/tests.xml)
+TEST_CALL_S = 0.65
 LONG_TEST_KERNELS = 2 * 4 * 2 * 2 * 3 + 2 * 2 * 2  # test_long: L x family x dtype x causal x
 # (fwd, dq, dkdv), and RoPE's L x dtype x (fwd, bwd): at most, as if no two shared a compile
 # The audit, counted by reading it: torch.compile of the eager RoPE and FlexAttention with two

@@ -45,7 +45,8 @@ SMOKE = (
 @dataclass(frozen=True)
 class Part:
     """One command of the visit. argv follows the Python interpreter; {res} is the folder the
-    archive holds, {device} cuda (or cpu in the smoke rehearsal), {audit} the audit's copy."""
+    archive holds, {device} cuda (or cpu in the smoke rehearsal), {audit} the audit's copy,
+    {workers} the test workers (the machine's cores less two)."""
 
     name: str
     limit_s: int  # the most it may run
@@ -65,7 +66,7 @@ def _bench(*args: str) -> tuple[str, ...]:
 PARTS = (
     Part(
         "tests",
-        115,
+        90,
         30,
         (
             "-m",
@@ -74,7 +75,7 @@ PARTS = (
             "-p",
             "no:cacheprovider",
             "-n",
-            "8",
+            "{workers}",
             "tests/posenc_kernels",
             "tests/bench/run/test_timing.py",
             "--junitxml={res}/tests.xml",
@@ -94,7 +95,7 @@ PARTS = (
     ),
     Part(
         "sweep",
-        175,
+        200,
         60,
         _bench(
             "sweep=gpu",
