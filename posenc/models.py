@@ -246,8 +246,19 @@ def _spec(name: str, config, source: str) -> ModelSpec:
             **({"head_dims": dims} if len(set(dims.values())) > 1 else {}),
             **({"mla": text.kv_lora_rank} if getattr(text, "qk_nope_head_dim", None) else {}),
             **({"attention_chunk": n} if (n := _attr(text, "attention_chunk_size")) else {}),
+            **_temperature(text),
         },
     )
+
+
+def _temperature(text) -> dict:
+    """Llama 4's NoPE layers scale their queries by position (attn_temperature_tuning):
+    {"temperature": (floor_scale, attn_scale)}, or nothing."""
+    if not getattr(text, "attn_temperature_tuning", False) or not getattr(
+        text, "no_rope_layers", 0
+    ):
+        return {}
+    return {"temperature": (float(text.floor_scale), float(text.attn_scale))}
 
 
 def _mlp_size(text) -> int:

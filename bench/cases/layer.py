@@ -26,7 +26,10 @@ Implementations of the positional part, each as bench/cases/rope.py and bias.py 
                          encoding's parameters) gives the tables attend computes with
                          (reference, compiled, triton); prefill only;
   irope                  Llama 4's NoPE layer: its queries times the temperature of their
-                         positions (1 below 8191: at these lengths, the multiply's cost).
+                         positions (1 below 8191: at these lengths, the multiply's cost);
+                         with model= the model's NoPE layers (its floor_scale and attn_scale;
+                         a model whose NoPE layers have no temperature, SmolLM3, is said: its
+                         NoPE layer is layer_rope's `nope` row).
 Knobs: num_kv_heads, d_ff (null: 3.5 d_model, Llama 3's ratio), rope_scaling (layer_rope:
 RoPE with a long-context schedule), mrope_style, kv_cache, sinks (the bias families: a sink
 logit per head, part of the measured share), model and layer_type (layer_rope and its decode
@@ -75,6 +78,7 @@ from bench.cases.rope import ROPE_SCALING, scaling_of
 from bench.checks import positive_ints
 from bench.registry import Case, Cost, Impl, Knob, Level, Point
 from posenc import functional as F
+from posenc._schemes2025 import ATTN_SCALE, FLOOR_SCALE
 from posenc.layer import DecoderLayer, KVCache, causal_mask
 
 D_FF = Knob(
@@ -161,7 +165,7 @@ def _builder(encoding: str, decode: bool):
                 sinks = torch.randn(point.num_heads, device=device).to(dtype)
                 inputs["sinks"] = {"sinks": torch.nn.Parameter(sinks)}
         if KIND[encoding] == "temperature":  # Llama 4's factors at the tokens' positions
-            scale = F.irope_temperature(n)  # its floor_scale 8192 and attn_scale 0.1
+            scale = F.irope_temperature(n, *_temperature_of(point))
             inputs["q_scale"] = scale.to(device, torch.float32)
             inputs["q_scale64"] = scale.to(device)
         if decode:
@@ -407,10 +411,32 @@ def _model_problem(point: Point) -> str | None:
     return layer_problem(point) or model_only(point)
 
 
+def _temperature_of(point: Point) -> tuple[float, float]:
+    """(floor_scale, attn_scale): the model's, or Llama 4's defaults (8192, 0.1)."""
+    if point.model:
+        return spec_of(point.model).extra["temperature"]
+    return FLOOR_SCALE, ATTN_SCALE
+
+
+def _nope_problem(point: Point) -> str | None:
+    """Why the model has no NoPE layer with a temperature to measure (None: it has)."""
+    spec = spec_of(point.model)
+    if not spec.nope_layers:
+        return f"{point.model}: no NoPE layers (its RoPE layers: the layer_rope case)"
+    if "temperature" not in spec.extra:
+        return (
+            f"{point.model}: its NoPE layers ({len(spec.nope_layers)} of {spec.num_layers}) have "
+            "no positional part at all: layer_rope's `nope` row is such a layer"
+        )
+    return None
+
+
 def _constraint(encoding: str):
     def check(point: Point) -> str | None:
         if encoding == "mrope":
             return _mrope_constraint(point)
+        if point.model and encoding == "irope":
+            return _nope_problem(point)
         if point.model:
             return _model_problem(point)
         return None if point.head_dim % 2 == 0 else f"head_dim={point.head_dim} is odd"
@@ -421,6 +447,7 @@ def _constraint(encoding: str):
 def _case(encoding: str, decode: bool) -> Case:
     knobs = [NUM_KV_HEADS, D_FF]
     knobs += {"rope": [ROPE_SCALING, MODEL, LAYER_TYPE], "mrope": [MROPE_STYLE]}.get(encoding, [])
+    knobs += [MODEL] if encoding == "irope" else []
     knobs += [Bias.SINKS] if KIND[encoding] in ("bias", "gate") else []
     knobs += [Seq.KV_CACHE] if decode else []
     batched = ("x", "cache_k", "cache_v", "kv_lens") if decode else ("x",)

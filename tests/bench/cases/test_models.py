@@ -12,6 +12,7 @@ from bench import plans
 from bench.cases import CASES
 from bench.registry import Point
 from bench.run.runner import Runner
+from posenc import functional as F
 from posenc import models
 from tests.helpers import FAST as FAST_TIMING
 from tests.helpers import read_rows, run_bench
@@ -168,6 +169,51 @@ def test_a_models_layer_and_decode_step_are_gated_with_their_share(tmp_path, mon
     assert not bad and len(rows) == 2 * 3 * 3 + 3 * 3
     assert {r["model"] for r in rows} == set(paths)
     assert all(r["pe_share"] for r in rows if r["impl"] != "nope")
+
+
+LLAMA4_TINY = {  # Llama 4's NoPE layers at a tiny width, their temperature visible at 12 tokens
+    "model_type": "llama4_text",
+    "hidden_size": 64,
+    "num_hidden_layers": 4,  # no RoPE in the 4th
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "intermediate_size": 64,
+    "intermediate_size_mlp": 128,
+    "attn_temperature_tuning": True,
+    "floor_scale": 4,
+    "attn_scale": 0.5,
+}
+
+
+def test_a_models_nope_layers_scale_their_queries_by_its_temperature(tmp_path, monkeypatch):
+    """layer_irope with model=: the model's widths and its floor_scale and attn_scale (a
+    floor_scale of 4 makes the factor grow within 12 tokens), gated and timed with its share
+    and model; SmolLM3's NoPE layers (no temperature) and a model without any are said."""
+    path = tmp_path / "llama4.json"
+    path.write_text(json.dumps(LLAMA4_TINY))
+    model, case = str(path), CASES["layer_irope"]
+    spec, point = models.load(model), _point(str(path), 12)
+    assert spec.nope_layers == (3,) and case.constraint(point) is None
+    inputs = case.build(point, "cpu", torch.float32)
+    assert inputs["x"].shape == (1, 12, 64)
+    want = F.irope_temperature(12, floor_scale=4, attn_scale=0.5)
+    torch.testing.assert_close(inputs["q_scale64"], want)
+    assert inputs["q_scale"][-1] > 1.0  # position 11: 1 + 0.5 log(1 + 3)
+    assert "no positional part" in case.constraint(_point("smollm3-3b", 12))
+    assert "no NoPE layers" in case.constraint(_point("llama-3.1-8b", 12))
+    entry = plans.Entry(
+        "layer_irope", ("nope", "reference"), (point,), ("float32",), ("cpu",), ("forward",)
+    )
+    run = tmp_path / "run"
+    run.mkdir()
+    Runner(plans.Plan((entry,)), FAST_TIMING, run, run_id="t", do_calibrate=False).run()
+    rows = read_rows(run / "results.csv")
+    assert sorted((r["impl"], r["status"], r["model"]) for r in rows) == [
+        ("nope", "ok", model),
+        ("reference", "ok", model),
+    ]
+    assert next(r for r in rows if r["impl"] == "reference")["pe_share"]
 
 
 @pytest.mark.parametrize(
