@@ -11,6 +11,7 @@ Config: configs/bench.yaml with the schema in bench/config/schema.py. Examples:
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -27,10 +28,11 @@ from bench.results import git_sha, read_rows, write_env
 from bench.run import profile
 from bench.run.runnable import unrunnable
 from bench.run.runner import Runner
+from bench.run.watchdog import Watchdog
 
 # The run directory's name: results/runs/<time>-<sweep><the overrides that change what runs>
 OmegaConf.register_new_resolver("bench_tag", cli.run_tag, replace=True)
-IGNORED = ("resume",)  # keys a resumed run may change
+IGNORED = ("resume", "retry_timeouts")  # keys a resumed run may change
 
 
 def _fail(message: str, out_dir: Path) -> None:
@@ -100,6 +102,8 @@ def main(cfg: DictConfig) -> None:
         print(note)
     if cfg.resume and (why := _resumable(cfg, out_dir)):
         _fail(why, out_dir)
+    if cfg.retry_timeouts and not cfg.resume:
+        _fail("retry_timeouts=true goes with resume=true (the run whose rows timed out)", out_dir)
     if why := unrunnable(plan):
         _fail(why, out_dir)
     if cfg.profile:
@@ -115,9 +119,12 @@ def main(cfg: DictConfig) -> None:
             tutorial_timing=cfg.tutorial_timing,
             do_calibrate=cfg.calibrate,
             seed=cfg.seed,
+            retry=("timeout",) if cfg.retry_timeouts else (),
         )
     except ValueError as exc:  # a results.csv with a malformed row: named, never read
         _fail(str(exc), out_dir)
+    if hydra_cfg.mode != RunMode.MULTIRUN:  # a multirun's job has no command line to restart
+        runner.measure.watch = Watchdog(_restart(runner, cfg, out_dir, overrides))
     try:
         summary = runner.run()
     except KeyboardInterrupt:
@@ -154,12 +161,36 @@ def main(cfg: DictConfig) -> None:
         sys.exit(BAD_ROWS)
 
 
-BAD_ROWS = 3  # the exit status of a run with a wrong or errored row (--help, README)
+BAD_ROWS = 3  # the exit status of a run with a wrong, errored or timed-out row (--help, README)
+
+
+def _restart(runner: Runner, cfg: DictConfig, out_dir: Path, overrides: list[str]):
+    """What a row past its time limit does (bench/run/watchdog.py): its row written as
+    `timeout`, then this process replaced by the same command resuming the run (the stuck call
+    stops with the process; resume skips the timeout row unless retry_timeouts=true)."""
+
+    def on_timeout(rows: list, what: str, limit_s: float) -> None:
+        runner.timed_out(rows, what, limit_s)
+        if not cfg.resume:
+            OmegaConf.save(cfg, out_dir / "config.yaml")  # what the resumed run checks
+        names = ", ".join(f"{t.case.name} {t.impl} {t.mode}" for t, _ in rows[:3])
+        print(
+            f"\ntimeout: {names} past {limit_s:.0f} s in {what}; the run goes on in a new "
+            "process (resume=true)",
+            file=sys.stderr,
+            flush=True,
+        )
+        keep = [o for o in overrides if not o.startswith(("resume=", "hydra.run.dir="))]
+        argv = [sys.executable, "-m", "bench", *keep, "resume=true", f"hydra.run.dir={out_dir}"]
+        sys.stdout.flush()
+        os.execv(sys.executable, argv)
+
+    return on_timeout
 
 
 def not_ok(results: Path) -> str | None:
-    """The last line of a run with wrong or errored rows (how many, and which), or None."""
-    bad = [r for r in read_rows(results).rows if r["status"] in ("wrong", "error")]
+    """The last line of a run with wrong, errored or timed-out rows (how many, which), or None."""
+    bad = [r for r in read_rows(results).rows if r["status"] in ("wrong", "error", "timeout")]
     if not bad:
         return None
     from bench.report.rows import knobs
@@ -170,7 +201,7 @@ def not_ok(results: Path) -> str | None:
 
     which = "; ".join(label(r) for r in bad[:4])
     more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
-    return f"{len(bad)} rows wrong or in error (report.md, 'Rows not ok'): {which}{more}"
+    return f"{len(bad)} rows wrong, in error or timed out (report.md, 'Rows not ok'): {which}{more}"
 
 
 def _report(out_dir: Path) -> bool:

@@ -39,6 +39,7 @@ class Status(str, Enum):
     OOM = "oom"
     SKIPPED = "skipped"
     ERROR = "error"
+    TIMEOUT = "timeout"  # no result within the row's time limit (bench/run/watchdog.py)
 
     __str__ = str.__str__
 

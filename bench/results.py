@@ -6,7 +6,11 @@ as they are measured, so an interrupted sweep keeps everything it finished; `res
 keys already in the file. Columns are only ever added, never renamed: a row names its schema's
 version, a key the schema does not have is an error (never dropped), and a file of an older
 version (fewer columns) is upgraded in place on resume, its rows kept with the new columns
-empty. The probe's probe.csv is a schema of its own, written by the same writer."""
+empty. The probe's probe.csv is a schema of its own, written by the same writer. Resume with
+retry_timeouts moves a run's timed-out rows to results.csv.retried, to measure them again.
+
+Why this file is long: the row's definition, its writer and its reader change together (a
+column, a status, a torn or retried row), so they stay in one module."""
 
 from __future__ import annotations
 
@@ -126,7 +130,7 @@ COLUMNS = (
 )
 TEXT = {"run_id", "case", "level", "impl", "mode", "device", "device_name", "dtype", "params"}
 TEXT |= {"status", "message", "timestamp", "timing_method", "contended", "model"}
-STATUSES = ("ok", "wrong", "oom", "skipped", "error")  # bench/registry.py: Status
+STATUSES = ("ok", "wrong", "oom", "skipped", "error", "timeout")  # bench/registry.py: Status
 RESULTS = Schema(COLUMNS, KEY, SCHEMA_VERSION, frozenset(COLUMNS) - TEXT, STATUSES)
 
 
@@ -184,7 +188,9 @@ class ResultsWriter:
     columns empty; a file with columns the schema lacks (another tool's, a newer version's) is
     refused, since appending would lose them."""
 
-    def __init__(self, path: Path, schema: Schema = RESULTS):
+    def __init__(self, path: Path, schema: Schema = RESULTS, retry: tuple[str, ...] = ()):
+        """retry: statuses whose rows are measured again (resume with retry_timeouts): moved
+        to <file>.retried, so that their points are not in `existing`."""
         self.path, self.schema = Path(path), schema
         self.existing = set()
         self.upgraded_from: tuple[str, ...] | None = None
@@ -194,9 +200,13 @@ class ResultsWriter:
             header, rows = read.header, read.rows
             if read.torn is not None:
                 self._set_aside(read)
-            if header != schema.columns:  # an older version's (read_rows refuses the others)
+            again = [r for r in rows if r.get("status") in retry]
+            if again:
+                self._keep_aside(again)
+                rows = [r for r in rows if r.get("status") not in retry]
+            if header != schema.columns or again:  # an older version's, or rows moved out
                 self._rewrite(rows)
-                self.upgraded_from = header
+                self.upgraded_from = header if header != schema.columns else None
             self.existing = {schema.key_of(r) for r in rows}
         new = not self.path.exists() or self.path.stat().st_size == 0
         self._file = open(self.path, "a", newline="")  # noqa: SIM115 (closed in close())
@@ -221,6 +231,17 @@ class ResultsWriter:
             f"{self.path.name}: its last row was cut short ({len(read.torn)} bytes, kept in "
             f"{aside.name}); its point is measured again"
         )
+
+    def _keep_aside(self, rows: list[dict]) -> None:
+        """Rows to measure again, appended to <file>.retried (with its header when new)."""
+        aside = self.path.with_name(self.path.name + ".retried")
+        new = not aside.exists()
+        with open(aside, "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.schema.columns)
+            if new:
+                writer.writeheader()
+            writer.writerows(rows)
+        self.set_aside = f"{len(rows)} timed-out rows measured again (kept in {aside.name})"
 
     def _rewrite(self, rows: list[dict]) -> None:
         """The file's rows under the schema's header (missing columns empty), renamed over it."""

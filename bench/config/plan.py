@@ -63,6 +63,11 @@ def _check_timing(t) -> None:
         isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
     ):
         raise ValueError(f"timing.threads: auto, a positive integer or null, got {threads!r}")
+    limit = t.get("row_limit_s")
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, int | float) or not limit > 0
+    ):
+        raise ValueError(f"timing.row_limit_s: seconds > 0 or null (auto), got {limit!r}")
     for key in ("rel_ci", "rel_spread"):
         if t[key] is not None and not t[key] > 0:
             raise ValueError(

@@ -36,6 +36,9 @@ class TimingConfig:
     # >1: sweep the plan this many times, each pass with 1/passes of the budget and max_reps,
     # pooling each row's samples, so that every median spans the whole run (bench/run/passes.py)
     passes: int = 1
+    # a row's time limit in seconds (check and timing; bench/run/watchdog.py), past which it is
+    # written as `timeout` and the run goes on; null: 120 s plus 20x the row's modelled time
+    row_limit_s: float | None = None
 
 
 def _list(*values):
@@ -60,6 +63,7 @@ KEYS = (
     ("tutorial_timing", False, "also time each encoder the tutorial's way (its section 5.2)"),
     ("calibrate", True, "measure the copy and matmul rates the % columns divide by"),
     ("resume", False, "finish the run in hydra.run.dir"),
+    ("retry_timeouts", False, "with resume: measure the rows that timed out again"),
     ("profile", False, "profile one point instead of sweeping"),
     ("seed", 0, "the inputs' random seed"),
     ("plugins", _list(), "modules or .py files that register implementations and cases"),

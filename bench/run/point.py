@@ -30,6 +30,7 @@ from bench.run.samples import Timing
 from bench.run.tasks import Task, timed_call
 from bench.run.timing import GRAPH_BELOW_MS, Budget, l2_flusher, measure_side_by_side
 from bench.run.verify import Finished, PointState, Verify, _message, _rows_checked, _status
+from bench.run.watchdog import NoWatchdog
 
 COPY = "(copy)"  # the same-size copy in each side-by-side group; no impl name has parentheses
 
@@ -80,6 +81,9 @@ class Measurer(Verify):
         self.pass_index = 0
         self.now = time.perf_counter  # the timer's clock (tests pass a fake one)
         self.monitor = machine.Monitor()  # what other processes take, around each group
+        self.watch = NoWatchdog()  # a time limit per row (bench/run/watchdog.py)
+        self.limit_s: Callable[[dict], float] = lambda row: float("inf")  # a row's limit
+        self._in_flight: list = []  # the (task, row) of the group being measured
 
     def point(self, todo: list[Task], rows: dict) -> None:
         """Measures the tasks of one point (each with its row's identity fields in rows),
@@ -92,10 +96,11 @@ class Measurer(Verify):
                 self.emit(t, dict(rows[t], status=Status.SKIPPED, message=reason))
             return
         torch.manual_seed(self.seed)
+        pairs = [(t, rows[t]) for t in todo]
         try:
-            state = PointState(
-                case, case.build(point, device, dtype), _rows_checked(case, point, device)
-            )
+            with self.watch.phase(pairs, "building the inputs", self.limit_s(rows[first])):
+                inputs = case.build(point, device, dtype)
+            state = PointState(case, inputs, _rows_checked(case, point, device))
         except Exception as exc:  # the point itself does not fit: every row says so
             for t in todo:
                 self.emit(
@@ -125,10 +130,11 @@ class Measurer(Verify):
             for t in check.leaves(state.inputs, (name,)).values():
                 t.requires_grad_(mode != "forward")
         group.sort(key=lambda tr: tr[0].impl != case.baseline)
-        ready = []
+        ready, self._in_flight = [], group
         for task, row in group:
             try:
-                checked = self._check(state, task, row_key(row))
+                with self.watch.phase([(task, row)], "the check", self.limit_s(row)):
+                    checked = self._check(state, task, row_key(row))
             except Exception as exc:  # building the call (a pass after the check)
                 checked = Finished({"status": _status(exc), "message": _message(exc, "the call")})
             if isinstance(checked, Finished):
@@ -161,15 +167,19 @@ class Measurer(Verify):
             copy = copy_call(cost.bytes, device)
             fns.update({COPY: copy} if copy is not None else {})
         t0 = time.perf_counter()
-        timings = measure_side_by_side(
-            fns,
-            device,
-            Budget.of(tm).per_pass(passes),
-            before_each=self._flush(device),
-            graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None,
-            clock=self.now,
-            monitor=self.monitor,
-        )
+        pairs = [(task, row) for task, row, _call, _leaves in batch]
+        limit = sum(self.limit_s(row) for _task, row in pairs)
+        with self.watch.phase(pairs, "the timing", limit):
+            timings = measure_side_by_side(
+                fns,
+                device,
+                Budget.of(tm).per_pass(passes),
+                before_each=self._flush(device),
+                graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None,
+                clock=self.now,
+                monitor=self.monitor,
+                running=self.watch.running,
+            )
         self.clock.work_s += time.perf_counter() - t0
         copy_t = timings.pop(COPY, None)
         copy_t = copy_t if isinstance(copy_t, Timing) else None
@@ -186,7 +196,8 @@ class Measurer(Verify):
                 pooled[task.impl] = self.pool.add(row_key(row), timings[task.impl], copy_t)
             except Exception as exc:
                 pooled[task.impl] = exc
-        shares = self._shares(task0, pooled, calls) if last else {}
+        with self.watch.phase(pairs, "the layer share's profile", limit):
+            shares = self._shares(task0, pooled, calls) if last else {}
         for task, row, call, _leaves in batch:
             try:
                 if isinstance(pooled[task.impl], Exception):
@@ -196,7 +207,8 @@ class Measurer(Verify):
                     self.advance(row_key(row), 1 / passes)
                     continue
                 timed, note = calls[task.impl], row.get("message", "")
-                row.update(self._finish(task, call, timed, t, copy_row, note))
+                with self.watch.phase([(task, row)], "the memory probe", self.limit_s(row)):
+                    row.update(self._finish(task, call, timed, t, copy_row, note))
                 row.update(shares.get(task.impl, {}))
             except Exception as exc:
                 row.update(status=_status(exc), message=_message(exc, "timing"))

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from pathlib import Path
 
 import torch
 
 from bench.cases import CASES
 from bench.plans import Entry, Plan
-from bench.registry import DTYPES
+from bench.registry import DTYPES, Status
 from bench.results import ResultsWriter, row_key
 from bench.run import machine
 from bench.run.eta import Eta, call_seconds, row_seconds, timed_rows
@@ -33,6 +34,7 @@ from bench.run.tasks import Task
 # which Dynamo would silently run the frame eagerly and the rows would time eager code under a
 # compiled name. Raised here, and a hit raises, so it becomes the row's error.
 RECOMPILE_LIMIT = 512
+ROW_LIMIT_BASE_S = 120.0  # a row's time limit: this plus 20x its modelled time (compiles: here)
 
 
 def _dynamo_limits(plan: Plan):
@@ -63,12 +65,14 @@ class Runner:
         tutorial_timing: bool = False,
         do_calibrate: bool = True,
         seed: int = 0,
+        watchdog=None,
+        retry=(),
     ):
         self.plan, self.timing, self.out_dir, self.run_id = plan, timing, Path(out_dir), run_id
         self.passes = int(getattr(timing, "passes", 1))
         if self.passes < 1:
             raise ValueError(f"timing.passes must be >= 1, got {self.passes}")
-        self.writer = ResultsWriter(self.out_dir / "results.csv")
+        self.writer = ResultsWriter(self.out_dir / "results.csv", retry=retry)
         if self.writer.set_aside:
             print(self.writer.set_aside, flush=True)
         self.pool = Pool(self.out_dir / "pooled.json", self.passes)
@@ -89,6 +93,11 @@ class Runner:
             advance=self._advance,
         )
         self.progress: Progress | None = None
+        self._lock = threading.Lock()  # rows come from the watchdog's thread too
+        self._predicted: dict = {}  # row key -> modelled seconds (its time limit)
+        if watchdog is not None:
+            self.measure.watch = watchdog
+        self.measure.limit_s = self.limit_s
 
     @property
     def now(self):
@@ -115,6 +124,7 @@ class Runner:
             print("device=cuda: CUDA is not available on this machine; skipping it", flush=True)
         already = sum(1 for _ in self.writer.existing)
         eta = self._predict()
+        self._predicted = eta.predicted
         print(
             f"{self.total() - already} rows to measure ({already} already in results.csv) on "
             f"{', '.join(self.devices) or 'no device'}: about {clock(eta.total())} by "
@@ -218,12 +228,29 @@ class Runner:
         if todo:
             self.measure.point(todo, rows)
 
+    def limit_s(self, row: dict) -> float:
+        """A row's time limit (bench/run/watchdog.py): timing.row_limit_s, or 120 s plus 20
+        times the row's modelled seconds (its warm-up, samples and check calls)."""
+        fixed = getattr(self.timing, "row_limit_s", None)
+        if fixed is not None:
+            return float(fixed)
+        return ROW_LIMIT_BASE_S + 20 * self._predicted.get(row_key(row), 0.0)
+
+    def timed_out(self, rows: list, what: str, limit_s: float) -> None:
+        """The rows in flight past their limit, written as `timeout` (from the watchdog)."""
+        for task, row in rows:
+            message = f"no result within {limit_s:.0f} s (timing.row_limit_s): stuck in {what}"
+            self._emit(task, dict(row, status=Status.TIMEOUT, message=message))
+
     def _emit(self, task: Task, row: dict) -> None:
-        self.writer.append(row)
-        self.pool.written(row_key(row))
-        self.progress.eta.advance(row_key(row))
-        self.done += 1
-        self.progress.row(len(self.writer.existing), self.total(), task, row)
+        with self._lock:
+            if row_key(row) in self.writer.existing:  # written already: timed out
+                return
+            self.writer.append(row)
+            self.pool.written(row_key(row))
+            self.progress.eta.advance(row_key(row))
+            self.done += 1
+            self.progress.row(len(self.writer.existing), self.total(), task, row)
 
     def _advance(self, key: tuple, fraction: float) -> None:
         """A row's pass done (written in the last one)."""

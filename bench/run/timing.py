@@ -96,6 +96,7 @@ def measure_side_by_side(
     graph_below_ms: float | None = None,
     rounds: int = 20,
     monitor: machine.Monitor | None = None,
+    running: Callable[[str], object] | None = None,
 ) -> dict[str, Timing | Exception]:
     """Several calls timed side by side, so that a slow phase of a shared machine (seconds long
     on a cloud VM) lands on all of them rather than on whichever was being measured: after each
@@ -109,14 +110,17 @@ def measure_side_by_side(
     budget (budget_s per call) has passed. Per sample as in `measure` (events, graphs,
     before_each), which is this with one call. A call that raises leaves the group; its
     exception is returned in its place. `monitor` (bench/run/machine.py) measures what other
-    processes took meanwhile, over at least its window (the runner keeps one for the run)."""
+    processes took meanwhile, over at least its window (the runner keeps one for the run).
+    `running(name)` is told which call warms up or takes its slice (the row watchdog's), never
+    inside a sample."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     warmup_s, min_reps, max_reps = budget.warmup_s, budget.min_reps, budget.max_reps
     budget_s, rel_spread, rel_ci = budget.budget_s, budget.rel_spread, budget.rel_ci
     slice_s, slice_reps = budget_s / rounds, -(-max_reps // rounds)
     device = torch.device(device)
-    prepared = _prepare_group(fns, device, warmup_s, graph_below_ms, clock)
+    running = running or (lambda name: None)
+    prepared = _prepare_group(fns, device, warmup_s, graph_below_ms, clock, running)
     samples: dict[str, list[float]] = {name: [] for name in fns}
     cpu = {name: [0.0, 0.0] for name in fns}  # process CPU s, wall s over the samples
     deadline = clock() + budget_s * len(fns)
@@ -144,6 +148,7 @@ def measure_side_by_side(
         turn += 1
         for name in active[first:] + active[:first]:
             _method, calls, timed, _first, lead = prepared[name]
+            running(name)
             end, taken = clock() + slice_s, 0
             try:
                 while True:
@@ -174,7 +179,7 @@ def measure_side_by_side(
     }
 
 
-def _prepare_group(fns, device, warmup_s, graph_below_ms, clock) -> dict:
+def _prepare_group(fns, device, warmup_s, graph_below_ms, clock, running=None) -> dict:
     """Each call warmed up, then one timing method for the whole group, so that its ratios
     compare like with like: on CUDA, a CUDA graph of back-to-back calls for every call when the
     fastest one's event-timed median is below graph_below_ms and every call can be captured
@@ -183,7 +188,9 @@ def _prepare_group(fns, device, warmup_s, graph_below_ms, clock) -> dict:
     returned as its exception. Each entry: (method, calls per sample, the timed callable, the
     first call's ms, the GPU lead in ms before each sample: _lead_ms)."""
     prepared: dict[str, tuple[str, int, Callable[[], object], float, float] | Exception] = {}
+    running = running or (lambda name: None)
     for name, fn in fns.items():
+        running(name)
         try:
             first = _warm_up(fn, device, warmup_s, clock)
             method = "host" if device.type != "cuda" else "events"
@@ -201,6 +208,7 @@ def _prepare_group(fns, device, warmup_s, graph_below_ms, clock) -> dict:
         return prepared
     graphed = {}
     for name, (_, _, fn, first, _) in live.items():
+        running(name)
         calls = max(1, min(1000, round(0.5 / max(probes[name], 1e-4))))  # ~0.5 ms per replay
         replay = _graphed(fn, device, calls)
         if replay is None:  # one call cannot be captured: the whole group keeps events

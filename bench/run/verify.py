@@ -99,16 +99,20 @@ class Verify:
             try:
                 if big:
                     raise MemoryError(big)
-                state.truths[key] = check.truth(
-                    ref or state.case.reference,
-                    state.inputs,
-                    state.case,
-                    state.rows,
-                    task.point.batch,
-                    task.dtype,
-                    task.grad,
-                    self.seed,
-                )
+                # the case's truth stands for every row of the group; an impl's own, its row's
+                rows = [p for p in self._in_flight if p[0] is task] if ref else self._in_flight
+                limit = self.limit_s(rows[0][1]) if rows else float("inf")
+                with self.watch.phase(rows, "the float64 truth", limit):
+                    state.truths[key] = check.truth(
+                        ref or state.case.reference,
+                        state.inputs,
+                        state.case,
+                        state.rows,
+                        task.point.batch,
+                        task.dtype,
+                        task.grad,
+                        self.seed,
+                    )
             except Exception as exc:
                 state.truths[key] = _without_frames(exc)
             self.clock.truth_s += time.perf_counter() - t0

@@ -26,7 +26,7 @@ def test_ok_and_skipped_rows_say_nothing(tmp_path):
 def test_wrong_and_error_rows_are_counted_and_named(tmp_path):
     _write(tmp_path / "r.csv", ["ok", "wrong", "error", *["wrong"] * 4])
     line = not_ok(tmp_path / "r.csv")
-    assert line.startswith("6 rows wrong or in error")
+    assert line.startswith("6 rows wrong, in error or timed out")
     assert "rope impl1 forward L=128 layout=bshd: wrong" in line
     assert "rope impl2 forward L=128 layout=bshd: error" in line
     assert line.endswith("; and 2 more")
