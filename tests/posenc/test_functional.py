@@ -181,7 +181,7 @@ def test_shaws_value_term_sums_in_float32_in_half_precision():
 
     q, k, v = (torch.randn(1, 2, 8, 16) for _ in range(3))
     emb_k, emb_v = torch.randn(2, 5, 16)
-    want, _ = F.shaw_attention(q.double(), k.double(), v.double(), emb_k.double(), emb_v.double(), 2)
+    want, _ = F.shaw_attention(*(t.double() for t in (q, k, v, emb_k, emb_v)), 2)
     with Spy():
         got, _ = F.shaw_attention(*(t.bfloat16() for t in (q, k, v, emb_k, emb_v)), 2)
     assert seen == [torch.float32] and got.dtype == torch.bfloat16

@@ -78,7 +78,8 @@ def test_a_plugin_with_a_wrong_gradient_is_wrong_in_the_backward_modes(tmp_path)
     )
     assert proc.returncode == 3, proc.stderr[-3000:]  # wrong rows: kept, reported, said
     last = proc.stdout.strip().splitlines()[-1]
-    assert last.startswith("4 rows wrong, in error or timed out") and "bad_grad backward" in last, last
+    assert last.startswith("4 rows wrong, in error or timed out"), last
+    assert "bad_grad backward" in last, last
     assert (run / "report.md").exists()
     status = {
         (r["mode"], r["seq_len"]): r
