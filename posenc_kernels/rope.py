@@ -17,13 +17,15 @@ frequency reduces to them); F <= R/2 frequencies turn, the rest of the R/2 pairs
 # No `from __future__ import annotations` here: torch.library.custom_op reads the launcher's
 # annotations as real types to infer the op schema, and Triton reads the constexpr ones.
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor, nn
 
-from posenc_kernels._runtime import compiling
-from posenc_kernels._runtime import interpreting as _interpreting
+from posenc_kernels import rope_cpu
+from posenc_kernels._runtime import compiling, cpu_native, native_cpu
 
 # ---------------------------------------------------------------------------------------------
 # Kernel
@@ -221,7 +223,11 @@ def _launch(
     q, k, q_out, k_out, cos, sin, scale, pos, offset: int, rotary: int, interleaved, backward
 ):
     """q, k, q_out, k_out are (B, L, H, D) views (any strides); pos None, (B,) or (B, L);
-    cos/sin/scale (L_max, F) or (B | 1, L, F); rotary: R, the span of the rotated pairs."""
+    cos/sin/scale (L_max, F) or (B | 1, L, F); rotary: R, the span of the rotated pairs. CPU
+    tensors outside the interpreter: the one-pass C kernel (posenc_kernels/rope_cpu.py)."""
+    if cpu_native(q):
+        args = scale, pos, offset, rotary, interleaved, backward
+        return rope_cpu.launch(q, k, q_out, k_out, cos, sin, *args)
     bsz, seq_len, hq, d = q.shape
     hk = k.shape[2]
     half, n_freq = rotary // 2, cos.shape[-1]
@@ -336,11 +342,6 @@ def _check(q, k, cos, sin, scale, pos, offset: int, rotary: int) -> None:
     for name, t in others:
         if t is not None and t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
-    if q.device.type == "cpu" and not _interpreting():
-        raise ValueError(
-            "q is a CPU tensor: the Triton kernel needs a GPU; to run it on the CPU, set "
-            "TRITON_INTERPRET=1 in the environment before triton is imported"
-        )
     if cos.dim() == 3:
         if tuple(cos.shape[:2]) not in ((bsz, seq_len), (1, seq_len)):
             raise ValueError(
@@ -452,13 +453,14 @@ class RoPEFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, cos, sin, scale, pos, offset, rotary, interleaved):
         ctx.save_for_backward(cos, sin, scale, pos)
-        ctx.args = offset, rotary, interleaved
+        ctx.args, ctx.native = (offset, rotary, interleaved), cpu_native(q)
         return _rope(q, k, cos, sin, scale, pos, offset, rotary, interleaved, False)
 
     @staticmethod
     def backward(ctx, grad_q, grad_k):
         cos, sin, scale, pos = ctx.saved_tensors
-        grad_q, grad_k = _rope(grad_q, grad_k, cos, sin, scale, pos, *ctx.args, True)
+        with native_cpu() if ctx.native else contextlib.nullcontext():  # the forward's kernel
+            grad_q, grad_k = _rope(grad_q, grad_k, cos, sin, scale, pos, *ctx.args, True)
         return grad_q, grad_k, *(None,) * 7
 
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from bench.checks import positive_ints
-from bench.registry import Cost, Knob
+from bench.registry import Cost, Impl, Knob
 
 # Where the Triton kernels run: a GPU, or also the CPU when Triton's interpreter is on (set
 # before triton is imported): slow, for testing a sweep's plumbing (rows say so).
@@ -20,6 +20,39 @@ TRITON_ELSEWHERE = (
     "on a CPU, TRITON_INTERPRET=1 (set before the run) runs it under Triton's "
     "interpreter: slowly, to check it, not to time it"
 )
+
+
+NATIVE_NOTE = "posenc_kernels' C kernel on the CPU: one pass"
+
+
+def native_impl(make) -> Impl:
+    """The kernels' CPU path (posenc_kernels/rope_cpu.py): make's call run within native_cpu(),
+    so that it is the C kernel even under the interpreter; on the CPU only, and said skipped
+    where the machine has no C compiler to build it at first use."""
+
+    def make_native(inputs):
+        from posenc_kernels._runtime import native_cpu
+
+        with native_cpu():
+            call = make(inputs)
+
+        def native():
+            with native_cpu():
+                return call()
+
+        return native
+
+    return Impl(make_native, devices=("cpu",), note=NATIVE_NOTE, supports=_compiler_problem)
+
+
+def _compiler_problem(point) -> str | None:
+    from posenc_kernels import rope_cpu
+
+    try:
+        rope_cpu.library()
+    except RuntimeError as exc:
+        return str(exc)
+    return None
 
 
 def triton_kernels():

@@ -20,6 +20,7 @@ import torch
 from bench.cases._common import (
     NUM_KV_HEADS,
     compile_impl,
+    native_impl,
 )
 from bench.cases._model import MODEL, interleaved, model_only, model_tables, rotary_cols
 from bench.cases._peers import hf_impl, llama_config, model_call, rotary_tables
@@ -299,6 +300,7 @@ ROPE = Case(
         "compiled": Impl(_compiled, compiled=True),
         "hf": hf_impl(_hf, _hf_supports, note="transformers' apply_rotary_pos_emb"),
         "triton": triton_impl(_triton),
+        "native": native_impl(_triton),
         "liger": liger_impl(_liger, liger_only("bshd", "liger_copy")),
         "liger_copy": liger_impl(
             _liger,

@@ -14,6 +14,7 @@ from bench.cases._common import (
     TRITON_ELSEWHERE,
     TRITON_NOTE,
     compile_impl,
+    native_impl,
     per_mode,
     triton_kernels,
 )
@@ -85,6 +86,7 @@ ROPE_MODULE = Case(
             note=TRITON_NOTE,
             elsewhere=TRITON_ELSEWHERE,
         ),
+        "native": native_impl(_module_impl(lambda *a: triton_kernels().FusedRoPE(*a))),
     },
     baseline="reference",
     cost=_module_cost,
