@@ -25,7 +25,7 @@ TRITON_ELSEWHERE = (
 NATIVE_NOTE = "posenc_kernels' C kernel on the CPU: one pass"
 
 
-def native_impl(make) -> Impl:
+def native_impl(make, grad: bool = True, note: str = "") -> Impl:
     """The kernels' CPU path (posenc_kernels/rope_cpu.py): make's call run within native_cpu(),
     so that it is the C kernel even under the interpreter; on the CPU only, and said skipped
     where the machine has no C compiler to build it at first use."""
@@ -42,7 +42,8 @@ def native_impl(make) -> Impl:
 
         return native
 
-    return Impl(make_native, devices=("cpu",), note=NATIVE_NOTE, supports=_compiler_problem)
+    note = f"{NATIVE_NOTE}; {note}" if note else NATIVE_NOTE
+    return Impl(make_native, devices=("cpu",), note=note, grad=grad, supports=_compiler_problem)
 
 
 def _compiler_problem(point) -> str | None:

@@ -218,6 +218,13 @@ def _triton(inputs):
     )
 
 
+def _native_inplace(inputs):
+    """The C kernel in place (inplace=True) on private copies of q and k, which it overwrites
+    each call: no output to allocate."""
+    q, k = liger_copies(inputs)
+    return triton_call(q, k, inputs["cos"], inputs["sin"], inplace=True, **inputs["kernel_args"])
+
+
 def _liger(inputs):
     """As Liger's tests and Hugging Face's Llama call it: q and k (B, H, L, D) views of
     (B, L, H, D) memory, cos and sin (1, L, D) with both halves, built once here. It writes
@@ -301,6 +308,7 @@ ROPE = Case(
         "hf": hf_impl(_hf, _hf_supports, note="transformers' apply_rotary_pos_emb"),
         "triton": triton_impl(_triton),
         "native": native_impl(_triton),
+        "native_inplace": native_impl(_native_inplace, grad=False, note="in place: no output"),
         "liger": liger_impl(_liger, liger_only("bshd", "liger_copy")),
         "liger_copy": liger_impl(
             _liger,
