@@ -159,8 +159,16 @@ def test_inplace_refuses_gradients():
         apply_rope(qg, k, cos, sin, inplace=True)
 
 
-def test_cpu_tensor_outside_the_interpreter_says_how(monkeypatch):
-    """(The kernel checks the variable per call; triton's own import-time switch is unaffected.)"""
+def test_cpu_tensors_outside_the_interpreter_run_the_c_kernel(monkeypatch):
+    """(The launcher reads the variable per call; triton's own import-time switch is unaffected.)
+    Outside the interpreter, CPU tensors, whatever the box, take the C kernel (rope_cpu.py)."""
+    from posenc_kernels import rope_cpu
+
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):  # CPU tensors, whatever the box
-        apply_rope(q.cpu(), k.cpu(), cos.cpu(), sin.cpu())
+    calls = []
+    launch = rope_cpu.launch
+    monkeypatch.setattr(rope_cpu, "launch", lambda *a: calls.append(1) or launch(*a))
+    qc, kc, c, s = q.cpu(), k.cpu(), cos.cpu(), sin.cpu()
+    got_q, _ = apply_rope(qc, kc, c, s)
+    want = F.apply_rope(qc.double().transpose(1, 2), c[:5].double(), s[:5].double())
+    assert calls and torch.allclose(got_q.double(), want.transpose(1, 2), atol=1e-6)
