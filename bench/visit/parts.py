@@ -209,7 +209,7 @@ PARTS = (
             "bench",
             "sweep=cpu_vs_cuda",
             "cases=[rope,alibi_attention,shaw_kv_attention]",
-            "impls=[reference,triton]",
+            "impls=[reference,triton,native]",
             "timing.budget_s=0.1",
             "hydra.run.dir={res}/cpu_vs_cuda",
         ),
