@@ -5,6 +5,7 @@ import torch
 
 from posenc import functional as F
 from posenc_kernels import FusedRoPE, apply_rope
+from tests.posenc_kernels.test_rope_cpu import _no_compiler
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the GPU box runs these too
 
@@ -159,6 +160,7 @@ def test_inplace_refuses_gradients():
         apply_rope(qg, k, cos, sin, inplace=True)
 
 
+@pytest.mark.skipif(bool(_no_compiler()), reason=_no_compiler() or "a C compiler")
 def test_cpu_tensors_outside_the_interpreter_run_the_c_kernel(monkeypatch):
     """(The launcher reads the variable per call; triton's own import-time switch is unaffected.)
     Outside the interpreter, CPU tensors, whatever the box, take the C kernel (rope_cpu.py)."""

@@ -18,6 +18,17 @@ from tests.posenc_kernels import test_rope as T
 from tests.posenc_kernels import test_rope_multiaxis as M
 
 
+def _no_compiler() -> str:
+    try:
+        rope_cpu._compiler()
+    except RuntimeError as exc:
+        return str(exc)
+    return ""
+
+
+pytestmark = pytest.mark.skipif(bool(_no_compiler()), reason=_no_compiler() or "a C compiler")
+
+
 @pytest.fixture(autouse=True)
 def native(monkeypatch):
     """The shared tests' tensors on the CPU, bfloat16 rounded to nearest as the C kernel does,
