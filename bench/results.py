@@ -241,7 +241,8 @@ class ResultsWriter:
             if new:
                 writer.writeheader()
             writer.writerows(rows)
-        self.set_aside = f"{len(rows)} timed-out rows measured again (kept in {aside.name})"
+        said = f"{len(rows)} timed-out rows measured again (kept in {aside.name})"
+        self.set_aside = f"{self.set_aside}; {said}" if self.set_aside else said
 
     def _rewrite(self, rows: list[dict]) -> None:
         """The file's rows under the schema's header (missing columns empty), renamed over it."""

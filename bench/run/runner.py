@@ -65,7 +65,6 @@ class Runner:
         tutorial_timing: bool = False,
         do_calibrate: bool = True,
         seed: int = 0,
-        watchdog=None,
         retry=(),
     ):
         self.plan, self.timing, self.out_dir, self.run_id = plan, timing, Path(out_dir), run_id
@@ -95,9 +94,7 @@ class Runner:
         self.progress: Progress | None = None
         self._lock = threading.Lock()  # rows come from the watchdog's thread too
         self._predicted: dict = {}  # row key -> modelled seconds (its time limit)
-        if watchdog is not None:
-            self.measure.watch = watchdog
-        self.measure.limit_s = self.limit_s
+        self.measure.limit_s = self.limit_s  # its watch: the command line's (bench/__main__.py)
 
     @property
     def now(self):
