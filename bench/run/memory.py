@@ -24,6 +24,13 @@ class LiveTensorBytes(TorchDispatchMode):
     # Higher-order operators (FlexAttention on the CPU) reach __torch_dispatch__ like any op.
     supports_higher_order_operators = True
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's __torch_dispatch__ in Dynamo's `disable`, which imports Dynamo at
+        # the first op: 2.7 s of every run's start for a probe that never compiles (compiled
+        # rows are not probed on the CPU, bench/run/point.py).
+        return False
+
     def __init__(self):
         super().__init__()
         self.live = 0

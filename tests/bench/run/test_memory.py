@@ -30,3 +30,25 @@ def test_peak_is_the_high_water_mark_not_the_total():
             x * 2  # each freed before the next
 
     assert peak_bytes(sequential) == MIB
+
+
+PROBE_ALONE = """
+import sys, torch
+from bench.run.memory import peak_bytes
+x = torch.randn(1000)
+assert peak_bytes(lambda: x + 1) == 4000
+print(sorted(m for m in sys.modules if m.startswith("torch._dynamo")))
+"""
+
+
+def test_the_probe_does_not_load_dynamo():
+    """A run's first probe must not import torch._dynamo (about 3 s of every command's start)."""
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE_ALONE], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout[:300]
