@@ -1,5 +1,6 @@
 """What the launchers ask of the process they run in."""
 
+import functools
 import os
 import sys
 import threading
@@ -37,3 +38,66 @@ def native_cpu():
 def cpu_native(t: torch.Tensor) -> bool:
     """A CPU tensor for the C kernels: outside the interpreter, or within native_cpu()."""
     return t.device.type == "cpu" and (getattr(_NATIVE, "on", False) or not interpreting())
+
+
+def launches(fn):
+    """Decorates a function that launches kernels. Under Triton's interpreter, each launch
+    patches triton.language into its numpy semantics once, as the interpreter does, and the
+    @triton.jit helpers the kernel calls find it patched: the interpreter itself patches it
+    again at every helper call (a scan of the whole language per call, 40-50% of an interpreted
+    attention kernel's time) and never undoes those. Results are unchanged; nothing happens on
+    a GPU, and Triton is left as it was outside these calls."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if not interpreting():
+            return fn(*args, **kwargs)
+        with _patched_once_per_launch():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+class _Unpatched:
+    def restore(self) -> None:  # what a launch patched, its own scope undoes
+        pass
+
+
+@contextmanager
+def _patched_once_per_launch():
+    import inspect
+
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_lang", None)
+    if original is None or getattr(original, "once_per_launch", False):  # another Triton, nested
+        yield
+        return
+    patched: set[int] = set()  # ids of the language modules the running launch has patched
+
+    def patch_lang(fn):
+        mods = fn.__globals__.values()
+        langs = {id(m) for m in mods if inspect.ismodule(m) and m in (tl, tl.core)}
+        if patched and langs <= patched:
+            return _Unpatched()
+        scope = original(fn)
+        if patched:  # a helper seeing another module: patched as the interpreter would
+            patched.update(langs)
+            return scope
+        patched.update(langs)
+        restore = scope.restore
+
+        def undo() -> None:  # the launch's end
+            patched.clear()
+            restore()
+
+        scope.restore = undo
+        return scope
+
+    patch_lang.once_per_launch = True
+    interpreter._patch_lang = patch_lang
+    try:
+        yield
+    finally:
+        interpreter._patch_lang = original

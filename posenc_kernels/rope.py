@@ -14,8 +14,7 @@ nothing is made contiguous. cos/sin are (L_max, F) float32 rows indexed by posit
 frequency reduces to them); F <= R/2 frequencies turn, the rest of the R/2 pairs pass (p-RoPE).
 """
 
-# No `from __future__ import annotations` here: torch.library.custom_op reads the launcher's
-# annotations as real types to infer the op schema, and Triton reads the constexpr ones.
+# No `from __future__ import annotations`: torch.library.custom_op and Triton read annotations.
 
 import contextlib
 
@@ -25,7 +24,7 @@ import triton.language as tl
 from torch import Tensor, nn
 
 from posenc_kernels import rope_cpu
-from posenc_kernels._runtime import compiling, cpu_native, native_cpu
+from posenc_kernels._runtime import compiling, cpu_native, launches, native_cpu
 
 # ---------------------------------------------------------------------------------------------
 # Kernel
@@ -219,6 +218,7 @@ def _rope_kernel(
 # ---------------------------------------------------------------------------------------------
 
 
+@launches
 def _launch(
     q, k, q_out, k_out, cos, sin, scale, pos, offset: int, rotary: int, interleaved, backward
 ):

@@ -1,0 +1,35 @@
+"""Under Triton's interpreter, a launch patches triton.language once and its @triton.jit
+helpers find it patched (posenc_kernels._runtime.launches): the same results, Triton left as
+it was after the call."""
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import posenc_kernels
+from posenc import functional as F
+from posenc_kernels._runtime import interpreting
+
+pytestmark = pytest.mark.skipif(not interpreting(), reason="needs Triton's interpreter")
+
+
+def test_a_launch_patches_the_language_once_and_leaves_triton_as_it_was(monkeypatch):
+    from triton.runtime import interpreter
+
+    calls = []
+    original = interpreter._patch_lang
+
+    def counting(fn):
+        calls.append(fn.__name__)
+        return original(fn)
+
+    monkeypatch.setattr(interpreter, "_patch_lang", counting)
+    q, k = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 2, 8)  # (B, L, H, D)
+    cos, sin = F.rope_cos_sin(3, 8)  # (L, D/2)
+    got = posenc_kernels.apply_rope(q, k, cos, sin)
+    # the kernel's own launch only, not again for its helper (_rotate_heads) per program
+    assert calls == ["_rope_kernel"], calls
+    assert interpreter._patch_lang is counting
+    c, s = cos.double()[:, None], sin.double()[:, None]  # over the heads
+    for g, x in zip(got, (q, k), strict=True):
+        assert_close(g.double(), F.apply_rope(x.double(), c, s), atol=1e-6, rtol=1e-6)
