@@ -39,6 +39,9 @@ class TimingConfig:
     # a row's time limit in seconds (check and timing; bench/run/watchdog.py), past which it is
     # written as `timeout` and the run goes on; null: 120 s plus 20x the row's modelled time
     row_limit_s: float | None = None
+    # keep: freed CPU memory below 1 GiB stays with the process, as a caching allocator keeps
+    # it; system: the C library's defaults, fresh pages for big outputs (bench/run/heap.py)
+    cpu_heap: str = "keep"
 
 
 def _list(*values):

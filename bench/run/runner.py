@@ -21,7 +21,7 @@ from bench.cases import CASES
 from bench.plans import Entry, Plan
 from bench.registry import DTYPES, Status
 from bench.results import ResultsWriter, row_key
-from bench.run import machine
+from bench.run import heap, machine
 from bench.run.eta import Eta, call_seconds, row_seconds, timed_rows
 from bench.run.passes import Pool
 from bench.run.point import Measurer
@@ -154,6 +154,8 @@ class Runner:
         if threads:
             torch.set_num_threads(int(threads))
         busy = "" if others is None else f"; other processes use {others:.2f} of them"
+        if "cpu" in self.devices:
+            print(heap.apply(self.timing.cpu_heap), flush=True)
         print(
             f"CPU: {n} cores{busy}; timing with {torch.get_num_threads()} thread(s) "
             f"(timing.threads={self.timing.threads})",
