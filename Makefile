@@ -11,20 +11,20 @@ TORCH_PIN   ?= torch==2.13.0
 TRITON_PIN  ?= triton==3.9.0
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
-PYTEST_ARGS ?= -n auto --dist loadfile  # one worker per core, each test file on one worker
+PYTEST_ARGS ?= -n auto --dist worksteal  # one worker per core; idle workers take tests from busy ones
 
 .PHONY: help venv test rehearse compat bench probe gpu-compile gpu-check gpu-run gpu-prep gpu-cache gpu-wheels regress regress-update lint format clean
 
 help:
 	@echo "make test    create/reuse $(VENV), install, run the whole test suite"
-	@echo "make rehearse  the GPU visit rehearsed on this CPU, on the box's stack (CI runs it)"
+	@echo "make rehearse  the GPU run rehearsed on this CPU, on the box's stack (CI runs it)"
 	@echo "make bench   same set-up, then python -m bench \$$ARGS (the default sweep; results/runs/)"
 	@echo "make probe   same set-up, then python -m bench.probe \$$ARGS: the length-generalization probe (about 9 min)"
 	@echo "make gpu-compile  every kernel the GPU runs launch, compiled for sm_90a and sm_80 here (Triton 3.9 and 3.6)"
 	@echo "make gpu-check  on a CUDA machine: the kernel tests on the GPU, then python -m bench sweep=gpu"
-	@echo "make gpu-run   the whole GPU visit in one call: python3 -m bench.visit (docs/gpu.md)"
+	@echo "make gpu-run   the whole GPU run in one call: python3 -m bench.gpurun (docs/gpu.md)"
 	@echo "make gpu-prep  what that call carries: .whl/ (make gpu-wheels), .triton-cache/ (make gpu-cache), .audit/"
-	@echo "make gpu-cache  the visit's harness kernels compiled for sm_90a on the box's stack (a warm Triton cache)"
+	@echo "make gpu-cache  the GPU run's harness kernels compiled for sm_90a on the box's stack (a warm Triton cache)"
 	@echo "make gpu-wheels  wheels of hydra-core, omegaconf, antlr4, liger-kernel (Python 3.12) into .whl/"
 	@echo "make regress  the CPU timing suite vs results/baselines/cpu.json (exit 1 on regression)"
 	@echo "make regress-update  re-measure the baseline (review the diff before committing it)"
@@ -51,10 +51,10 @@ test: $(STAMP)
 
 # The reference GPU machine's stack (docs/gpu.md): Python 3.12, torch 2.11, Triton 3.6 and the packages its
 # image has, older than CI's torch 2.13 and Triton 3.9. The kernel tests run there under Triton
-# 3.6's interpreter (make compat), the GPU visit is rehearsed there (make rehearse), and the
+# 3.6's interpreter (make compat), the GPU run is rehearsed there (make rehearse), and the
 # compile audit compiles there too, so a language feature, an API or a package the box lacks fails
 # here before any GPU time is spent. hydra-core, omegaconf and liger-kernel are not installed: the
-# visit unpacks them from the carried wheels, as on the box. torch 2.11 from PyPI is a CUDA build
+# GPU run unpacks them from the carried wheels, as on the box. torch 2.11 from PyPI is a CUDA build
 # (about 5 GB with its libraries; it runs on a CPU). numpy < 2.3: Triton 3.6's interpreter turns
 # 1-element arrays into ints, which newer numpy refuses (the box runs no interpreter).
 COMPAT_VENV   ?= .venv-compat
@@ -75,11 +75,11 @@ compat: $(COMPAT_VENV)/.installed
 	TRITON_INTERPRET=1 $(COMPAT_VENV)/bin/python -m pytest -q -p no:cacheprovider -p no:warnings \
 		$(PYTEST_ARGS) tests/posenc_kernels
 
-# The GPU visit rehearsed on this CPU on the box's stack (python3 -m bench.visit --smoke: every
+# The GPU run rehearsed on this CPU on the box's stack (python3 -m bench.gpurun --smoke: every
 # part, in order, under Triton's interpreter, the carried wheels and cache unpacked; 4-5 minutes):
-# CI runs it after make gpu-cache (docs/gpu.md). The test runs in $(VENV), the visit in the box's.
+# CI runs it after make gpu-cache (docs/gpu.md). The test runs in $(VENV), the GPU run in the box's.
 rehearse: $(STAMP) $(COMPAT_VENV)/.installed gpu-wheels
-	REHEARSE_PYTHON=$(COMPAT_VENV)/bin/python $(PY) -m pytest -q -m rehearsal tests/bench/visit
+	REHEARSE_PYTHON=$(COMPAT_VENV)/bin/python $(PY) -m pytest -q -m rehearsal tests/bench/gpurun
 
 # Every kernel specialization the GPU runs launch, compiled for sm_90a and sm_80 on this CPU
 # under CI's Triton and the GPU box's, read from the cubins (docs/kernels.md): exit 1 on a
@@ -102,7 +102,7 @@ gpu-check: $(STAMP)
 OUT ?=
 BUDGET ?=
 gpu-run:
-	$(PYTHON) -m bench.visit $(if $(OUT),--out $(OUT)) $(if $(BUDGET),--budget $(BUDGET))
+	$(PYTHON) -m bench.gpurun $(if $(OUT),--out $(OUT)) $(if $(BUDGET),--budget $(BUDGET))
 
 # What the GPU run needs besides the checkout, made where there is network (docs/gpu.md): the
 # wheels, a warm Triton cache of its harness kernels, and, when AUDIT names one, a copy of an
@@ -113,11 +113,11 @@ gpu-prep: gpu-wheels gpu-cache
 	@if [ -n "$(AUDIT)" ] && [ -f "$(AUDIT)" ]; then cp "$(AUDIT)" .audit/audit.py && \
 	echo "copied $(AUDIT) to .audit/audit.py"; else echo "no AUDIT=path: the GPU run skips the audit"; fi
 
-# The visit's harness kernels compiled for sm_90a on the box's stack, each part replayed through
+# The GPU run's harness kernels compiled for sm_90a on the box's stack, each part replayed through
 # Triton's JIT in a process of its own, then replayed on the archive (exit 1 on a miss): about
-# 3 minutes on 2 cores, .triton-cache/cache.tgz (about 3 MB; bench/visit/warm.py).
+# 3 minutes on 2 cores, .triton-cache/cache.tgz (about 3 MB; bench/gpurun/warm.py).
 gpu-cache: $(COMPAT_VENV)/.installed gpu-wheels
-	$(COMPAT_VENV)/bin/python -m bench.visit.warm --jobs $(GPU_COMPILE_JOBS)
+	$(COMPAT_VENV)/bin/python -m bench.gpurun.warm --jobs $(GPU_COMPILE_JOBS)
 
 # What an offline GPU machine with torch, pandas and matplotlib (e.g. an H200 node, Python 3.12)
 # lacks for `python -m bench`, as pure-Python wheels in .whl/ (ignored by git); there:

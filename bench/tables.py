@@ -1,5 +1,5 @@
 """The one Markdown table writer of the project's reports (the harness's, the probe's, the
-compile audit's, the CI gate's, the GPU visit's estimates)."""
+compile audit's, the CI gate's, the GPU run's estimates)."""
 
 from __future__ import annotations
 

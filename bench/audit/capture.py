@@ -4,8 +4,8 @@ shapes with `torch.cuda.get_device_capability` answering the target's and Triton
 target (pointer and integer divisibility, unit strides as constants: what the JIT would give on
 that GPU, allocations being 16-byte aligned). `capture` records one `Spec`'s launches
 (bench/audit/specs.py: the audit's curated cover of the axes), `plan_launches` counts the
-distinct compiles of any harness plan (the GPU visit's estimates); `record_plan` is also what
-the visit's warm cache replays through the JIT (bench/visit/warm.py)."""
+distinct compiles of any harness plan (the GPU run's estimates); `record_plan` is also what
+the GPU run's warm cache replays through the JIT (bench/gpurun/warm.py)."""
 
 from __future__ import annotations
 
@@ -250,7 +250,7 @@ def record_plan(plan, capability: int = 90) -> list:
 
 def plan_launches(plan, capability: int = 90) -> dict[str, int]:
     """Distinct Triton compiles per kernel that a harness plan's `triton` rows launch: every
-    launch bound by Triton's binder as the JIT keys it (the GPU visit's estimates)."""
+    launch bound by Triton's binder as the JIT keys it (the GPU run's estimates)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import make_backend
     from triton.runtime.jit import create_function_from_signature

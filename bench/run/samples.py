@@ -18,7 +18,7 @@ class Timing:
     # the CPU while this row was timed (bench.report.build marks such rows)
     cpu_util: float | None = None
     # the first call of the warm-up, in ms: what a user pays once (compiles, autotuning, the
-    # allocator's first blocks); the GPU visit's part limits are estimated from it
+    # allocator's first blocks); the GPU run's part limits are estimated from it
     first_ms: float | None = None
     # cores' worth of CPU that other processes (and a VM's other guests) took while the group's
     # samples ran (bench/run/machine.py); above machine.CONTENDED_CORES the row is marked

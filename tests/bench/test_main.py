@@ -244,6 +244,6 @@ def test_half_precision_on_a_cpu_is_said_and_report_folders_are_not_committed(tm
     assert proc.returncode == 0, proc.stderr[-2000:]
     if not torch.cuda.is_available():
         assert "note: bfloat16 on the CPU" in proc.stdout
-    for path in ("results/reports/x/report.md", "results/gpu-run/x/visit.log"):
+    for path in ("results/reports/x/report.md", "results/gpu-run/x/run.log"):
         ignored = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT)
         assert ignored.returncode == 0, path

@@ -1,8 +1,8 @@
-"""The GPU visit's harness kernels compiled here for the box, carried as a warm Triton cache.
+"""The GPU run's harness kernels compiled here for the box, carried as a warm Triton cache.
 
-    make gpu-cache   # .venv-compat/bin/python -m bench.visit.warm -> .triton-cache/cache.tgz
+    make gpu-cache   # .venv-compat/bin/python -m bench.gpurun.warm -> .triton-cache/cache.tgz
 
-Each part of the visit that runs `python -m bench` is replayed in a process of its own, as on
+Each part of the GPU run that runs `python -m bench` is replayed in a process of its own, as on
 the box: its plan's `triton` launches recorded on meta tensors (bench/audit/capture.py), then
 run through Triton's own JIT in that order with a driver that answers sm_90a and compiles
 without launching (`warmup=True`), under the box's Triton and Python (.venv-compat). Why the
@@ -10,14 +10,14 @@ JIT and not `triton.compile` from a list: a kernel's cache key depends on which 
 process hashed before it (Triton 3.6's `DependenciesFinder` merges a callee's global constants
 before it hashes the callee), so only the same launches in the same order in a fresh process
 give the keys the box computes. The archive keeps what a hit loads (cubins, metadata, group
-files). The visit unpacks it into its own cache (`unpack`), pointing each group file at where
+files). The GPU run unpacks it into its own cache (`unpack`), pointing each group file at where
 its files now lie: Triton names them by absolute path (triton/runtime/cache.py, `get_group`).
 After packing, every part is replayed again on the unpacked archive and its misses counted.
 
 What no check here can see: whether the box's Triton is this build (the key hashes
-libtriton.so), its ptxas, its TRITON_* variables. The visit's status line per part counts the
+libtriton.so), its ptxas, its TRITON_* variables. The GPU run's status line per part counts the
 kernels it compiled: what missed. The kernel tests' launches are not carried (pytest's workers
-each hash in their own order). Standard library only at import: the visit's driver imports
+each hash in their own order). Standard library only at import: the GPU run's driver imports
 `unpack` before anything it carries is unpacked.
 """
 
@@ -35,7 +35,7 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.visit.parts import PARTS
+from bench.gpurun.parts import PARTS
 
 ROOT = Path(__file__).resolve().parents[2]
 CARRIED = ROOT / ".triton-cache" / "cache.tgz"
@@ -95,7 +95,7 @@ def replay(name: str) -> None:
     from triton.runtime.jit import JITFunction
 
     from bench.audit.capture import record_plan
-    from bench.visit.estimate import plan_of
+    from bench.gpurun.estimate import plan_of
 
     class Sm90:  # what the JIT asks of the driver before it compiles
         def get_current_device(self):
@@ -123,7 +123,7 @@ def _replay_in_process(name: str, cache: Path, site: Path) -> int:
     env = dict(os.environ, TRITON_CACHE_DIR=str(cache))
     env.pop("TRITON_INTERPRET", None)
     env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT), env.get("PYTHONPATH", "")])
-    argv = [sys.executable, "-m", "bench.visit.warm", "--replay", name]
+    argv = [sys.executable, "-m", "bench.gpurun.warm", "--replay", name]
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"replay of {name} failed:\n{proc.stderr[-3000:]}")
@@ -133,7 +133,7 @@ def _replay_in_process(name: str, cache: Path, site: Path) -> int:
 def build(out: Path, workers: int, site: Path, names: list[str]) -> dict[str, int]:
     """Every part replayed into a fresh cache, packed into `out`, then replayed again, one
     part at a time, on the unpacked archive: {part: kernels it would still compile}."""
-    with tempfile.TemporaryDirectory(prefix="visit-cache-") as work:
+    with tempfile.TemporaryDirectory(prefix="gpurun-cache-") as work:
         cold, warm = Path(work) / "cold", Path(work) / "warm"
         cold.mkdir()
         with ThreadPoolExecutor(workers) as pool:  # each replay its own process
@@ -144,7 +144,7 @@ def build(out: Path, workers: int, site: Path, names: list[str]) -> dict[str, in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.visit.warm", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.gpurun.warm", description=__doc__)
     parser.add_argument("--out", type=Path, default=CARRIED, help=f"default {CARRIED}")
     parser.add_argument("--jobs", type=int, default=2, help="parts replayed at once (default 2)")
     parser.add_argument("--parts", default=",".join(SWEEPS), help="default: every sweep part")
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     if triton.__version__ != BOX_TRITON:
         print(f"warning: Triton {triton.__version__}; the box runs {BOX_TRITON}: no key will hit")
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="visit-site-") as site:  # hydra, as on the box
+    with tempfile.TemporaryDirectory(prefix="gpurun-site-") as site:  # hydra, as on the box
         unpack_wheels(sorted((ROOT / ".whl").glob("*.whl")), Path(site))
         misses = build(args.out, args.jobs, Path(site), names)
     with tarfile.open(args.out) as tar:

@@ -1,8 +1,8 @@
 """A pytest plugin that counts the distinct Triton specializations a test session launches, as
 the JIT of an sm_90a GPU would key them, while the kernels run under Triton's interpreter: the
-count of kernels the GPU visit's test part compiles (bench/visit/estimate.py).
+count of kernels the GPU run's test part compiles (bench/gpurun/estimate.py).
 
-    TRITON_INTERPRET=1 python -m pytest -p bench.visit.launches tests/posenc_kernels \
+    TRITON_INTERPRET=1 python -m pytest -p bench.gpurun.launches tests/posenc_kernels \
         tests/bench/run/test_timing.py \
         --launches-out results/gpu-compile/test-launches.json
 

@@ -1,5 +1,5 @@
-"""How long each part of the GPU visit should take, from what it launches: `python -m bench.visit
---plan` prints the table docs/gpu.md shows, and tests/bench/visit/test_visit.py checks every
+"""How long each part of the GPU run should take, from what it launches: `python -m bench.gpurun
+--plan` prints the table docs/gpu.md shows, and tests/bench/gpurun/test_gpurun.py checks every
 part's limit against it.
 
 A sweep part's estimate = process start + the Triton kernels it compiles x their compile time
@@ -9,12 +9,12 @@ groups x (the copy's warm-up + budget + a float64 truth). What is counted:
     tensors at its real shape (bench/audit/capture.py's recorder), each launch bound by Triton's
     own binder for sm_90a: distinct keys are distinct compiles, exactly as the GPU's JIT keys them.
   - The tests' kernels: the same binder over the kernel tests run under the interpreter
-    (bench/visit/launches.py), counted once and committed in results/gpu-compile/
+    (bench/gpurun/launches.py), counted once and committed in results/gpu-compile/
     test-launches.json, plus the GPU-only long tests' (counted from their parameters).
   - Compile seconds per kernel: the median per kernel of the compile audit's `compile_s`
     (results/gpu-compile/triton-3.6.0.csv, the box's Triton, measured on this project's 2-core
     VM). Measured, not assumed.
-Assumed, because no GPU has run them yet (the visit's rows record first_call_ms, so the next
+Assumed, because no GPU has run them yet (the GPU run's rows record first_call_ms, so the next
 estimate can be measured): the start of a process, a torch.compile graph, a float64 truth.
 """
 
@@ -26,8 +26,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.gpurun.parts import BUDGET_S, ENV_S, PARTS, Part
 from bench.tables import markdown_table
-from bench.visit.parts import BUDGET_S, ENV_S, PARTS, Part
 
 ROOT = Path(__file__).resolve().parents[2]
 AUDIT_CSV = ROOT / "results" / "gpu-compile" / "triton-3.6.0.csv"

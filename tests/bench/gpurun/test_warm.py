@@ -1,5 +1,5 @@
-"""The visit's warm Triton cache (bench/visit/warm.py): a part replayed through Triton's JIT
-for sm_90a finds, in a fresh process, the kernels an earlier replay packed and the visit
+"""The GPU run's warm Triton cache (bench/gpurun/warm.py): a part replayed through Triton's JIT
+for sm_90a finds, in a fresh process, the kernels an earlier replay packed and the GPU run
 unpacked elsewhere; without the archive, or with the group files left pointing at the old
 place, it compiles them again."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.visit import warm
+from bench.gpurun import warm
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -22,13 +22,13 @@ def _replay(part: str, cache: Path) -> int:
     before = warm.compiled_kernels(cache)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(cache)
-    argv = [sys.executable, "-m", "bench.visit.warm", "--replay", part]
+    argv = [sys.executable, "-m", "bench.gpurun.warm", "--replay", part]
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return warm.compiled_kernels(cache) - before
 
 
-def test_a_replayed_part_hits_the_carried_cache_where_the_visit_unpacks_it(tmp_path):
+def test_a_replayed_part_hits_the_carried_cache_where_the_run_unpacks_it(tmp_path):
     cold, moved, empty = (tmp_path / n for n in ("cold", "moved", "empty"))
     for d in (cold, empty):
         d.mkdir()

@@ -1,7 +1,7 @@
-"""`python3 -m bench.visit`: the GPU visit's driver (bench/visit/parts.py lists the parts).
+"""`python3 -m bench.gpurun`: the GPU run's driver (bench/gpurun/parts.py lists the parts).
 
 Everything measured goes into one folder that is packed into <out>/results.tgz (replaced, never
-half-written) every PACK_S seconds and after every part, next to <out>/visit.log (all output, as
+half-written) every PACK_S seconds and after every part, next to <out>/run.log (all output, as
 it is printed): two files, so a call cut at any point returns what it had measured. status.txt
 in the archive gives each part's exit status, time, limit and the Triton kernels it compiled.
 Standard library only, until the carried wheels are unpacked for the parts.
@@ -21,8 +21,8 @@ import threading
 import time
 from pathlib import Path
 
-from bench.visit.parts import BUDGET_S, PARTS, SMOKE, Part
-from bench.visit.warm import CARRIED, compiled_kernels, unpack, unpack_wheels
+from bench.gpurun.parts import BUDGET_S, PARTS, SMOKE, Part
+from bench.gpurun.warm import CARRIED, compiled_kernels, unpack, unpack_wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 PACK_S = 15  # seconds between archives while a part runs
@@ -41,18 +41,18 @@ for name in ("hydra", "omegaconf", "liger_kernel", "pandas", "matplotlib", "xdis
 """
 
 
-class Visit:
+class GpuRun:
     def __init__(
         self, out: Path, budget_s: int, smoke: bool, python: str, audit: Path, cache: Path
     ):
         self.out, self.budget_s, self.smoke, self.python = out, budget_s, smoke, python
         self.audit, self.cache = audit, cache
         self.start = time.monotonic()
-        self.work = Path(tempfile.mkdtemp(prefix="visit-"))
+        self.work = Path(tempfile.mkdtemp(prefix="gpurun-"))
         self.res = self.work / "gpu"  # what the archive holds
         self.res.mkdir()
         self.out.mkdir(parents=True, exist_ok=True)
-        self.log = open(self.out / "visit.log", "a", buffering=1)  # noqa: SIM115
+        self.log = open(self.out / "run.log", "a", buffering=1)  # noqa: SIM115
         self.lock = threading.Lock()
         self.env = dict(
             os.environ, PYTHONUNBUFFERED="1", TRITON_CACHE_DIR=str(self.work / "triton-cache")
@@ -96,7 +96,7 @@ class Visit:
 
     def env_part(self) -> None:
         """nvidia-smi, the carried wheels unpacked onto PYTHONPATH, the carried Triton cache
-        unpacked into the visit's (bench/visit/warm.py), the versions."""
+        unpacked into the GPU run's (bench/gpurun/warm.py), the versions."""
         self._run_quiet(["nvidia-smi"], 15)
         wheels = sorted((ROOT / ".whl").glob("*.whl"))
         if wheels:
@@ -148,7 +148,9 @@ class Visit:
         if limit < part.min_s:
             self.status(f"== {part.name}: skipped, {avail}s left (needs {part.min_s}s)")
             return
-        self.say(f"== {part.name} (limit {limit}s, {self.elapsed()}s into the visit): {part.what}")
+        self.say(
+            f"== {part.name} (limit {limit}s, {self.elapsed()}s into the GPU run): {part.what}"
+        )
         before = self._cached_kernels()
         t0 = time.monotonic()
         rc = self._stream(self.argv(part), limit)
@@ -198,7 +200,7 @@ class Visit:
                 continue
 
     def _cached_kernels(self) -> int:
-        """Kernels compiled into the visit's own Triton cache (bench/visit/warm.py): a hit on an
+        """Kernels compiled into the GPU run's own Triton cache (bench/gpurun/warm.py): a hit on an
         earlier part's entry, or on a carried one, adds none."""
         return compiled_kernels(Path(self.env["TRITON_CACHE_DIR"]))
 
@@ -209,7 +211,8 @@ class Visit:
         stop = threading.Event()
         packer = threading.Thread(target=self._packer, args=(stop,), daemon=True)
         self.say(
-            f"visit: smoke={self.smoke} out={self.out} budget={self.budget_s}s python={self.python}"
+            f"gpu run: smoke={self.smoke} out={self.out} budget={self.budget_s}s "
+            f"python={self.python}"
         )
         try:
             self.env_part()
@@ -219,7 +222,7 @@ class Visit:
                 self.run_part(part)
         finally:
             stop.set()
-            self.say(f"visit: done in {self.elapsed()}s -> {self.out / 'results.tgz'}")
+            self.say(f"gpu run: done in {self.elapsed()}s -> {self.out / 'results.tgz'}")
             self.say((self.res / "status.txt").read_text().rstrip())
             self.pack()
             self.log.close()
@@ -228,7 +231,7 @@ class Visit:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 -m bench.visit", description=__doc__.splitlines()[0]
+        prog="python3 -m bench.gpurun", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
         "--smoke", action="store_true", help="rehearse on a CPU: Triton's interpreter, tiny sizes"
@@ -237,13 +240,13 @@ def main(argv: list[str] | None = None) -> int:
         "--budget",
         type=int,
         default=None,
-        help=f"seconds for the whole visit (default {BUDGET_S}; smoke 3600)",
+        help=f"seconds for the whole run (default {BUDGET_S}; smoke 3600)",
     )
     parser.add_argument(
         "--out",
         type=Path,
         default=None,
-        help="where visit.log and results.tgz go (default results/gpu-run/<time>)",
+        help="where run.log and results.tgz go (default results/gpu-run/<time>)",
     )
     parser.add_argument("--python", default=sys.executable, help="the parts' interpreter")
     parser.add_argument(
@@ -265,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.plan:
-        from bench.visit import estimate
+        from bench.gpurun import estimate
 
         print(estimate.markdown(estimate.estimates()))
         return 0
@@ -274,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--budget must be a positive number of seconds, got {budget}")
     out = args.out or ROOT / "results" / "gpu-run" / time.strftime("%Y%m%d-%H%M%S")
     audit, cache = args.audit.resolve(), args.triton_cache.resolve()
-    Visit(out.resolve(), budget, args.smoke, args.python, audit, cache).run()
+    GpuRun(out.resolve(), budget, args.smoke, args.python, audit, cache).run()
     return 0
 
 

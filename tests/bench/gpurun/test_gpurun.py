@@ -1,4 +1,4 @@
-"""The GPU visit (python -m bench.visit): rehearsed on the CPU (--smoke: Triton's interpreter,
+"""The GPU run (python -m bench.gpurun): rehearsed on the CPU (--smoke: Triton's interpreter,
 tiny points) in the same order with the same parts, so that the driver itself cannot be what
 fails on the GPU; its limits checked against the estimates of what each part launches."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.visit.parts import BUDGET_S, ENV_S, PARTS
-from bench.visit.warm import CARRIED
+from bench.gpurun.parts import BUDGET_S, ENV_S, PARTS
+from bench.gpurun.warm import CARRIED
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -26,8 +26,8 @@ a = p.parse_args(); assert a.dry
 """
 
 
-def _visit(tmp_path, *args, audit=None):
-    """The smoke visit, on the box's stack under make rehearse (REHEARSE_PYTHON: Python 3.12,
+def _smoke_run(tmp_path, *args, audit=None):
+    """The smoke run, on the box's stack under make rehearse (REHEARSE_PYTHON: Python 3.12,
     torch 2.11, Triton 3.6, the carried wheels), else this interpreter; the audit a stand-in
     that writes its CSV (the shared one is not in the repository), or absent."""
     out = tmp_path / "out"
@@ -37,7 +37,7 @@ def _visit(tmp_path, *args, audit=None):
     cmd = [
         os.environ.get("REHEARSE_PYTHON") or sys.executable,
         "-m",
-        "bench.visit",
+        "bench.gpurun",
         "--smoke",
         "--out",
         str(out),
@@ -53,15 +53,15 @@ def _visit(tmp_path, *args, audit=None):
 
 
 @pytest.mark.rehearsal  # make rehearse (CI), not make test: about two minutes
-def test_smoke_visit_runs_every_part_in_order_into_one_archive(tmp_path):
-    out, res, stdout = _visit(tmp_path)
-    assert sorted(p.name for p in out.iterdir()) == ["results.tgz", "visit.log"]
+def test_smoke_run_runs_every_part_in_order_into_one_archive(tmp_path):
+    out, res, stdout = _smoke_run(tmp_path)
+    assert sorted(p.name for p in out.iterdir()) == ["results.tgz", "run.log"]
     status = (res / "status.txt").read_text()
     ran = re.findall(r"^== ([\w-]+): (?:exit 0|done)", status, re.M)
     assert ran == ["env", *(p.name for p in PARTS)], status  # the same order as on the GPU
     assert (res / "audit" / "audit.csv").read_text().startswith("group,impl")
     # the test part names each outcome as it finishes (a part cut at its limit keeps them)
-    assert re.search(r"test_rope\.py::.+ PASSED", (out / "visit.log").read_text())
+    assert re.search(r"test_rope\.py::.+ PASSED", (out / "run.log").read_text())
     core = pd.read_csv(res / "sweep-gpu" / "results.csv")
     triton = core[core["impl"] == "triton"]
     assert set(triton["case"]) == {
@@ -101,17 +101,17 @@ def test_smoke_visit_runs_every_part_in_order_into_one_archive(tmp_path):
 
 
 def test_a_short_budget_skips_parts_and_still_returns_the_archive(tmp_path):
-    _out, res, _ = _visit(tmp_path, "--budget", "20", audit=tmp_path / "not-carried.py")
+    _out, res, _ = _smoke_run(tmp_path, "--budget", "20", audit=tmp_path / "not-carried.py")
     status = (res / "status.txt").read_text()
     assert "== tests: skipped" in status and "== sweep: skipped" in status
     assert "== audit: skipped" in status and "not carried" in status
     assert (res / "versions.txt").exists()
 
 
-def test_a_broken_carried_cache_leaves_the_visit_cold_not_stopped(tmp_path):
+def test_a_broken_carried_cache_leaves_the_run_cold_not_stopped(tmp_path):
     junk = tmp_path / "cache.tgz"
     junk.write_bytes(b"not a tar archive")
-    _out, res, _ = _visit(tmp_path, "--budget", "20", "--triton-cache", str(junk))
+    _out, res, _ = _smoke_run(tmp_path, "--budget", "20", "--triton-cache", str(junk))
     status = (res / "status.txt").read_text()
     assert "== warm Triton cache: not unpacked" in status and "== env: done" in status, status
     assert (res / "versions.txt").exists()
@@ -132,7 +132,7 @@ def _compiling(code: str) -> str:
 def plan():
     """(the estimates' Markdown table, {part: (limit, estimate)})."""
     out = _compiling(
-        "import json; from bench.visit import estimate as e; rows = e.estimates(); "
+        "import json; from bench.gpurun import estimate as e; rows = e.estimates(); "
         "print(e.markdown(rows)); print('JSON', json.dumps({r.part.name: "
         "[r.part.limit_s, r.seconds] for r in rows}))"
     )
@@ -158,7 +158,7 @@ def test_the_sweep_estimate_counts_the_kernels_the_plan_launches():
     write with shared and per-token (M-RoPE) tables; ALiBi's forward with a sink per head (its
     backward's kernels are those without: the sinks' gradient is the host's)."""
     out = _compiling(
-        "from bench.visit import estimate; from bench.visit.parts import PARTS; "
+        "from bench.gpurun import estimate; from bench.gpurun.parts import PARTS; "
         "from bench.audit.capture import plan_launches; "
         "part = next(p for p in PARTS if p.name == 'sweep'); "
         "print(plan_launches(estimate.plan_of(part.argv)[0]))"
