@@ -148,14 +148,13 @@ def main(cfg: DictConfig) -> None:
     )
     if hydra_cfg.mode == RunMode.MULTIRUN:  # a multirun reports once, at its end (callbacks)
         return
-    if not _report(out_dir):
+    if not cfg.report:  # pandas and matplotlib not even loaded: about 2 s of a small run
+        print(f"no report (report=false): python -m bench.report {out_dir}")
+    elif not _report(out_dir):
         print("nothing to report: no row was measured (is the device there?)")
         return
-    if cfg.tutorial_timing:  # sweep=seed_5_2: print the table that extends section 5.2
-        from bench.report import markdown, rows
-
-        print("\n".join(markdown.tutorial_table(rows.load([out_dir]))))
-    print(f"report: {out_dir / 'report.md'}")
+    else:
+        _print_report(cfg, out_dir)
     if verdict := not_ok(out_dir / "results.csv"):
         print(verdict)
         sys.exit(BAD_ROWS)
@@ -202,6 +201,14 @@ def not_ok(results: Path) -> str | None:
     which = "; ".join(label(r) for r in bad[:4])
     more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
     return f"{len(bad)} rows wrong, in error or timed out (report.md, 'Rows not ok'): {which}{more}"
+
+
+def _print_report(cfg: DictConfig, out_dir: Path) -> None:
+    if cfg.tutorial_timing:  # sweep=seed_5_2: print the table that extends section 5.2
+        from bench.report import markdown, rows
+
+        print("\n".join(markdown.tutorial_table(rows.load([out_dir]))))
+    print(f"report: {out_dir / 'report.md'}")
 
 
 def _report(out_dir: Path) -> bool:

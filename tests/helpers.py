@@ -83,8 +83,13 @@ TINY = [
 ]
 
 
-def run_bench(*args, cwd=ROOT):
+def run_bench(*args, cwd=ROOT, report=False):
+    """python -m bench with args; without its report and plots (about 2 s a run) unless a
+    test reads them (report=True), or the command is --help or a multirun."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
+    plain = not report and not {"--help", "-m", "--multirun"} & set(args)
+    if plain and not any(str(a).startswith("report=") for a in args):
+        args = (*args, "report=false")
     return subprocess.run(
         [sys.executable, "-m", "bench", *args],
         cwd=cwd,

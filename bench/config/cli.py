@@ -237,7 +237,7 @@ def run_tag(override_dirname: str) -> str:
     keep = []
     for item in re.split(r",(?![^\[]*\])", override_dirname or ""):
         key = item.split("=", 1)[0]
-        if not item or key.startswith(("sweep", "hydra", "resume", "calibrate", "seed")):
+        if not item or key.startswith(("sweep", "hydra", "resume", "calibrate", "seed", "report")):
             continue  # the sweep is in the name already; the rest do not change what runs
         keep.append(re.sub(r"[^A-Za-z0-9_.+-]+", "_", item).strip("_"))
     tag = ""

@@ -53,6 +53,17 @@ def _devices(value, key: str) -> list[str]:
     return devices
 
 
+SWITCHES = (  # the keys that are true or false
+    "smoke",
+    "tutorial_timing",
+    "calibrate",
+    "resume",
+    "retry_timeouts",
+    "report",
+    "profile",
+)
+
+
 def _check_timing(t) -> None:
     if t["min_reps"] < 1 or t["max_reps"] < t["min_reps"] or t["budget_s"] < 0:
         raise ValueError("timing: need 1 <= min_reps <= max_reps and budget_s >= 0")
@@ -179,6 +190,9 @@ def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
     """Validates the whole config; raises ValueError naming the offending key. pinned: the
     axes the command line set (they win over the grids')."""
     _check_timing(cfg["timing"])
+    for key in SWITCHES:
+        if not isinstance(cfg.get(key, False), bool):
+            raise ValueError(f"{key}: true or false, got {cfg[key]!r}")
     if "model" in KNOBS and any(m is not None for m in as_list(cfg["model"])):
         clash = [k for k in MODEL_SETS if k in pinned]
         if clash:

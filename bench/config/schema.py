@@ -67,6 +67,7 @@ KEYS = (
     ("calibrate", True, "measure the copy and matmul rates the % columns divide by"),
     ("resume", False, "finish the run in hydra.run.dir"),
     ("retry_timeouts", False, "with resume: measure the rows that timed out again"),
+    ("report", True, "write report.md and plots at the end (later: python -m bench.report RUN)"),
     ("profile", False, "profile one point instead of sweeping"),
     ("seed", 0, "the inputs' random seed"),
     ("plugins", _list(), "modules or .py files that register implementations and cases"),

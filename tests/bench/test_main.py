@@ -15,7 +15,7 @@ from tests.helpers import ROOT, TINY, read_rows, run_bench
 
 def test_single_run_writes_results_env_report_and_plots(tmp_path):
     out = tmp_path / "run"
-    proc = run_bench(*TINY, "batch=[1,2]", f"hydra.run.dir={out}")
+    proc = run_bench(*TINY, "batch=[1,2]", f"hydra.run.dir={out}", report=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = read_rows(out / "results.csv")
     assert len(rows) == 2 * 2 * 2 and {r["status"] for r in rows} == {"ok"}
@@ -32,7 +32,7 @@ def test_seed_5_2_sweep_pools_its_passes(tmp_path):
     printed."""
     out = tmp_path / "seed"
     shrink = ["smoke=true", "timing.budget_s=0", "timing.warmup_s=0", "calibrate=false"]
-    proc = run_bench("sweep=seed_5_2", *shrink, f"hydra.run.dir={out}")
+    proc = run_bench("sweep=seed_5_2", *shrink, f"hydra.run.dir={out}", report=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = read_rows(out / "results.csv")
     assert len(rows) == 11 and {r["status"] for r in rows} == {"ok"}
@@ -100,8 +100,9 @@ def test_profile_without_impls_takes_the_baseline_and_the_kernel_not_the_first_l
 
 def test_a_run_directory_is_never_overwritten_nor_written_where_it_cannot_be(tmp_path):
     out = tmp_path / "run"
-    first = run_bench(*TINY, "batch=1", f"hydra.run.dir={out}")
+    first = run_bench(*TINY, "batch=1", f"hydra.run.dir={out}")  # report=false
     assert first.returncode == 0, first.stderr[-2000:]
+    assert not (out / "report.md").exists() and "python -m bench.report" in first.stdout
     saved = (out / ".hydra" / "config.yaml").read_text()
     again = run_bench(*TINY, "batch=2", f"hydra.run.dir={out}")
     assert again.returncode == 2 and "holds a run: pass resume=true" in again.stderr
@@ -147,8 +148,9 @@ def test_a_run_directory_is_named_by_what_changed_and_a_rejected_one_is_not_left
 
 def test_resume_needs_the_run_and_its_configuration(tmp_path):
     out = tmp_path / "run"
-    first = run_bench(*TINY, "batch=1", f"hydra.run.dir={out}")
+    first = run_bench(*TINY, "batch=1", f"hydra.run.dir={out}")  # report=false
     assert first.returncode == 0, first.stderr[-2000:]
+    assert not (out / "report.md").exists() and "python -m bench.report" in first.stdout
     config, env = (out / "config.yaml").read_text(), json.loads((out / "env.json").read_text())
     n_rows = len(read_rows(out / "results.csv"))
     missing = run_bench(*TINY, "batch=1", "resume=true", f"hydra.run.dir={tmp_path / 'nope'}")

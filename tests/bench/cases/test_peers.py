@@ -36,7 +36,7 @@ def _by(rows):
 def test_transformers_rows_are_gated_and_timed(tmp_path):
     out = tmp_path / "hf"
     args = [GRIDS, "impls=[reference,hf]", "mode=forward+backward", "calibrate=false", *FAST]
-    proc = run_bench(*args, f"hydra.run.dir={out}")
+    proc = run_bench(*args, f"hydra.run.dir={out}", report=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     by = _by(read_rows(out / "results.csv"))
     for params, row in by[("rope", "hf")]:

@@ -31,6 +31,7 @@ def test_the_documented_plugin_runs_as_written(tmp_path):
         "impls=[reference,my_rope]",
         *QUICK,
         f"hydra.run.dir={run}",
+        report=True,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     mine = [r for r in read_rows(run / "results.csv") if r["impl"] == "my_rope"]
@@ -75,6 +76,7 @@ def test_a_plugin_with_a_wrong_gradient_is_wrong_in_the_backward_modes(tmp_path)
         "mode=[forward,backward,forward+backward]",
         *QUICK,
         f"hydra.run.dir={run}",
+        report=True,
     )
     assert proc.returncode == 3, proc.stderr[-3000:]  # wrong rows: kept, reported, said
     last = proc.stdout.strip().splitlines()[-1]
