@@ -26,6 +26,7 @@ from bench.config.schema import MODES
 from bench.config.schema import axes as axis_names
 from bench.plans import Entry, Plan
 from bench.registry import DTYPES, KNOBS, Point
+from bench.run import heap
 
 
 def changed_since(saved_path: Path, cfg, free: tuple[str, ...]) -> str | None:
@@ -79,8 +80,8 @@ def _check_timing(t) -> None:
         isinstance(limit, bool) or not isinstance(limit, int | float) or not limit > 0
     ):
         raise ValueError(f"timing.row_limit_s: seconds > 0 or null (auto), got {limit!r}")
-    if t.get("cpu_heap", "keep") not in ("keep", "system"):
-        raise ValueError(f"timing.cpu_heap: keep or system, got {t['cpu_heap']!r}")
+    if t.get("cpu_heap", "keep") not in heap.CHOICES:
+        raise ValueError(f"timing.cpu_heap: {' or '.join(heap.CHOICES)}, got {t['cpu_heap']!r}")
     for key in ("rel_ci", "rel_spread"):
         if t[key] is not None and not t[key] > 0:
             raise ValueError(

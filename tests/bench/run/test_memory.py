@@ -1,8 +1,12 @@
 """bench.run.memory counts the tensor bytes a call holds at its peak."""
 
+import subprocess
+import sys
+
 import torch
 
 from bench.run.memory import peak_bytes
+from tests.helpers import ROOT
 
 MIB = 1 << 20
 
@@ -43,11 +47,6 @@ print(sorted(m for m in sys.modules if m.startswith("torch._dynamo")))
 
 def test_the_probe_does_not_load_dynamo():
     """A run's first probe must not import torch._dynamo (about 3 s of every command's start)."""
-    import subprocess
-    import sys
-
-    from tests.helpers import ROOT
-
     out = subprocess.run(
         [sys.executable, "-c", PROBE_ALONE], cwd=ROOT, capture_output=True, text=True, check=True
     )
