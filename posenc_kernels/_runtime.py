@@ -46,16 +46,40 @@ def launches(fn):
     @triton.jit helpers the kernel calls find it patched: the interpreter itself patches it
     again at every helper call (a scan of the whole language per call, 40-50% of an interpreted
     attention kernel's time) and never undoes those. Results are unchanged; nothing happens on
-    a GPU, and Triton is left as it was outside these calls."""
+    a GPU, and Triton is left as it was outside these calls. Nor does the interpreter compute
+    overflow checks it then drops (_no_dropped_checks)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if not interpreting():
             return fn(*args, **kwargs)
-        with _patched_once_per_launch():
+        with _patched_once_per_launch(), _no_dropped_checks():
             return fn(*args, **kwargs)
 
     return wrapper
+
+
+@contextmanager
+def _no_dropped_checks():
+    """With sanitize_overflow on (the interpreter's default), Triton redoes every 32-bit integer
+    op of a kernel in 64 bits and compares it with the type's bounds, then hands the result to
+    device_assert, which drops it unless debug is on (off in the interpreter): about a third of
+    an interpreted kernel's time for nothing. Off for the launch while debug is off; as it was
+    after."""
+    import dataclasses
+
+    from triton.runtime import interpreter
+
+    builder = getattr(interpreter, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if not getattr(options, "sanitize_overflow", False) or getattr(options, "debug", True):
+        yield
+        return
+    builder.options = dataclasses.replace(options, sanitize_overflow=False)
+    try:
+        yield
+    finally:
+        builder.options = options
 
 
 class _Unpatched:

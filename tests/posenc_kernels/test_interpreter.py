@@ -33,3 +33,29 @@ def test_a_launch_patches_the_language_once_and_leaves_triton_as_it_was(monkeypa
     c, s = cos.double()[:, None], sin.double()[:, None]  # over the heads
     for g, x in zip(got, (q, k), strict=True):
         assert_close(g.double(), F.apply_rope(x.double(), c, s), atol=1e-6, rtol=1e-6)
+
+
+def test_a_launch_computes_no_overflow_check_the_interpreter_would_drop(monkeypatch):
+    """Every integer op's overflow check is skipped within a launch (device_assert would drop
+    it: debug is off), and Triton's options are as they were after the call."""
+    from triton.language.semantic import TritonSemantic
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    before = builder.options
+    checked = []
+    original = TritonSemantic.binary_op_sanitize_overflow_impl
+
+    def counting(self, lhs, rhs, op):
+        checked.append(self.builder.options.sanitize_overflow)
+        return original(self, lhs, rhs, op)
+
+    monkeypatch.setattr(TritonSemantic, "binary_op_sanitize_overflow_impl", counting)
+    q, k = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 2, 8)  # (B, L, H, D)
+    cos, sin = F.rope_cos_sin(3, 8)  # (L, D/2)
+    got = posenc_kernels.apply_rope(q, k, cos, sin)
+    assert checked and not any(checked)  # integer ops ran, none with the check on
+    assert builder.options is before and before.sanitize_overflow and not before.debug
+    c, s = cos.double()[:, None], sin.double()[:, None]
+    for g, x in zip(got, (q, k), strict=True):
+        assert_close(g.double(), F.apply_rope(x.double(), c, s), atol=1e-6, rtol=1e-6)
