@@ -32,12 +32,12 @@ static inline void bf16_store(uint16_t *p, int64_t i, float f) {
 #define F32_LOAD(p, i) ((p)[i])
 #define F32_STORE(p, i, v) ((p)[i] = (v))
 
-/* One row's pairs: a loop the compiler vectorizes, one per dtype and pairing, the scale's
- * branch outside it; then what passes through. */
+/* One row's turned pairs: a loop the compiler vectorizes, one per dtype and pairing, the
+ * scale's branch outside it. */
 #define ROW(NAME, T, LOAD, STORE, IA, IB)                                                     \
-    static void NAME(const T *restrict x, T *out, int64_t D, int64_t half, int64_t n_freq,   \
+    static void NAME(const T *restrict x, T *out, int64_t half, int64_t n_freq,              \
                      const float *restrict c, const float *restrict s,                       \
-                     const float *restrict sc, int divide, float sign, int same) {           \
+                     const float *restrict sc, int divide, float sign) {                     \
         if (!sc) {                                                                           \
             _Pragma("omp simd") for (int64_t i = 0; i < n_freq; ++i) {                       \
                 float a = LOAD(x, IA), b = LOAD(x, IB), si = sign * s[i];                    \
@@ -52,12 +52,6 @@ static inline void bf16_store(uint16_t *p, int64_t i, float f) {
                 STORE(out, IB, (b * c[i] + a * si) * m);                                     \
             }                                                                                \
         }                                                                                    \
-        if (same || (n_freq == half && 2 * half == D)) return; /* nothing passes through */ \
-        for (int64_t i = n_freq; i < half; ++i) { /* pairs that do not turn (p-RoPE) */      \
-            STORE(out, IA, LOAD(x, IA));                                                     \
-            STORE(out, IB, LOAD(x, IB));                                                     \
-        }                                                                                    \
-        for (int64_t j = 2 * half; j < D; ++j) STORE(out, j, LOAD(x, j)); /* partial */      \
     }
 
 ROW(row_f32_half, float, F32_LOAD, F32_STORE, i, i + half)
@@ -65,17 +59,34 @@ ROW(row_f32_pairs, float, F32_LOAD, F32_STORE, 2 * i, 2 * i + 1)
 ROW(row_bf16_half, uint16_t, bf16_load, bf16_store, i, i + half)
 ROW(row_bf16_pairs, uint16_t, bf16_load, bf16_store, 2 * i, 2 * i + 1)
 
+/* What does not turn, copied as bytes, bit for bit as torch copies them (through float32 a
+ * bfloat16 signalling NaN came back quiet): the pairs i >= n_freq (p-RoPE) and the dims past
+ * 2 half (partial rotary). Half-split: [n_freq, half) and [half + n_freq, D); interleaved:
+ * [2 n_freq, D). Not faster than the element loop it replaced at gemma-4's and Qwen3.5's
+ * shapes (sweep=cpu_rope, one run each: within this VM's run-to-run spread). */
+static void pass_through(const char *x, char *out, int64_t D, int64_t half, int64_t n_freq,
+                         int interleaved, int64_t size) {
+    if (interleaved) {
+        memcpy(out + 2 * n_freq * size, x + 2 * n_freq * size, (D - 2 * n_freq) * size);
+        return;
+    }
+    memcpy(out + n_freq * size, x + n_freq * size, (half - n_freq) * size);
+    memcpy(out + (half + n_freq) * size, x + (half + n_freq) * size, (D - half - n_freq) * size);
+}
+
 static void row(const void *x, void *out, int64_t D, int64_t half, int64_t n_freq,
                 int interleaved, const float *c, const float *s, const float *sc, int divide,
                 float sign, int dtype, int same) {
+    if (!same && !(n_freq == half && 2 * half == D))
+        pass_through(x, out, D, half, n_freq, interleaved, dtype == 0 ? 4 : 2);
     if (dtype == 0 && !interleaved)
-        row_f32_half(x, out, D, half, n_freq, c, s, sc, divide, sign, same);
+        row_f32_half(x, out, half, n_freq, c, s, sc, divide, sign);
     else if (dtype == 0)
-        row_f32_pairs(x, out, D, half, n_freq, c, s, sc, divide, sign, same);
+        row_f32_pairs(x, out, half, n_freq, c, s, sc, divide, sign);
     else if (!interleaved)
-        row_bf16_half(x, out, D, half, n_freq, c, s, sc, divide, sign, same);
+        row_bf16_half(x, out, half, n_freq, c, s, sc, divide, sign);
     else
-        row_bf16_pairs(x, out, D, half, n_freq, c, s, sc, divide, sign, same);
+        row_bf16_pairs(x, out, half, n_freq, c, s, sc, divide, sign);
 }
 
 /* Rows [begin, end) of the collapsed (b, outer) range; bshd (l outer, h inner) walks memory in

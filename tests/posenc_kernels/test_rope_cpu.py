@@ -115,3 +115,19 @@ def test_the_library_is_built_once_per_source_and_cpu(tmp_path, monkeypatch):
             rope_cpu.library()
     finally:
         rope_cpu.library.cache_clear()
+
+
+@pytest.mark.parametrize("interleaved", [False, True], ids=["half", "pairs"])
+def test_what_passes_through_keeps_its_bits(interleaved):
+    """p-RoPE's unturned pairs and partial rotary's tail, bfloat16: every bit as torch would copy
+    it, a signalling NaN's too (it came back quiet through float32)."""
+    q = torch.randn(1, 4, 2, 32).to(torch.bfloat16)  # (B, L, H, D), R = 16, F = 4 of 8 pairs
+    q.view(torch.int16)[..., 5:] = 0x7F81  # every dim from 5 up: a signalling NaN
+    cos, sin = F.rope_cos_sin(4, 16)
+    cos, sin = cos[:, :4].contiguous(), sin[:, :4].contiguous()
+    with native_cpu():
+        out = posenc_kernels.apply_rope(q, q, cos, sin, rotary_dim=16, interleaved=interleaved)
+    turned = list(range(8)) if interleaved else [0, 1, 2, 3, 8, 9, 10, 11]
+    through = [d for d in range(32) if d not in turned]
+    bits = out[0].view(torch.int16)[..., through]
+    assert torch.equal(bits, q.view(torch.int16)[..., through])
