@@ -19,7 +19,7 @@ help:
 	@echo "make test    create/reuse $(VENV), install, run the whole test suite"
 	@echo "make rehearse  the GPU run rehearsed on this CPU, on the box's stack (CI runs it)"
 	@echo "make bench   same set-up, then python -m bench \$$ARGS (the default sweep; results/runs/)"
-	@echo "make probe   same set-up, then python -m bench.probe \$$ARGS: the length-generalization probe (about 9 min)"
+	@echo "make probe   same set-up, then python -m bench.probe \$$ARGS: the length-generalization probe (8.5 min on 2 cores)"
 	@echo "make gpu-compile  every kernel the GPU runs launch, compiled for sm_90a and sm_80 here (Triton 3.9 and 3.6)"
 	@echo "make gpu-check  on a CUDA machine: the kernel tests on the GPU, then python -m bench sweep=gpu"
 	@echo "make gpu-run   the whole GPU run in one call: python3 -m bench.gpurun (docs/gpu.md)"
