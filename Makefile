@@ -102,7 +102,7 @@ gpu-check: $(STAMP)
 OUT ?=
 BUDGET ?=
 gpu-run:
-	$(PYTHON) -m bench.gpurun $(if $(OUT),--out $(OUT)) $(if $(BUDGET),--budget $(BUDGET))
+	$(PYTHON) -m bench.gpurun $(if $(OUT),--out $(OUT)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(PARTS),--parts $(PARTS))
 
 # What the GPU run needs besides the checkout, made where there is network (docs/gpu.md): the
 # wheels, a warm Triton cache of its harness kernels, and, when AUDIT names one, a copy of an

@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.gpurun.parts import BUDGET_S, PARTS, SMOKE, Part
+from bench.gpurun.parts import BUDGET_S, PARTS, SMOKE, Part, chosen
 from bench.gpurun.warm import CARRIED, compiled_kernels, unpack, unpack_wheels
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,9 +43,17 @@ for name in ("hydra", "omegaconf", "liger_kernel", "pandas", "matplotlib", "xdis
 
 class GpuRun:
     def __init__(
-        self, out: Path, budget_s: int, smoke: bool, python: str, audit: Path, cache: Path
+        self,
+        out: Path,
+        budget_s: int,
+        smoke: bool,
+        python: str,
+        audit: Path,
+        cache: Path,
+        parts: tuple[Part, ...] = PARTS,
     ):
         self.out, self.budget_s, self.smoke, self.python = out, budget_s, smoke, python
+        self.parts = parts
         self.audit, self.cache = audit, cache
         self.start = time.monotonic()
         self.work = Path(tempfile.mkdtemp(prefix="gpurun-"))
@@ -218,7 +226,7 @@ class GpuRun:
             self.env_part()
             self.pack()
             packer.start()
-            for part in PARTS:
+            for part in self.parts:
                 self.run_part(part)
         finally:
             stop.set()
@@ -262,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the carried warm Triton cache (make gpu-cache), unpacked when present",
     )
     parser.add_argument(
+        "--parts",
+        default=None,
+        help="only these parts, comma-separated, in the run's order (default: every part; "
+        f"{','.join(p.name for p in PARTS)})",
+    )
+    parser.add_argument(
         "--plan",
         action="store_true",
         help="print what each part launches, its estimate and limit; exit",
@@ -272,12 +286,16 @@ def main(argv: list[str] | None = None) -> int:
 
         print(estimate.markdown(estimate.estimates()))
         return 0
+    try:
+        parts = chosen(args.parts)
+    except ValueError as exc:
+        parser.error(str(exc))
     budget = args.budget if args.budget is not None else (3600 if args.smoke else BUDGET_S)
     if budget < 1:
         parser.error(f"--budget must be a positive number of seconds, got {budget}")
     out = args.out or ROOT / "results" / "gpu-run" / time.strftime("%Y%m%d-%H%M%S")
     audit, cache = args.audit.resolve(), args.triton_cache.resolve()
-    GpuRun(out.resolve(), budget, args.smoke, args.python, audit, cache).run()
+    GpuRun(out.resolve(), budget, args.smoke, args.python, audit, cache, parts).run()
     return 0
 
 

@@ -359,5 +359,18 @@ PARTS = (
         reserved=False,
     ),
 )
-BUDGET_S = 540  # the whole call; the device call's timeout_s is 570
+BUDGET_S = 540  # the whole run: ten minutes of a machine less a margin to start and copy back
 ENV_S = 10  # the env part (nvidia-smi, wheels, versions) before the first limit starts
+
+
+def chosen(names: str | None) -> tuple[Part, ...]:
+    """The parts named (comma-separated, e.g. the ones an earlier run was cut in or skipped), in
+    the run's order; every part when names is None. ValueError, one line, for an unknown name."""
+    if names is None:
+        return PARTS
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    known = [p.name for p in PARTS]
+    bad = [n for n in wanted if n not in known] or ([] if wanted else [names])
+    if bad:
+        raise ValueError(f"--parts: no part {bad[0]!r}; the parts: {','.join(known)}")
+    return tuple(p for p in PARTS if p.name in wanted)

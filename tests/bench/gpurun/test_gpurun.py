@@ -117,6 +117,26 @@ def test_a_broken_carried_cache_leaves_the_run_cold_not_stopped(tmp_path):
     assert (res / "versions.txt").exists()
 
 
+def test_parts_named_run_alone_in_the_runs_order(tmp_path):
+    """--parts: what an earlier run was cut in or skipped, measured again without the rest (the
+    machine's versions first, as always)."""
+    _out, res, _ = _smoke_run(tmp_path, "--parts", "audit", "--budget", "120")
+    status = (res / "status.txt").read_text()
+    assert re.findall(r"^== ([\w-]+): (?:exit 0|done)", status, re.M) == ["env", "audit"], status
+    assert (res / "audit" / "audit.csv").exists() and (res / "versions.txt").exists()
+
+
+@pytest.mark.parametrize("names", ["nope", "tests,sweeps", ","])
+def test_an_unknown_part_is_one_line_naming_the_option(names, capsys):
+    from bench.gpurun.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--parts", names, "--out", "unused"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--parts: no part" in err and "tests,sweep,audit" in err
+    assert not Path("unused").exists()
+
+
 def _compiling(code: str) -> str:
     """Runs code in a process with Triton's JIT (the estimate records launches that the
     interpreter, on in this test process, would run)."""
