@@ -370,7 +370,7 @@ def chosen(names: str | None) -> tuple[Part, ...]:
         return PARTS
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     known = [p.name for p in PARTS]
-    bad = [n for n in wanted if n not in known] or ([] if wanted else [names])
-    if bad:
-        raise ValueError(f"--parts: no part {bad[0]!r}; the parts: {','.join(known)}")
+    unknown = [n for n in wanted if n not in known] if wanted else [names]
+    if unknown:
+        raise ValueError(f"--parts: no part {unknown[0]!r}; the parts: {','.join(known)}")
     return tuple(p for p in PARTS if p.name in wanted)

@@ -63,7 +63,7 @@ ROW(row_bf16_pairs, uint16_t, bf16_load, bf16_store, 2 * i, 2 * i + 1)
  * bfloat16 signalling NaN came back quiet): the pairs i >= n_freq (p-RoPE) and the dims past
  * 2 half (partial rotary). Half-split: [n_freq, half) and [half + n_freq, D); interleaved:
  * [2 n_freq, D). Not faster than the element loop it replaced at gemma-4's and Qwen3.5's
- * shapes (sweep=cpu_rope, one run each: within this VM's run-to-run spread). */
+ * shapes (sweep=cpu_rope on a 2-core VM, one run each: within its run-to-run spread). */
 static void pass_through(const char *x, char *out, int64_t D, int64_t half, int64_t n_freq,
                          int interleaved, int64_t size) {
     if (interleaved) {

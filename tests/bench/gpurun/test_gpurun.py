@@ -127,7 +127,7 @@ def test_parts_named_run_alone_in_the_runs_order(tmp_path):
 
 
 @pytest.mark.parametrize("names", ["nope", "tests,sweeps", ","])
-def test_an_unknown_part_is_one_line_naming_the_option(names, capsys):
+def test_an_unknown_part_is_an_error_naming_the_option(names, capsys):
     from bench.gpurun.__main__ import main
 
     with pytest.raises(SystemExit) as exit_:
