@@ -1,19 +1,22 @@
-"""The CI timing suite (pytest-benchmark): fixed CPU points of the harness's declared cases.
+"""The CI timing suite: fixed CPU points of the harness's declared cases, timed by one file in
+both of the gate's modes (bench.regress.gate).
 
-Run by `make regress` (`pytest bench/regress/suite.py --benchmark-only ...`); the normal test
-run does not collect it (it is not under tests/, nor named test_*.py).
+- Stored-baseline mode: pytest-benchmark runs `test_perf` below; the gate runs one pytest
+  process per block (bench.regress.runs) and merges their JSON, so `pytest-benchmark compare`
+  reads the result. Every round of a case comes right after a round of its anchor, a frozen eager
+  formula of the same work (RoPE by cat of halves, x + table, SDPA with a materialized bias,
+  torch's own MultiheadAttention), kept in this file so that a change to posenc shows in the
+  case and not in the anchor; the gate divides each round by its anchor's.
+- A/B mode: bench.regress.worker calls `work` for each case-mode, in a process that has the base
+  commit's library or the working tree's.
 
-How it keeps a noisy 2-core VM from raising false alarms (measured in the README):
-- one thread: a busy neighbour on the other core then costs cache and memory bandwidth, not half
-  of our threads (with 2 threads a busy loop doubled some cases but not their anchors);
-- every round of a case is paired with a round of its anchor, timed just before it: a frozen
-  eager formula of the same work (RoPE by cat of halves, x + table, SDPA with a materialized
-  bias, torch's own MultiheadAttention), kept in this file so that a change to posenc shows in
-  the case and not in the anchor; bench.regress.gate divides each round by its anchor's;
-- REPEATS blocks, each going over every case once, so that a slow minute of the machine hits
-  one block of every case, not all rounds of one; bench.regress.gate tests the block medians;
-- copy and matmul calibrations in every block record how fast the machine was as a whole (the
-  raw change bench.regress.gate prints next to the normalized one).
+What keeps a noisy 2-core VM from raising false alarms (measured in docs/regress.md):
+- one thread, pinned to one CPU (`prepare`): a neighbour on the other core then costs cache and
+  memory bandwidth, not half of our threads, and every process runs on the same core;
+- a fresh process per block: one process of unchanged code reads RoPE up to 20% faster or
+  slower than another for its whole life (and so do its forks), so a block is a process and
+  the gate's statistics see that spread instead of mistaking it for a change;
+- the harness's kept heap (timing.cpu_heap=keep): no fresh pages at every call.
 
 `--perf-slowdown CASE` makes CASE do 25% more work (the same op again on a quarter of the batch):
 the planted regression that the gate must catch.
@@ -21,6 +24,7 @@ the planted regression that the gate must catch.
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -29,15 +33,17 @@ import torch.nn.functional as tf
 
 from bench.cases import CASES
 from bench.registry import Point, as_call
-from bench.run import check
+from bench.run import check, heap
 from bench.run.tasks import leaves_of, timed_call
 from posenc import functional as F
 
 # bump when points, anchors, threads or what a mode times change: other suites are refused
-# (v3: backward modes time torch.autograd.grad of every trainable leaf, tables included)
-SUITE = "posenc-cpu-v3"
+# (v3: backward modes time torch.autograd.grad of every trainable leaf, tables included;
+# v4: one pinned CPU, the kept heap, a process per block)
+SUITE = "posenc-cpu-v4"
 THREADS = 1
-REPEATS, ROUNDS, WARMUP = 7, 11, 2
+HEAP = "keep"  # the harness's default timing.cpu_heap: freed memory stays, no fresh pages per call
+REPEATS, ROUNDS, WARMUP = 10, 9, 5  # blocks (one process each), rounds, untimed calls
 POINTS = {  # case -> (impl, point): a few ms per call on one core
     "rope": ("reference", Point(8, 512, 256, 4)),
     "sinusoidal": ("reference", Point(16, 512, 256, 4)),
@@ -46,6 +52,7 @@ POINTS = {  # case -> (impl, point): a few ms per call on one core
     "t5_attention": ("reference", Point(4, 256, 256, 4)),
 }
 MODES = ("forward", "forward+backward")
+KEYS = [(case, mode) for case in POINTS for mode in MODES]  # the case-modes, in timing order
 CALIBRATIONS = ("copy", "matmul")
 
 
@@ -125,7 +132,8 @@ def _calibration(kind: str):
     return lambda: a @ b
 
 
-def _case(case: str, mode: str, slowdown: str | None):
+def work(case: str, mode: str, slowdown: str | None = None):
+    """The zero-argument call timed for case-mode (with SLOWDOWN's planted extra work)."""
     point = POINTS[case][1]
     call = _call(case, mode, point)
     if slowdown != case:
@@ -133,11 +141,11 @@ def _case(case: str, mode: str, slowdown: str | None):
     quarter = Point(max(1, point.batch // 4), point.seq_len, point.d_model, point.num_heads)
     extra = _call(case, mode, quarter)  # the same op again on B/4 sequences: 25% more work
 
-    def work():
+    def both():
         call()
         extra()
 
-    return work
+    return both
 
 
 # Block r: the two calibrations, then every case-mode; pytest runs parameters in this order.
@@ -152,10 +160,19 @@ def slowdown(request) -> str | None:
     return request.config.getoption("--perf-slowdown")
 
 
+def prepare() -> None:
+    """The process as the suite times it: THREADS threads on the last CPU it may use, the
+    harness's kept heap."""
+    torch.set_num_threads(THREADS)
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+    heap.apply(HEAP)
+
+
 @pytest.fixture
 def one_thread():
     before = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
+    prepare()
     yield
     torch.set_num_threads(before)
 
@@ -170,12 +187,12 @@ def test_perf(benchmark, one_thread, repeat, case, mode, slowdown):
         benchmark.pedantic(_calibration(case), rounds=ROUNDS, warmup_rounds=WARMUP, iterations=1)
         return
     benchmark.extra_info.update(info, kind="case")
-    anchor, work, anchor_times = _anchor(case, mode), _case(case, mode, slowdown), []
+    anchor, call, anchor_times = _anchor(case, mode), work(case, mode, slowdown), []
 
     def setup():
         start = time.perf_counter()
         anchor()
         anchor_times.append(time.perf_counter() - start)
 
-    benchmark.pedantic(work, setup=setup, rounds=ROUNDS, warmup_rounds=WARMUP, iterations=1)
+    benchmark.pedantic(call, setup=setup, rounds=ROUNDS, warmup_rounds=WARMUP, iterations=1)
     benchmark.extra_info["anchor"] = anchor_times[WARMUP:]

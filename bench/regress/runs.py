@@ -1,0 +1,46 @@
+"""The stored-baseline mode's runs of the suite: one pytest process per block, merged.
+
+A process of unchanged code can read a case up to 20% off another's for its whole life
+(bench.regress.suite), so the REPEATS blocks of a run are REPEATS processes, run one after the
+other, and their pytest-benchmark JSON files are merged into one (the first file's machine and
+commit information, every file's benchmarks, in block order). `make regress-update` measures the
+baseline this same way, so a baseline and a current run are taken alike.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.regress import suite
+from bench.regress.files import SUITE_FILE, Unusable
+
+
+def _block(block: int, out: Path, log, slowdown: str | None) -> None:
+    ids = [i for i in suite.IDS if i.startswith(f"r{block}-")]
+    cmd = [sys.executable, "-m", "pytest", *(f"{SUITE_FILE}::test_perf[{i}]" for i in ids)]
+    cmd += ["--benchmark-only", "-q", "-p", "no:cacheprovider", "--benchmark-save-data"]
+    cmd += [f"--benchmark-json={out}"] + ([f"--perf-slowdown={slowdown}"] if slowdown else [])
+    code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        raise Unusable(f"the suite failed in block {block} (exit {code}); its log: {log.name}")
+
+
+def run_suite(out: Path, slowdown: str | None = None) -> None:
+    """Every block of the suite, each in a process of its own, into one JSON file at out (its
+    pytest log beside it, out with .log)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    merged: dict | None = None
+    with tempfile.TemporaryDirectory() as tmp, out.with_suffix(".log").open("w") as log:
+        for block in range(suite.REPEATS):
+            part = Path(tmp) / f"r{block}.json"
+            _block(block, part, log, slowdown)
+            data = json.loads(part.read_text())
+            if merged is None:
+                merged = data
+            else:
+                merged["benchmarks"] += data["benchmarks"]
+    out.write_text(json.dumps(merged, indent=1))
