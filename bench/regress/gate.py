@@ -139,7 +139,7 @@ def _stored(args, limits: dict, default: float) -> list[str]:
     current = args.current
     if current is None:
         current = args.out / "current.json"
-        run_suite(current, args.perf_slowdown)
+        run_suite(current, args.out / "current.log", args.perf_slowdown)
     cur = load(current)
     check_comparable(base, cur)
     verdicts = judge.stored(base, cur, limits, default, args.alpha)
@@ -151,7 +151,7 @@ def _stored(args, limits: dict, default: float) -> list[str]:
     if flagged and args.confirm:
         print(f"\nconfirming {', '.join(flagged)}: the whole suite again, as the first pass ran it")
         again = args.out / "confirm.json"
-        run_suite(again, args.perf_slowdown)
+        run_suite(again, args.out / "confirm.log", args.perf_slowdown)
         rerun = load(again)
         check_comparable(base, rerun)
         verdicts = judge.stored(base, rerun, limits, default, args.alpha)
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.update:
             if mode == "ab" or args.current is not None:
                 raise Unusable("--update: only with --baseline FILE (no --base-ref, no --current)")
-            run_suite(args.baseline, args.perf_slowdown)
+            run_suite(args.baseline, args.out / "baseline.log", args.perf_slowdown)
             print(f"measured {args.baseline}: review the change (make regress) before committing")
             return 0
         limits = thresholds(args.threshold)

@@ -29,15 +29,16 @@ def _block(block: int, out: Path, log, slowdown: str | None) -> None:
         raise Unusable(f"the suite failed in block {block} (exit {code}); its log: {log.name}")
 
 
-def run_suite(out: Path, slowdown: str | None = None) -> None:
-    """Every block of the suite, each in a process of its own, into one JSON file at out (its
-    pytest log beside it, out with .log)."""
+def run_suite(out: Path, log: Path, slowdown: str | None = None) -> None:
+    """Every block of the suite, each in a process of its own, into one JSON file at out; the
+    processes' pytest output into log."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
     merged: dict | None = None
-    with tempfile.TemporaryDirectory() as tmp, out.with_suffix(".log").open("w") as log:
+    with tempfile.TemporaryDirectory() as tmp, log.open("w") as sink:
         for block in range(suite.REPEATS):
             part = Path(tmp) / f"r{block}.json"
-            _block(block, part, log, slowdown)
+            _block(block, part, sink, slowdown)
             data = json.loads(part.read_text())
             if merged is None:
                 merged = data

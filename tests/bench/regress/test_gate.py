@@ -233,3 +233,25 @@ def test_corrupt_or_missing_file_exits_2(tmp_path, capsys):
     other.write_text(json.dumps({"benchmarks": [{"name": "x", "extra_info": {}, "stats": {}}]}))
     assert regress.main(["--baseline", str(base), "--current", str(other)]) == 2
     assert "is not from bench/regress/suite.py" in capsys.readouterr().err
+
+
+def test_a_stored_run_is_one_process_per_block_merged(tmp_path, monkeypatch):
+    """bench.regress.runs: each block is its own pytest run (the ids of that block only), and
+    the files merge in block order under the first file's machine information."""
+    from bench.regress import runs, suite
+
+    seen = []
+
+    def fake_block(block, out, log, slowdown):
+        seen.append(block)
+        _json(out, blocks=1, seed=block, cpu=f"cpu of block {block}")
+
+    monkeypatch.setattr(runs, "_block", fake_block)
+    out = tmp_path / "cur.json"
+    runs.run_suite(out, tmp_path / "cur.log")
+    data = json.loads(out.read_text())
+    assert seen == list(range(suite.REPEATS))
+    assert data["machine_info"]["cpu"]["brand_raw"] == "cpu of block 0"
+    assert len(data["benchmarks"]) == suite.REPEATS * (2 + len(CASES))
+    ids = [i for i in suite.IDS if i.startswith("r3-")]
+    assert ids and all(i.startswith("r3-") for i in ids)
