@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from posenc import _hf_rotation
+from posenc import _model_facts as facts
 from posenc._configs import PRESETS, preset_names, read_config, source_of
 from posenc.functional import rope_cos_sin
 
@@ -51,8 +53,7 @@ KNOWN = {
     "proportional": {"factor"},
 }
 SHARED = {"rope_type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"}
-# Models whose pairs are (2i, 2i + 1) (GPT-J's), where the config does not say (rope_interleave)
-INTERLEAVED = {"llama4", "llama4_text", "deepseek_v2", "cohere", "cohere2"}
+CODE_THETA = 10000.0  # the base of models whose config names none (GPT-J's code fixes it)
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class ModelSpec:
     num_kv_heads: int
     head_dim: int
     rotary_dim: int
-    interleaved: bool
+    interleaved: bool  # pairs (2i, 2i + 1); False: (i, i + R/2). Read from the model's own code
     rope_theta: float
     rope_type: str  # transformers' names; "none": no RoPE (T5, BLOOM)
     rope_parameters: dict
@@ -80,6 +81,7 @@ class ModelSpec:
     nope_layers: tuple[int, ...] = ()
     rope_base_dim: int = 0  # the dim partial_rotary_factor takes its part of (transformers')
     sinks: bool = False
+    direction: int = 1  # +1: a' = a cos - b sin; -1: the opposite turn (nanochat's)
     source: str = ""
     extra: dict = field(default_factory=dict)  # head_dims per layer type, mla: latent width, ...
 
@@ -117,7 +119,11 @@ class ModelSpec:
         kind = p.get("rope_type", "default")
         if kind not in KNOWN:
             raise ValueError(f"{self.name}: rope_type {kind!r} is not one posenc reproduces")
-        unknown = set(p) - KNOWN[kind] - SHARED
+        # keys transformers' rope code does not read (the model's attention does: Ministral 3's
+        # llama_4_scaling_beta), as the model's config class declares; the legacy `type`
+        elsewhere = set(self.extra.get("rope_keys_elsewhere", ()))
+        elsewhere |= {"type"} if p.get("type") in (None, kind) else set()
+        unknown = set(p) - KNOWN[kind] - SHARED - elsewhere
         if unknown:
             raise ValueError(
                 f"{self.name}: {kind} RoPE with {', '.join(sorted(unknown))}: not reproduced"
@@ -126,24 +132,31 @@ class ModelSpec:
         if kind == "proportional":
             scaling = _linear(p.get("factor"))
             return scaling, self._base_dim(layer_type), fraction, float(p["rope_theta"])
-        rotary = int(self._base_dim(layer_type) * fraction)
+        # the width the model's code turns (a config's partial_rotary_factor that the code
+        # ignores is ignored here too), else the config's
+        widths = self.extra.get("rotary_widths", {})
+        rotary = widths.get(self.layer_type(layer_type) or "") or int(
+            self._base_dim(layer_type) * fraction
+        )
         return _scaling(kind, p, self.max_position_embeddings), rotary, 1.0, float(p["rope_theta"])
 
-    def rope_tables(self, positions: Tensor | int, layer_type: str | None = None):
+    def rope_tables(self, positions, layer_type: str | None = None):
         """(cos, sin) float32, (len(positions), width / 2): the first half of the model's
         rotary embedding's tables at these positions (its attention factor included; dynamic
         and LongRoPE choose by the length max(positions) + 1, as transformers does)."""
         if isinstance(positions, int):
             positions = torch.arange(positions)
+        elif not isinstance(positions, Tensor):  # a range or a list of positions
+            positions = torch.tensor(list(positions), dtype=torch.long)
         scaling, rotary, fraction, theta = self.schedule(layer_type)
         length = int(positions.max()) + 1 if positions.numel() else 1
-        return rope_cos_sin(
+        cos, sin = rope_cos_sin(
             positions, rotary, theta, scaling=scaling, seq_len=length, rotate_fraction=fraction
         )
+        return cos, sin * self.direction
 
 
-def _per_layer(params: dict) -> bool:
-    return bool(params) and all(isinstance(v, dict) for v in params.values())
+_per_layer = _hf_rotation.per_layer
 
 
 def _linear(factor) -> dict | None:
@@ -179,7 +192,9 @@ def _scaling(kind: str, p: dict, max_positions: int) -> dict | None:
 def load(model: str | Path | dict) -> ModelSpec:
     """A ModelSpec from a preset name, a config.json path (or its folder), or a config dict."""
     name, config = hf_config(model)
-    return _spec(name, config, source=str(source_of(model)))
+    spec = _spec(name, config, source=str(source_of(model)))
+    _hf_rotation.verify(spec, config)
+    return spec
 
 
 def hf_config(model: str | Path | dict):
@@ -193,29 +208,48 @@ def hf_config(model: str | Path | dict):
     model_type = data.get("model_type")
     if not model_type:
         raise ValueError(f"{name}: the config has no model_type")
+    from transformers import CONFIG_MAPPING, PretrainedConfig
+
+    if model_type not in CONFIG_MAPPING:
+        raise ValueError(f"{name}: model_type {model_type!r} is not one transformers knows")
+    data = PretrainedConfig._decode_special_floats(data)  # {"__float__": "Infinity"}, as saved
     try:
         config = AutoConfig.for_model(**data)
-    except ValueError as exc:
-        raise ValueError(f"{name}: {str(exc).splitlines()[0]}") from None
+    except Exception as exc:  # noqa: BLE001 - transformers' validation, in one line
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        raise ValueError(
+            f"{name}: transformers refuses the config: {' '.join(lines)[:160]}"
+        ) from None
     return name, config
 
 
 def _spec(name: str, config, source: str) -> ModelSpec:
-    text = config.get_text_config()
+    text = facts.GlobalLayers(config.get_text_config())
     heads = text.num_attention_heads
     layers = text.num_hidden_layers
     layer_types = tuple(getattr(text, "layer_types", None) or ("full_attention",) * layers)
-    dims = _head_dims(text, layer_types)
-    base_dim = dims.get("full_attention") or _attr(text, "head_dim") or _attr(text, "d_kv")
+    dims = facts.head_dims(text, layer_types)
+    base_dim = (
+        dims.get("full_attention") or facts.attr(text, "head_dim") or facts.attr(text, "d_kv")
+    )
     base_dim = base_dim or text.hidden_size // heads
     head_dim = base_dim
     if getattr(text, "qk_nope_head_dim", None):  # MLA: RoPE on a decoupled slice of each head
         head_dim = text.qk_nope_head_dim + text.qk_rope_head_dim
     params = dict(getattr(text, "rope_parameters", None) or {})
+    if not params and _hf_rotation.find(config) is not None:  # GPT-J, CodeGen: rotary_dim only
+        params = {"rope_type": "default", "rope_theta": CODE_THETA}
     first = params  # the global layers' parameters stand for the model's
     if _per_layer(params):
         keys = [k for k in ("full_attention", "main") if k in params]
         first = params[keys[0] if keys else next(iter(params))]
+    facts.check_width(name, base_dim, first)
+    layouts = (
+        _hf_rotation.layouts(name, config, params, layer_types)
+        if params
+        else {None: _hf_rotation.NO_ROPE}
+    )
+    layout = next(iter(layouts.values()))
     window = getattr(text, "sliding_window", None)
     if getattr(text, "use_sliding_window", True) is False:
         window = None
@@ -226,9 +260,11 @@ def _spec(name: str, config, source: str) -> ModelSpec:
         num_heads=heads,
         num_kv_heads=getattr(text, "num_key_value_heads", None) or heads,
         head_dim=head_dim,
-        rotary_dim=_rotary(base_dim, first),
+        rotary_dim=layout.width
+        if _hf_rotation.reads_width(first, layout)
+        else facts.rotary_width(base_dim, first),
         rope_base_dim=base_dim,
-        interleaved=bool(getattr(text, "rope_interleave", text.model_type in INTERLEAVED)),
+        interleaved=layout.interleaved,
         rope_theta=float(first.get("rope_theta", math.nan)),
         rope_type=first.get("rope_type", "default") if params else "none",
         rope_parameters=params,
@@ -236,68 +272,19 @@ def _spec(name: str, config, source: str) -> ModelSpec:
         sliding_window=window,
         mrope_section=tuple(first["mrope_section"]) if first.get("mrope_section") else None,
         hidden_size=text.hidden_size,
-        mlp_size=_mlp_size(text),
+        mlp_size=facts.mlp_size(text),
         num_layers=layers,
         max_position_embeddings=getattr(text, "max_position_embeddings", 0),
         nope_layers=tuple(i for i, use in enumerate(nope) if not use),
         sinks=text.model_type == "gpt_oss",
+        direction=layout.direction,
         source=source,
         extra={
             **({"head_dims": dims} if len(set(dims.values())) > 1 else {}),
             **({"mla": text.kv_lora_rank} if getattr(text, "qk_nope_head_dim", None) else {}),
-            **({"attention_chunk": n} if (n := _attr(text, "attention_chunk_size")) else {}),
-            **_temperature(text),
+            **({"attention_chunk": n} if (n := facts.attr(text, "attention_chunk_size")) else {}),
+            **facts.temperature(text),
+            **_hf_rotation.widths(layouts, params),
+            **facts.elsewhere(text, first),
         },
     )
-
-
-def _temperature(text) -> dict:
-    """Llama 4's NoPE layers scale their queries by position (attn_temperature_tuning):
-    {"temperature": (floor_scale, attn_scale)}, or nothing."""
-    if not getattr(text, "attn_temperature_tuning", False) or not getattr(
-        text, "no_rope_layers", 0
-    ):
-        return {}
-    return {"temperature": (float(text.floor_scale), float(text.attn_scale))}
-
-
-def _mlp_size(text) -> int:
-    """The MLP width a token goes through (its FLOPs, not the weights read): intermediate_size,
-    or a mixture's experts per token plus its shared ones (DeepSeek, Qwen2-MoE, Llama 4's)."""
-    inter = getattr(text, "intermediate_size", 0) or getattr(text, "d_ff", 0) or 0  # T5: d_ff
-    inter = inter or (4 * text.hidden_size if text.model_type == "bloom" else 0)  # its 4 x
-    k = getattr(text, "num_experts_per_tok", None)
-    if not k:
-        return inter
-    expert = getattr(text, "moe_intermediate_size", None) or inter
-    shared = (getattr(text, "n_shared_experts", None) or 0) * expert
-    shared += getattr(text, "shared_expert_intermediate_size", None) or 0
-    shared += inter if text.model_type.startswith("llama4") else 0
-    return k * expert + shared
-
-
-def _attr(config, name: str):
-    """An attribute, or None where the config keeps it per layer (Gemma 4's head_dim)."""
-    try:
-        return getattr(config, name, None)
-    except Exception:  # transformers' AmbiguousGlobalPerLayerAttributeError
-        return None
-
-
-def _head_dims(text, layer_types) -> dict[str, int]:
-    """{layer type: head dim} where the config holds per-layer attributes, else {}."""
-    per = _attr(text, "per_layer_config")
-    if per is None:
-        return {}
-    dims: dict[str, int] = {}
-    for i, kind in enumerate(layer_types):
-        dim = _attr(per[i], "head_dim")
-        if dim is not None:
-            dims.setdefault(kind, dim)
-    return dims
-
-
-def _rotary(rotary: int, params: dict) -> int:
-    if params.get("rope_type") == "proportional":
-        return rotary
-    return int(rotary * float(params.get("partial_rotary_factor") or 1.0))

@@ -97,10 +97,11 @@ def window_of(point: Point) -> int | None:
 def model_tables(point: Point, dtype, device):
     """cos, sin (L, R/2) of the point's model (its layer type's schedule: the global layers'
     without one), in dtype."""
-    scaling, rotary, fraction, theta = spec_of(point.model).schedule(point.layer_type)
+    spec = spec_of(point.model)
+    scaling, rotary, fraction, theta = spec.schedule(point.layer_type)
     if rotary > point.head_dim:  # MLA: the point is the rotated slice itself
         rotary = point.head_dim
-    return F.rope_cos_sin(
+    cos, sin = F.rope_cos_sin(
         point.seq_len,
         rotary,
         theta,
@@ -110,6 +111,7 @@ def model_tables(point: Point, dtype, device):
         dtype=dtype,
         device=device,
     )
+    return cos, sin * spec.direction  # the model's turn: nanochat's goes the other way
 
 
 def rotary_cols(point: Point) -> int:

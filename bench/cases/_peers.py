@@ -10,6 +10,8 @@ report measures speedups against it: it is what most users would otherwise run.
 
 from __future__ import annotations
 
+import functools
+
 from bench.registry import Impl, Point
 
 NEEDS = "transformers"
@@ -199,44 +201,36 @@ def fla_fox_attention(inputs):
     return attend
 
 
-def model_rotary(config):
-    """(modeling module, rotary embedding) of a transformers config's text model, built as the
-    model builds it."""
-    import importlib
-    import inspect
+@functools.lru_cache(maxsize=32)
+def model_rotation(model: str):
+    """(the model's rotation in transformers or None, its Layout) (posenc/_hf_rotation.py)."""
+    from posenc import _hf_rotation
+    from posenc.models import hf_config
 
-    text = config.get_text_config()
-    for name in dict.fromkeys((text.model_type, text.model_type.removesuffix("_text"))):
-        try:
-            module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
-        except ImportError:
-            continue
-        for attr, cls in vars(module).items():
-            rotary = attr.endswith("RotaryEmbedding") and "Vision" not in attr
-            if rotary and inspect.isclass(cls) and cls.__module__ == module.__name__:
-                return module, cls(text)
-    raise LookupError(f"transformers has no rotary embedding for {text.model_type}")
+    rotation = _hf_rotation.find(hf_config(model)[1])
+    return rotation, (_hf_rotation.layout(rotation) if rotation is not None else None)
+
+
+def model_hf_problem(model: str, head_dim: int) -> str | None:
+    """Why the model's own rotation cannot be an `hf` row of the rope case, or None."""
+    rotation, layout = model_rotation(model)
+    if rotation is None:
+        return "transformers has no rotary embedding for this model's text config"
+    if layout.permutes:
+        return "its rotation writes dims in another order (scores agree, outputs cannot)"
+    if not rotation.takes(head_dim):
+        return "partial rotary: the model's attention slices q and k around this call"
+    return None
 
 
 def model_call(model: str, q, k):
-    """The model's own rotation in transformers: its rotary embedding's tables for positions
-    0 .. L-1 (its global layers'; built once per forward: not timed) and its modeling module's
-    `apply_rotary_pos_emb`, on q and k as its attention hands them over."""
-    import inspect
-
+    """The model's own rotation in transformers, on q and k as its attention hands them over:
+    its rotary embedding's tables for positions 0 .. L-1 (its global layers'; built once, not
+    timed), then its modeling module's apply function (posenc/_hf_rotation.py)."""
     import torch
 
-    from posenc.models import hf_config
-
-    module, rotary = model_rotary(hf_config(model)[1])
-    rotary = rotary.to(q.device)
-    positions = torch.arange(q.shape[2], device=q.device)[None]
-    kwargs = {}
-    if "layer_type" in inspect.signature(rotary.forward).parameters:
-        kwargs["layer_type"] = "full_attention"
-    with torch.no_grad():
-        cos, sin = rotary(torch.zeros((), dtype=q.dtype, device=q.device), positions, **kwargs)
-    apply = module.apply_rotary_pos_emb
-    if list(inspect.signature(apply).parameters)[:1] == ["x"]:  # Gemma 4's: one tensor a call
-        return lambda: (apply(q, cos, sin), apply(k, cos, sin))
-    return lambda: apply(q, k, cos, sin)
+    rotation = model_rotation(model)[0]
+    rotation.rotary.to(q.device)
+    positions = torch.arange(q.shape[2], device=q.device)
+    out = rotation.tables(positions, None, q.dtype)
+    return lambda: rotation.apply_tables(q, k, out)

@@ -23,7 +23,13 @@ from bench.cases._common import (
     native_impl,
 )
 from bench.cases._model import MODEL, interleaved, model_only, model_tables, rotary_cols
-from bench.cases._peers import hf_impl, llama_config, model_call, rotary_tables
+from bench.cases._peers import (
+    hf_impl,
+    llama_config,
+    model_call,
+    model_hf_problem,
+    rotary_tables,
+)
 from bench.cases._rotary import (
     LAYOUT,
     heads_tensor,
@@ -262,10 +268,8 @@ def _hf(inputs):
 
 
 def _hf_supports(point: Point) -> str | None:
-    if point.model and interleaved(point):
-        return "interleaved pairs: transformers' models permute q and k around this call"
-    if point.model and 2 * rotary_cols(point) < point.head_dim:
-        return "partial rotary: transformers' models slice q and k around this call"
+    if point.model:  # read from the model's own code (bench.cases._peers.model_hf_problem)
+        return model_hf_problem(point.model, point.head_dim)
     if point.rope_variant == "xpos":
         return "transformers has no xPos"
     if point.rope_variant == "p_rope" and point.rope_scaling not in ("none", "linear"):

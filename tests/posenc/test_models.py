@@ -16,8 +16,7 @@ import torch
 pytest.importorskip("transformers", reason="needs transformers (pip install -e '.[hf]')")
 from transformers import AutoConfig  # noqa: E402
 
-from bench.cases._peers import model_rotary  # noqa: E402
-from posenc import models  # noqa: E402
+from posenc import _hf_rotation, models  # noqa: E402
 from posenc.functional import rope_frequencies  # noqa: E402
 
 TYPES = [
@@ -30,7 +29,7 @@ ULPS, LIMIT = 2.0**-20, 1e-6
 
 
 def _rotary(config):
-    return model_rotary(config)[1]
+    return _hf_rotation.find(config).rotary
 
 
 def _theirs(rotary, positions, layer_type):
@@ -105,12 +104,9 @@ def _check_tables(spec, config):
         cos, sin = spec.rope_tables(positions, layer_type)
         their_cos, their_sin = _theirs(rotary, positions, layer_type)
         cols = cos.shape[-1]
-        if their_cos.shape[-1] == 2 * cols:  # both halves, or each angle twice (interleaved)
-            pick = (
-                slice(0, None, 2)
-                if spec.interleaved and spec.model_type != "deepseek_v3"
-                else slice(0, cols)
-            )
+        if their_cos.shape[-1] == 2 * cols:  # cat(angles, angles) or each angle twice in a row
+            halves = torch.equal(their_cos[:, :cols], their_cos[:, cols:])
+            pick = slice(0, cols) if halves else slice(0, None, 2)
             their_cos, their_sin = their_cos[:, pick], their_sin[:, pick]
         scaling, rotary_dim, fraction, theta = spec.schedule(layer_type)
         inv, factor = rope_frequencies(rotary_dim, theta, scaling, int(positions.max()) + 1)
@@ -150,9 +146,8 @@ def test_facts_of_a_config_json(tmp_path):
 def test_a_scheme_posenc_does_not_reproduce_is_named():
     params = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "beta_fast": 32.0}
     params.update(original_max_position_embeddings=2048, extrapolation_factor=2.0)
-    spec = models.load({"model_type": "llama", "rope_parameters": params})
-    with pytest.raises(ValueError, match="extrapolation_factor"):
-        spec.rope_tables(8)
+    with pytest.raises(ValueError, match="llama: yarn RoPE with extrapolation_factor"):
+        models.load({"model_type": "llama", "rope_parameters": params})
 
 
 @pytest.mark.parametrize(

@@ -53,8 +53,8 @@ def test_models_set_the_shapes_and_the_rope(tmp_path, monkeypatch):
             assert (row["d_model"], row["num_heads"]) == (d, h)
             assert json.loads(row["params"])["num_kv_heads"] == kv
     assert by[("llama-3.1-8b", "hf")]["status"] == "ok"
-    assert "interleaved" in by[("deepseek-v3", "hf")]["message"]
-    assert "partial rotary" in by[("pythia-1.4b", "hf")]["message"]
+    assert by[("pythia-1.4b", "hf")]["status"] == "ok"  # GPT-NeoX's function slices itself
+    assert "another order" in by[("deepseek-v3", "hf")]["message"]  # read from its code
 
 
 @pytest.mark.parametrize(
