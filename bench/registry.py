@@ -71,6 +71,9 @@ class Knob:
     # A knob added to a case after its rows were recorded: at its default it is left out of the
     # `params` column, so that those rows keep their identity (resume, merges, comparisons).
     quiet_default: bool = False
+    # A knob whose value a model= point takes from the model (the RoPE schedule's): left out of
+    # such a row's `params` and label, which carry the model's own schedule instead.
+    model_sets: bool = False
 
 
 KNOBS: dict[str, Knob] = {}  # every knob a declared case has, by name (filled by Case)
@@ -141,6 +144,8 @@ class Point:
 
     def _shown(self, knob: str) -> bool:
         declared = KNOBS[knob]
+        if declared.model_sets and getattr(self, "model", None):
+            return False
         return not declared.quiet_default or getattr(self, knob) != declared.default
 
     def label(self, knobs: tuple[str, ...] = ()) -> str:

@@ -206,29 +206,42 @@ def layout(rotation: Rotation, layer_type: str | None = None) -> Layout:
 
 
 # Positions at which load compares posenc's rotation with the model's: past most original
-# contexts and scaling ramps, short of the float32 angle's drift (docs/models.md).
+# contexts and scaling ramps; `positions` adds one past the original context of a schedule
+# that switches by length (LongRoPE's long factors, dynamic NTK).
 CHECK_POSITIONS = (0, 1, 2, 3, 7, 100, 511, 1000, 2047, 3001, 4095)
-# transformers rounds p * inv_freq in float32, posenc in float64: up to p 2^-24 rad apart at
-# position p (2.4e-4 at 4095), so the scores agree to about 1e-4 of the largest; a wrong pair
-# layout, direction or frequency is off by 10% to 100%.
-SCORE_TOL = 2e-3
+LENGTH_TYPES = ("dynamic", "longrope")
 
 
-def score_error(rotation: Rotation, tables, interleaved: bool, layer_type, positions) -> float:
-    """Largest difference of the scores q_m . k_n, rotated by posenc (tables(positions) ->
+def positions(params: dict, max_positions: int) -> Tensor:
+    """The positions to compare a layer type's rotation at (below max_positions when known)."""
+    limit = max_positions or max(CHECK_POSITIONS) + 1
+    out = [p for p in CHECK_POSITIONS if p < limit]
+    if params.get("rope_type") in LENGTH_TYPES:
+        original = params.get("original_max_position_embeddings") or max_positions
+        if original and original + 1 not in out:
+            out.append(int(original) + 1)  # the schedule's other side (transformers' switch)
+    return torch.tensor(out)
+
+
+def tolerance(positions: Tensor) -> float:
+    """transformers rounds p * inv_freq in float32, posenc in float64: up to p 2^-24 rad apart
+    at position p (2.4e-4 at 4095), so the scores agree to about that relative to the largest;
+    a wrong pair layout, direction or frequency is off by 10% to 100%."""
+    return 2e-3 + 8 * int(positions.max()) * 2.0**-24
+
+
+def score_error(rotation: Rotation, tables, interleaved: bool, layer_type, at: Tensor) -> float:
+    """Largest difference of the scores q_m . k_n, rotated by posenc (tables(at) ->
     cos, sin; apply_rope) and by the model, over the largest score; random float64 q and k of
     the width the model's function takes. inf where posenc's tables are wider than that."""
     from posenc.functional import apply_rope
 
     width = rotation.width(layer_type)
     gen = torch.Generator().manual_seed(0)
-    q, k = (
-        torch.randn(1, 1, len(positions), width, dtype=torch.float64, generator=gen)
-        for _ in range(2)
-    )
-    qt, kt = rotation(q, k, positions, layer_type)
+    q, k = (torch.randn(1, 1, len(at), width, dtype=torch.float64, generator=gen) for _ in range(2))
+    qt, kt = rotation(q, k, at, layer_type)
     theirs = qt[0, 0] @ kt[0, 0].T
-    cos, sin = tables(positions, layer_type)
+    cos, sin = tables(at, layer_type)
     if 2 * cos.shape[-1] > width:
         return math.inf
     qo, ko = (apply_rope(x, cos.double(), sin.double(), interleaved=interleaved) for x in (q, k))
@@ -286,11 +299,10 @@ def verify(spec, config) -> None:
     rotation = find(config) if spec.rope_parameters else None
     if rotation is None:
         return
-    limit = spec.max_position_embeddings or max(CHECK_POSITIONS) + 1
-    positions = torch.tensor([p for p in CHECK_POSITIONS if p < limit])
     for key in rope_keys(spec.rope_parameters, spec.layer_types):
-        error = score_error(rotation, spec.rope_tables, spec.interleaved, key, positions)
-        if error > SCORE_TOL:
+        at = positions(spec.parameters(key), spec.max_position_embeddings)
+        error = score_error(rotation, spec.rope_tables, spec.interleaved, key, at)
+        if error > tolerance(at):
             where = f"{key} layers" if key else "its layers"
             raise ValueError(
                 f"{spec.name}: posenc's rotation of {where} differs from the model's own code "

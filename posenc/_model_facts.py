@@ -106,3 +106,22 @@ def rotary_width(rotary: int, params: dict) -> int:
     if params.get("rope_type") == "proportional":
         return rotary
     return int(rotary * float(params.get("partial_rotary_factor") or 1.0))
+
+
+SIZES = ("hidden_size", "num_attention_heads")  # what a run at the model's shapes needs
+
+
+def defaulted_sizes(data: dict, config) -> tuple[str, ...]:
+    """The SIZES the config.json leaves to transformers' class defaults (GPT-2's n_embd and
+    T5's d_model count, by the config classes' attribute maps): a model's shapes, not a
+    library's."""
+    dicts = [data] + [v for v in data.values() if isinstance(v, dict)]  # text_config, ...
+    maps = {}
+    for c in (config, config.get_text_config()):
+        maps.update(getattr(type(c), "attribute_map", {}) or {})
+    missing = []
+    for size in SIZES:
+        names = {size, maps.get(size, size)}  # the standard name, or the class's own spelling
+        if not any(n in d for d in dicts for n in names):
+            missing.append(size)
+    return tuple(missing)

@@ -13,6 +13,8 @@ ValueError naming it, never a different table.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,9 +127,8 @@ class ModelSpec:
         elsewhere |= {"type"} if p.get("type") in (None, kind) else set()
         unknown = set(p) - KNOWN[kind] - SHARED - elsewhere
         if unknown:
-            raise ValueError(
-                f"{self.name}: {kind} RoPE with {', '.join(sorted(unknown))}: not reproduced"
-            )
+            named = ", ".join(f"{k}={str(p[k])[:24]}" for k in sorted(unknown))
+            raise ValueError(f"{self.name}: {kind} RoPE with {named}: not reproduced")
         fraction = float(p.get("partial_rotary_factor") or 1.0)
         if kind == "proportional":
             scaling = _linear(p.get("factor"))
@@ -192,9 +193,24 @@ def _scaling(kind: str, p: dict, max_positions: int) -> dict | None:
 def load(model: str | Path | dict) -> ModelSpec:
     """A ModelSpec from a preset name, a config.json path (or its folder), or a config dict."""
     name, config = hf_config(model)
-    spec = _spec(name, config, source=str(source_of(model)))
-    _hf_rotation.verify(spec, config)
-    return spec
+    with _transformers_quiet():
+        spec = _spec(name, config, source=str(source_of(model)))
+        _hf_rotation.verify(spec, config)
+    defaulted = facts.defaulted_sizes(read_config(model)[1], config)
+    return dataclasses.replace(spec, extra={**spec.extra, "defaulted": defaulted})
+
+
+@contextlib.contextmanager
+def _transformers_quiet():
+    import logging
+
+    log = logging.getLogger("transformers")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def hf_config(model: str | Path | dict):
@@ -214,7 +230,8 @@ def hf_config(model: str | Path | dict):
         raise ValueError(f"{name}: model_type {model_type!r} is not one transformers knows")
     data = PretrainedConfig._decode_special_floats(data)  # {"__float__": "Infinity"}, as saved
     try:
-        config = AutoConfig.for_model(**data)
+        with _transformers_quiet():  # its warnings would make a refusal several lines
+            config = AutoConfig.for_model(**data)
     except Exception as exc:  # noqa: BLE001 - transformers' validation, in one line
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         raise ValueError(
@@ -226,6 +243,11 @@ def hf_config(model: str | Path | dict):
 def _spec(name: str, config, source: str) -> ModelSpec:
     text = facts.GlobalLayers(config.get_text_config())
     heads = text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    if heads % kv_heads:
+        raise ValueError(
+            f"{name}: num_key_value_heads {kv_heads} does not divide num_attention_heads {heads}"
+        )
     layers = text.num_hidden_layers
     layer_types = tuple(getattr(text, "layer_types", None) or ("full_attention",) * layers)
     dims = facts.head_dims(text, layer_types)
@@ -258,7 +280,7 @@ def _spec(name: str, config, source: str) -> ModelSpec:
         name=name,
         model_type=text.model_type,
         num_heads=heads,
-        num_kv_heads=getattr(text, "num_key_value_heads", None) or heads,
+        num_kv_heads=kv_heads,
         head_dim=head_dim,
         rotary_dim=layout.width
         if _hf_rotation.reads_width(first, layout)

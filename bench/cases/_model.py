@@ -18,12 +18,18 @@ def spec_of(model: str):
     from posenc import models
 
     try:
-        return models.load(model)
+        spec = models.load(model)
     except ImportError as exc:
         raise ValueError(f"model: {exc}") from None
     except ValueError as exc:
         text = str(exc)
         raise ValueError(text if text.startswith("model") else f"model={model}: {text}") from None
+    if spec.extra.get("defaulted"):
+        raise ValueError(
+            f"model={model}: the config has no {' nor '.join(spec.extra['defaulted'])}; "
+            "a run at transformers' class defaults would not be this model's"
+        )
+    return spec
 
 
 def _check(value, key: str) -> list:
@@ -160,3 +166,23 @@ def model_only(point: Point) -> str | None:
     if point.model and (point.rope_scaling != "none" or point.rope_variant != "plain"):
         return "model= sets the RoPE schedule: rope_scaling and rope_variant stay at their defaults"
     return None
+
+
+def schedule_text(point: Point) -> str:
+    """The RoPE a model= row's tables were built with, in one line: the schedule with its
+    parameters (factor lists by their length), the base, the rotated dims, the pairs and the
+    turn, e.g. "llama3 (factor 8.0, high_freq_factor 4.0, ...), base 500000, 128 of 128 dims,
+    half-split"."""
+    spec = spec_of(point.model)
+    scaling, rotary, fraction, theta = spec.schedule(point.layer_type)
+    kind = (scaling or {}).get("type") or spec.parameters(point.layer_type).get("rope_type")
+    keys = sorted(k for k in (scaling or {}) if k != "type")
+    shown = [
+        f"{k} {len(v)} values" if isinstance(v, (list, tuple)) else f"{k} {v}"
+        for k, v in ((k, scaling[k]) for k in keys)
+    ]
+    shown += [f"p {fraction:g}"] if fraction != 1.0 else []  # p-RoPE: the turning frequencies
+    text = (kind or "default") + (f" ({', '.join(shown)})" if shown else "") + f", base {theta:g}"
+    text += f", {min(rotary, point.head_dim)} of {point.head_dim} dims"
+    text += ", interleaved" if spec.interleaved else ", half-split"
+    return text + (", turning the other way" if spec.direction == -1 else "")

@@ -52,21 +52,20 @@ ROPE_SCALING = Knob(
     "none",
     "RoPE's long-context schedule: " + ", ".join(SCALINGS),
     one_of(*SCALINGS),
+    model_sets=True,
 )
 ORIGINAL, FACTOR = 4096, 8.0  # the knobs' defaults: an 8x extension of a 4096-token context
-ROPE_THETA = Knob(
-    "rope_theta", 10000.0, "RoPE's base (Llama 3: 500000)", positive_numbers, quiet_default=True
-)
-ROPE_FACTOR = Knob(
-    "rope_factor", FACTOR, "the schedule's extension factor", positive_numbers, quiet_default=True
-)
-ROPE_ORIGINAL = Knob(
-    "rope_original",
-    ORIGINAL,
-    "the schedule's original context (original_max_position_embeddings)",
-    positive_ints,
-    quiet_default=True,
-)
+
+
+def _schedule_knob(name: str, default, text: str, check) -> Knob:
+    return Knob(name, default, text, check, quiet_default=True, model_sets=True)
+
+
+THETA_HELP, FACTOR_HELP = "RoPE's base (Llama 3: 500000)", "the schedule's extension factor"
+ROPE_THETA = _schedule_knob("rope_theta", 10000.0, THETA_HELP, positive_numbers)
+ROPE_FACTOR = _schedule_knob("rope_factor", FACTOR, FACTOR_HELP, positive_numbers)
+ORIGINAL_HELP = "the schedule's original context (original_max_position_embeddings)"
+ROPE_ORIGINAL = _schedule_knob("rope_original", ORIGINAL, ORIGINAL_HELP, positive_ints)
 SCHEDULE = (ROPE_THETA, ROPE_FACTOR, ROPE_ORIGINAL)
 VARIANTS = ("plain", "xpos", "p_rope")
 ROPE_VARIANT = Knob(
@@ -74,6 +73,7 @@ ROPE_VARIANT = Knob(
     "plain",
     "RoPE's per-frequency form: plain, xpos (scale_base 512) or p_rope (p = 1/4)",
     one_of(*VARIANTS),
+    model_sets=True,
 )
 XPOS_SCALE_BASE, P_ROPE = 512.0, 0.25
 

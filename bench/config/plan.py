@@ -138,6 +138,8 @@ def _entries(axes: dict, name, filters: dict) -> list[Entry]:
         impls = tuple(i for i in case.impls if wanted is None or i in wanted)
         if not impls or (with_model and "model" not in case.knob_names):
             continue  # the chosen impls are other cases', or the case takes no model
+        if case.share_base and case.share_base not in impls:  # a share needs its partner
+            impls = (case.share_base, *impls)
         own = [knobs[k] for k in case.knob_names]
         points = tuple(
             _model_shaped(Point(*p, **dict(zip(case.knob_names, values, strict=True))))

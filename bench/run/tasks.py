@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from bench.registry import Call, Case, Impl, Point, as_call, as_tuple
+from bench.registry import KNOBS, Call, Case, Impl, Point, as_call, as_tuple
 from bench.run import check
 
 
@@ -58,11 +58,25 @@ class Task:
             d_model=p.d_model,
             num_heads=p.num_heads,
             head_dim=p.head_dim,
-            params=p.params(self.case.knob_names) if self.case.knobs else json.dumps({}),
+            params=row_params(p, self.case.knob_names),
             model=(p.model or "") if "model" in self.case.knob_names else "",
             threads=torch.get_num_threads(),
             timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"),
         )
+
+
+def row_params(point, knobs: tuple[str, ...]) -> str:
+    """The `params` column: the point's knobs as JSON; a model= point of a RoPE case carries
+    the schedule its tables were built with (the model's), not the knobs it leaves unread."""
+    if not knobs:
+        return json.dumps({})
+    if not (getattr(point, "model", None) and any(KNOBS[k].model_sets for k in knobs)):
+        return point.params(knobs)
+    from bench.cases._model import schedule_text
+
+    params = json.loads(point.params(knobs))
+    params["rope"] = schedule_text(point)
+    return json.dumps(dict(sorted(params.items())))
 
 
 def leaves_of(call: Call, inputs: dict, case: Case) -> dict[str, Tensor]:

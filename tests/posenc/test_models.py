@@ -143,13 +143,6 @@ def test_facts_of_a_config_json(tmp_path):
     assert models.load(config).rope_parameters == spec.rope_parameters
 
 
-def test_a_scheme_posenc_does_not_reproduce_is_named():
-    params = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "beta_fast": 32.0}
-    params.update(original_max_position_embeddings=2048, extrapolation_factor=2.0)
-    with pytest.raises(ValueError, match="llama: yarn RoPE with extrapolation_factor"):
-        models.load({"model_type": "llama", "rope_parameters": params})
-
-
 @pytest.mark.parametrize(
     ("model", "text"),
     [
@@ -161,3 +154,75 @@ def test_a_scheme_posenc_does_not_reproduce_is_named():
 def test_bad_models_are_named(model, text):
     with pytest.raises(ValueError, match=text):
         models.load(model)
+
+
+def _longrope_lists(n: int) -> dict:
+    return {
+        "short_factor": [1.0 + 0.01 * i for i in range(n)],
+        "long_factor": [1.0 + 0.5 * i for i in range(n)],
+    }
+
+
+# Configs in the shape their checkpoints ship them (keys and spellings; factor lists made up):
+# Phi-3's legacy `rope_scaling` with `type` and a top-level original context, OLMo 3's YaRN
+# in `rope_scaling` beside sliding and full layer types.
+SHIPPED = {
+    "phi-3-style": {
+        "model_type": "phi3", "hidden_size": 3072, "num_attention_heads": 32,
+        "num_key_value_heads": 32, "num_hidden_layers": 32, "intermediate_size": 8192,
+        "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+        "rope_theta": 10000.0, "rope_scaling": {"type": "longrope", **_longrope_lists(48)},
+    },
+    "olmo-3-style": {
+        "model_type": "olmo3", "hidden_size": 4096, "num_attention_heads": 32,
+        "num_key_value_heads": 32, "num_hidden_layers": 8, "intermediate_size": 11008,
+        "max_position_embeddings": 65536, "rope_theta": 500000, "sliding_window": 4096,
+        "rope_scaling": {
+            "rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 8192,
+            "attention_factor": 1.2079, "beta_fast": 32, "beta_slow": 1,
+        },
+        "layer_types": ["sliding_attention"] * 3 + ["full_attention"] + ["sliding_attention"] * 3
+        + ["full_attention"],
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_configs_as_shipped_give_transformers_rotation_per_layer_type(tmp_path, name):
+    path = tmp_path / name / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(SHIPPED[name]))
+    spec = models.load(path)
+    config = models.hf_config(path)[1]
+    rotation = _hf_rotation.find(config)
+    keys = _hf_rotation.rope_keys(spec.rope_parameters, spec.layer_types)
+    assert len(keys) == (2 if name.startswith("olmo") else 1)
+    for key in keys:
+        at = _hf_rotation.positions(spec.parameters(key), spec.max_position_embeddings)
+        error = _hf_rotation.score_error(rotation, spec.rope_tables, spec.interleaved, key, at)
+        assert error <= _hf_rotation.tolerance(at), (key, error)
+    if name.startswith("phi"):  # past the original context: the long factors are in play
+        at = _hf_rotation.positions(spec.parameters(), spec.max_position_embeddings)
+        assert int(at.max()) == 4097 and spec.rope_type == "longrope"
+
+
+def test_a_key_posenc_does_not_know_is_one_line_naming_it_and_its_value():
+    params = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}
+    params.update(original_max_position_embeddings=2048, extrapolation_factor=2.0)
+    with pytest.raises(ValueError) as err:
+        models.load({"model_type": "llama", "rope_parameters": params})
+    assert str(err.value) == "llama: yarn RoPE with extrapolation_factor=2.0: not reproduced"
+
+
+def test_a_layout_read_wrong_is_refused_not_run(monkeypatch):
+    """load checks the whole rotation against the model's code: a layout misread (here forced
+    to half-split for GLM, whose pairs are interleaved) is refused in one line."""
+    wrong = _hf_rotation.layout
+
+    def half_split(rotation, layer_type=None):
+        found = wrong(rotation, layer_type)
+        return _hf_rotation.Layout(False, found.direction, found.width)
+
+    monkeypatch.setattr(_hf_rotation, "layout", half_split)
+    with pytest.raises(ValueError, match="differs from the model's own code in transformers"):
+        models.load(json.loads(AutoConfig.for_model("glm").to_json_string()))

@@ -53,6 +53,9 @@ def test_models_set_the_shapes_and_the_rope(tmp_path, monkeypatch):
             assert (row["d_model"], row["num_heads"]) == (d, h)
             assert json.loads(row["params"])["num_kv_heads"] == kv
     assert by[("llama-3.1-8b", "hf")]["status"] == "ok"
+    params = json.loads(by[("llama-3.1-8b", "reference")]["params"])  # the schedule used
+    assert "rope_scaling" not in params and "rope_theta" not in params
+    assert params["rope"].startswith("llama3 (factor 8.0, ") and "base 500000" in params["rope"]
     assert by[("pythia-1.4b", "hf")]["status"] == "ok"  # GPT-NeoX's function slices itself
     assert "another order" in by[("deepseek-v3", "hf")]["message"]  # read from its code
 
@@ -65,15 +68,33 @@ def test_models_set_the_shapes_and_the_rope(tmp_path, monkeypatch):
         (["model=llama-3.1-8b", "rope_theta=1e4"], "rope_theta: model= sets it"),
         (["model=llama-3.1-8b", "cases=[shaw_attention]"], "none of the chosen cases takes"),
         (["model=/no/such/config.json"], "no such file"),
+        (
+            [{"model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 5,
+              "hidden_size": 4096}],
+            "num_key_value_heads 5 does not divide num_attention_heads 32",
+        ),
+        ([{"model_type": "llama", "num_attention_heads": 32}], "the config has no hidden_size"),
+        ([{"model_type": "nonesuch_lm"}], "model_type 'nonesuch_lm' is not one transformers knows"),
+        (
+            [{"model_type": "llama", "num_attention_heads": 4, "hidden_size": 64,
+              "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                  "extrapolation_factor": 2.0}}],
+            "yarn RoPE with extrapolation_factor=2.0: not reproduced",
+        ),
     ],
-)
+)  # fmt: skip
 def test_bad_models_are_one_line(tmp_path, args, text):
+    """Exit 2, one line on stderr (transformers' own warnings silenced), no run folder."""
+    if isinstance(args[0], dict):  # a config.json of one's own
+        (tmp_path / "m").mkdir()
+        (tmp_path / "m" / "config.json").write_text(json.dumps(args[0]))
+        args = [f"model={tmp_path / 'm'}", "cases=[rope]", "seq_len=[8]"]
     out = tmp_path / "bad"
     proc = run_bench(*args, f"hydra.run.dir={out}")
     assert proc.returncode == 2
-    lines = [ln for ln in proc.stderr.splitlines() if ln and not ln.startswith("[transformers]")]
-    assert len(lines) == 1 and text in lines[0], proc.stderr
-    assert not (out / "results.csv").exists()
+    lines = [ln for ln in proc.stderr.splitlines() if ln]
+    assert len(lines) == 1 and text in lines[0] and len(lines[0]) < 400, proc.stderr
+    assert not out.exists()
 
 
 # Tiny checkpoints of three kinds: heads wider than the model (H D = 64 from a hidden size of

@@ -152,3 +152,11 @@ def test_a_top_level_value_is_named_as_the_user_wrote_it():
         make_plan(
             cfg(grids=[{"cases": ["rope"], "seq_len": [-8]}], batch=1, d_model=16, num_heads=2)
         )
+
+
+def test_a_share_case_runs_its_partner_whatever_the_impls():
+    """layer_rope's share is 1 - t(nope) / t(row): nope joins the chosen impls."""
+    plan = make_plan(
+        cfg(cases=["layer_rope"], impls=["reference"], d_model=32, num_heads=4, seq_len=8)
+    )
+    assert plan.entries[0].impls == ("nope", "reference")
