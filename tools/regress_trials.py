@@ -74,6 +74,18 @@ def gate(repo: Path, mode: str, out: Path) -> tuple[int, str]:
     return proc.returncode, proc.stdout + proc.stderr
 
 
+def largest_change(text: str, mode: str) -> str:
+    """The first table's largest |change| of any case-mode: the noise beside the planted work."""
+    col = 3 if mode == "ab" else 4
+    seen, largest = set(), 0.0
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 7 and cells[col].endswith("%") and cells[0] not in seen:
+            seen.add(cells[0])
+            largest = max(largest, abs(float(cells[col].rstrip("%"))))
+    return f"{largest:.1f}%"
+
+
 def change_of(text: str, row: str, mode: str) -> str:
     """The first table's change for row: A/B's change column, the stored mode's normalized one."""
     for line in text.splitlines():
@@ -123,9 +135,10 @@ def main() -> int:
                     verdict = found.group(1) if found else text.strip()[-200:]
                     row = WATCH.get(condition, "rope-forward")
                     changes.append(change_of(text, row, mode))
+                    widest = largest_change(text, mode)
                     print(
                         f"{condition} {mode} {trial}{' busy' if busy else ''}: exit {code}; "
-                        f"{row} {changes[-1]}; {verdict}",
+                        f"{row} {changes[-1]}, largest |change| {widest}; {verdict}",
                         flush=True,
                     )
                     if code == 2:
