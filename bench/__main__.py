@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -65,6 +66,32 @@ def _resumable(cfg: DictConfig, out_dir: Path) -> str | None:
     return None
 
 
+def _save_config(cfg: DictConfig, out_dir: Path) -> None:
+    """config.yaml, written whole or not at all (a temporary file renamed over it), before the
+    first row: a resume after any kill finds the settings the rows were measured with."""
+    tmp = out_dir / "config.yaml.tmp"
+    OmegaConf.save(cfg, tmp)
+    os.replace(tmp, out_dir / "config.yaml")
+
+
+def _lock(out_dir: Path):
+    """An exclusive lock on the run's folder for this process's life (released at its end, or
+    at an exec: the watchdog's restart takes it again); None if another process holds it."""
+    import fcntl
+
+    handle = (out_dir / ".lock").open("a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise KeyboardInterrupt  # a kill is ended as Ctrl-C ends a run: rows kept, resume said
+
+
 def _record(out_dir: Path, cfg: DictConfig, overrides: list[str], summary: dict) -> None:
     """config.yaml and env.json; a resumed run keeps the originals and appends to env.json."""
     env_path = out_dir / "env.json"
@@ -81,7 +108,6 @@ def _record(out_dir: Path, cfg: DictConfig, overrides: list[str], summary: dict)
         env_path.write_text(json.dumps(env, indent=2, default=str) + "\n")
         return
     write_env(env_path, {"run_id": out_dir.name, "overrides": overrides, **summary})
-    OmegaConf.save(cfg, out_dir / "config.yaml")
 
 
 @hydra.main(config_path="../configs", config_name="bench", version_base="1.3")
@@ -94,6 +120,10 @@ def main(cfg: DictConfig) -> None:
         _fail(str(exc), out_dir)
     overrides = list(hydra_cfg.overrides.task)
     pinned = frozenset(o.split("=", 1)[0].lstrip("+~") for o in overrides)
+    lock = _lock(out_dir)
+    if lock is None:  # the other run's folder: said, and left as it is
+        print(f"invalid configuration: another run is writing into {out_dir}", file=sys.stderr)
+        sys.exit(2)
     try:
         plan = bench_config.make_plan(cfg, pinned)
     except ValueError as exc:  # before anything runs
@@ -125,6 +155,9 @@ def main(cfg: DictConfig) -> None:
         _fail(str(exc), out_dir)
     if hydra_cfg.mode != RunMode.MULTIRUN:  # a multirun's job has no command line to restart
         runner.measure.watch = Watchdog(_restart(runner, cfg, out_dir, overrides))
+    if not cfg.resume:
+        _save_config(cfg, out_dir)
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         summary = runner.run()
     except KeyboardInterrupt:
@@ -136,8 +169,6 @@ def main(cfg: DictConfig) -> None:
             f"{again} resume=true hydra.run.dir={out_dir}",
             file=sys.stderr,
         )
-        if not cfg.resume:
-            OmegaConf.save(cfg, out_dir / "config.yaml")
         if _report(out_dir):  # the report of what is there, rebuilt on resume
             print(f"report of the rows so far: {out_dir / 'report.md'}", file=sys.stderr)
         sys.exit(130)
@@ -170,8 +201,6 @@ def _restart(runner: Runner, cfg: DictConfig, out_dir: Path, overrides: list[str
 
     def on_timeout(rows: list, what: str, limit_s: float) -> None:
         runner.timed_out(rows, what, limit_s)
-        if not cfg.resume:
-            OmegaConf.save(cfg, out_dir / "config.yaml")  # what the resumed run checks
         names = ", ".join(f"{t.case.name} {t.impl} {t.mode}" for t, _ in rows[:3])
         print(
             f"\ntimeout: {names} past {limit_s:.0f} s in {what}; the run goes on in a new "

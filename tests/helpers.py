@@ -68,6 +68,12 @@ def run_toy(
         return list(csv.DictReader(f))
 
 
+FAST_ARGS = [  # one sample a row, no warm-up: a run's machinery, not its figures
+    "timing.warmup_s=0",
+    "timing.min_reps=1",
+    "timing.max_reps=1",
+    "timing.budget_s=0",
+]
 TINY = [
     "cases=[sinusoidal,rope]",
     "impls=[reference,seed]",
@@ -75,10 +81,7 @@ TINY = [
     "num_heads=2",
     "seq_len=8",
     "mode=[forward]",
-    "timing.warmup_s=0",
-    "timing.min_reps=2",
-    "timing.max_reps=2",
-    "timing.budget_s=0",
+    *FAST_ARGS,
     "calibrate=false",
 ]
 

@@ -211,7 +211,14 @@ def run_dir_problem(argv: list[str]) -> str | None:
         given = "results/runs"  # the default's parent: <time>-<sweep> is made in it
     if given is None:
         return None
+    if not str(given).strip():
+        return "hydra.run.dir is empty: name a folder of the run's own (results/runs/<name>)"
     path = Path(given)
+    if _value(argv, "hydra.run.dir") and not resume and path.is_dir() and _foreign(path):
+        return (
+            f"hydra.run.dir={given} holds other files: a run writes into a new or empty "
+            "folder of its own (its report reads that folder's rows only)"
+        )
     if (
         _value(argv, "hydra.run.dir")
         and not resume
@@ -227,6 +234,14 @@ def run_dir_problem(argv: list[str]) -> str | None:
     if not os.access(existing, os.W_OK):
         return f"hydra.run.dir={given}: cannot write in {existing} (permission denied)"
     return None
+
+
+def _foreign(path: Path) -> bool:
+    """Whether a folder holds anything but a run of its own (whose results.csv the check above
+    names): a repository, a parent of runs, someone's files."""
+    if (path / "results.csv").exists() or (path / "pooled.json").exists():
+        return False
+    return any(p.name not in (".hydra", ".lock") for p in path.iterdir())
 
 
 def run_tag(override_dirname: str) -> str:

@@ -135,6 +135,7 @@ def machine_line(base: dict, cur: dict) -> str:
 
 
 def _stored(args, limits: dict, default: float) -> list[str]:
+    args.out.mkdir(parents=True, exist_ok=True)  # a clean clone has no results/regress
     base = load(args.baseline)
     current = args.current
     if current is None:

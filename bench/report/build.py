@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bench.report import compare, flags, plots
 from bench.report.markdown import cell, markdown
-from bench.report.rows import has_rows, load, load_all, speedups
+from bench.report.rows import has_rows, load, load_all, results_of, speedups
 
 
 def build(dirs: list[Path], out: Path | None = None) -> Path:
@@ -30,7 +30,8 @@ def build(dirs: list[Path], out: Path | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     load_all(dirs).to_csv(out / "merged.csv", index=False)
     df = load(dirs)
-    envs = [json.loads(f.read_text()) for d in dirs for f in sorted(Path(d).rglob("env.json"))]
+    files = [f.parent / "env.json" for d in dirs for f in results_of(d)]
+    envs = [json.loads(f.read_text()) for f in files if f.is_file()]
     dup = df.attrs.get("duplicates", 0)
     df["suspect"] = flags.suspect(df)
     df = speedups(df)

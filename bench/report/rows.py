@@ -29,20 +29,32 @@ def knobs(params: str) -> str:
     )
 
 
+def results_of(d: Path) -> list[Path]:
+    """The results.csv a folder stands for: a run's own; a multirun's, its jobs' (one level
+    down, as Hydra numbers them); never every results.csv below it (a run started inside the
+    repository would otherwise report the committed runs' rows as its own)."""
+    d = Path(d)
+    if (d / "results.csv").is_file():
+        return [d / "results.csv"]
+    return sorted(p for p in d.glob("*/results.csv") if p.parent.name.isdigit())
+
+
 def has_rows(dirs: list[Path]) -> bool:
-    """Whether any results.csv under dirs holds a row."""
+    """Whether the results.csv of dirs hold a row."""
     return any(
         f.stat().st_size and len(f.read_text().splitlines()) > 1
         for d in dirs
-        for f in Path(d).rglob("results.csv")
+        for f in results_of(d)
     )
 
 
 def load_all(dirs: list[Path]) -> pd.DataFrame:
-    """Every row of every results.csv under dirs."""
-    files = sorted({f for d in dirs for f in Path(d).rglob("results.csv")})
+    """Every row of the results.csv of dirs (`results_of`)."""
+    files = sorted({f for d in dirs for f in results_of(d)})
     if not files:
-        raise FileNotFoundError(f"no results.csv under {', '.join(map(str, dirs))}")
+        raise FileNotFoundError(
+            f"no results.csv in {', '.join(map(str, dirs))} (a run's folder, or a multirun's)"
+        )
     frames = [_frame(f) for f in files]
     frames = [f for f in frames if not f.empty]
     if not frames:

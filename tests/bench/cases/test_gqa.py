@@ -4,9 +4,7 @@ taking them as they are), and recorded with the knob."""
 
 import json
 
-from tests.helpers import read_rows, run_bench
-
-FAST = ["timing.warmup_s=0", "timing.min_reps=1", "timing.max_reps=1", "timing.budget_s=0"]
+from tests.helpers import FAST_ARGS, read_rows, run_bench
 
 
 def test_attention_cases_take_fewer_kv_heads(tmp_path):
@@ -22,7 +20,7 @@ def test_attention_cases_take_fewer_kv_heads(tmp_path):
         "causal=true",
         "mode=forward+backward",
         "calibrate=false",
-        *FAST,
+        *FAST_ARGS,
         f"hydra.run.dir={out}",
     ]
     proc = run_bench(*args)

@@ -11,11 +11,10 @@ import torch
 from bench.cases import CASES
 from bench.cases.mla import _truth, dims
 from bench.registry import Point
-from tests.helpers import read_rows, run_bench
+from tests.helpers import FAST_ARGS, read_rows, run_bench
 
 pytest.importorskip("transformers", reason="needs transformers (pip install -e '.[hf]')")
 
-FAST = ["timing.warmup_s=0", "timing.min_reps=1", "timing.max_reps=1", "timing.budget_s=0"]
 TINY_MLA = {  # DeepSeek-V3's form at a tenth of its size
     "model_type": "deepseek_v3",
     "hidden_size": 64,
@@ -40,7 +39,7 @@ def test_every_implementation_is_gated_on_the_slices(tmp_path, monkeypatch):
         shape = [f"model={model}"] if model else ["d_model=32", "num_heads=4"]
         args = ["cases=[mla_rope]", "impls=[reference,hf,triton]", "seq_len=[12]", "batch=2"]
         proc = run_bench(
-            *args, *shape, "mode=forward", "calibrate=false", *FAST, f"hydra.run.dir={out}"
+            *args, *shape, "mode=forward", "calibrate=false", *FAST_ARGS, f"hydra.run.dir={out}"
         )
         assert proc.returncode == 0, proc.stderr[-2000:]
         rows = read_rows(out / "results.csv")

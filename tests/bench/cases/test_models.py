@@ -15,11 +15,9 @@ from bench.run.runner import Runner
 from posenc import functional as F
 from posenc import models
 from tests.helpers import FAST as FAST_TIMING
-from tests.helpers import read_rows, run_bench
+from tests.helpers import FAST_ARGS, read_rows, run_bench
 
 pytest.importorskip("transformers", reason="needs transformers (pip install -e '.[hf]')")
-
-FAST = ["timing.warmup_s=0", "timing.min_reps=1", "timing.max_reps=1", "timing.budget_s=0"]
 
 
 def test_models_set_the_shapes_and_the_rope(tmp_path, monkeypatch):
@@ -33,7 +31,7 @@ def test_models_set_the_shapes_and_the_rope(tmp_path, monkeypatch):
         "batch=1",
         "mode=forward+backward",
         "calibrate=false",
-        *FAST,
+        *FAST_ARGS,
     ]
     proc = run_bench(*args, f"hydra.run.dir={out}")
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -10,9 +10,7 @@ from bench.cases import CASES
 from bench.cases.multimodal import mrope_section, mrope_segments
 from bench.registry import Point, as_call
 from posenc import functional as F
-from tests.helpers import call_twice, fake_module, read_rows, run_bench
-
-FAST = ["timing.warmup_s=0", "timing.min_reps=1", "timing.max_reps=1", "timing.budget_s=0"]
+from tests.helpers import FAST_ARGS, call_twice, fake_module, read_rows, run_bench
 
 
 def test_multimodal_sweep_gates_every_form(tmp_path):
@@ -33,7 +31,7 @@ def test_multimodal_sweep_gates_every_form(tmp_path):
         "impls=[reference,triton]",
         "mode=forward+backward",  # outputs and gradients, both checked
         "calibrate=false",
-        *FAST,
+        *FAST_ARGS,
     ]
     proc = run_bench(*args, f"hydra.run.dir={out}")
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -8,11 +8,10 @@ import json
 import pytest
 
 from bench.report.rows import speedups
-from tests.helpers import read_rows, run_bench
+from tests.helpers import FAST_ARGS, read_rows, run_bench
 
 pytest.importorskip("transformers", reason="needs transformers (pip install -e '.[hf]')")
 
-FAST = ["timing.warmup_s=0", "timing.min_reps=1", "timing.max_reps=1", "timing.budget_s=0"]
 GRIDS = (
     "grids=[{cases:[rope],batch:2,seq_len:[24],d_model:64,num_heads:4,num_kv_heads:2,"
     "layout:bshd,rope_variant:[plain,p_rope,xpos],rope_scaling:[none,yarn]},"
@@ -35,7 +34,7 @@ def _by(rows):
 
 def test_transformers_rows_are_gated_and_timed(tmp_path):
     out = tmp_path / "hf"
-    args = [GRIDS, "impls=[reference,hf]", "mode=forward+backward", "calibrate=false", *FAST]
+    args = [GRIDS, "impls=[reference,hf]", "mode=forward+backward", "calibrate=false", *FAST_ARGS]
     proc = run_bench(*args, f"hydra.run.dir={out}", report=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     by = _by(read_rows(out / "results.csv"))
@@ -72,7 +71,7 @@ def test_without_transformers_the_rows_say_so(tmp_path):
         "num_heads=2",
         "mode=forward",
         "calibrate=false",
-        *FAST,
+        *FAST_ARGS,
     ]
     proc = run_bench(*args, f"hydra.run.dir={out}")
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -10,15 +10,14 @@ import torch
 from bench.cases import CASES
 from bench.cases.sequences import document_bounds, kv_lengths
 from bench.registry import Point
-from tests.helpers import read_rows, run_bench
+from tests.helpers import FAST_ARGS, read_rows, run_bench
 
-FAST = ["timing.warmup_s=0", "timing.min_reps=1", "timing.max_reps=1", "timing.budget_s=0"]
 FAMILIES = ("alibi", "t5", "shaw_bias", "shaw_kv", "fox")
 
 
 def _run(tmp_path, name, *args):
     out = tmp_path / name
-    proc = run_bench(*args, "calibrate=false", *FAST, f"hydra.run.dir={out}")
+    proc = run_bench(*args, "calibrate=false", *FAST_ARGS, f"hydra.run.dir={out}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = read_rows(out / "results.csv")
     ran = [r for r in rows if r["status"] != "skipped"]

@@ -9,9 +9,7 @@ import json
 from bench.cases import CASES
 from bench.cases._window import pairs
 from bench.registry import Point
-from tests.helpers import read_rows, run_bench
-
-FAST = ["timing.warmup_s=0", "timing.min_reps=1", "timing.max_reps=1", "timing.budget_s=0"]
+from tests.helpers import FAST_ARGS, read_rows, run_bench
 
 
 def test_every_family_is_gated_within_a_window(tmp_path, monkeypatch):
@@ -23,7 +21,7 @@ def test_every_family_is_gated_within_a_window(tmp_path, monkeypatch):
         "{cases:[alibi_attention,t5_attention],impls:[reference,flex,sdpa],mode:forward}]"
     )
     args = [grids, "causal=true", "window=5", "seq_len=[24]", "batch=1", "d_model=64"]
-    args += ["num_heads=2", "num_kv_heads=1", "calibrate=false", *FAST]
+    args += ["num_heads=2", "num_kv_heads=1", "calibrate=false", *FAST_ARGS]
     args += ["impls=[reference,sdpa,flex,triton]"]  # each grid takes its own
     proc = run_bench(*args, f"hydra.run.dir={out}")
     assert proc.returncode == 0, proc.stderr[-2000:]

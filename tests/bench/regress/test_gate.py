@@ -207,7 +207,9 @@ def test_confirmation_reruns_the_whole_suite_so_a_case_timed_alone_cannot_clear_
         _json(out, seed=2, slow="rope-forward", factor=1.0 if alone else 1.3)
 
     monkeypatch.setattr(regress, "run_suite", fake_suite)
-    code = regress.main(["--baseline", str(base), "--current", str(cur), "--confirm"])
+    code = regress.main(
+        ["--baseline", str(base), "--current", str(cur), "--confirm", "--out", str(tmp_path / "o")]
+    )
     out = capsys.readouterr().out
     assert calls == ["whole suite"]
     assert code == 1 and "REGRESSION in rope-forward" in out
@@ -217,7 +219,9 @@ def test_a_regression_that_does_not_repeat_is_not_confirmed(tmp_path, capsys, mo
     base = _json(tmp_path / "base.json")
     cur = _json(tmp_path / "cur.json", seed=1, slow="rope-forward", factor=1.3)
     monkeypatch.setattr(regress, "run_suite", lambda out, *a, **k: _json(out, seed=2))
-    code = regress.main(["--baseline", str(base), "--current", str(cur), "--confirm"])
+    code = regress.main(
+        ["--baseline", str(base), "--current", str(cur), "--confirm", "--out", str(tmp_path / "o")]
+    )
     assert code == 0 and "verdict: ok" in capsys.readouterr().out
 
 
