@@ -267,8 +267,9 @@ def entry() -> None:
     problem = (
         cli.syntax_problem(argv)
         or cli.unknown_key(argv)
+        or cli.sweep_value_problem(argv)
         or cli.sweep_problem(argv)
-        or cli.group_problem(argv)
+        or cli.compose_problem(argv)
         or cli.run_dir_problem(argv)
     )
     if problem:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import difflib
 
+LARGEST = 2**48  # above any size a machine holds, below int64's overflow in products of sizes
+
 
 def as_list(value) -> list:
     if isinstance(value, (list, tuple)):
@@ -27,6 +29,8 @@ def positive_ints(value, key: str, allow_none: bool = False) -> list:
             continue
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"{key}: every value must be a positive integer, got {v!r}")
+        if v >= LARGEST:
+            raise ValueError(f"{key}: {v} is past any tensor's size (2**48)")
     return values
 
 
@@ -37,6 +41,15 @@ def positive_numbers(value, key: str) -> list:
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
             raise ValueError(f"{key}: every value must be a positive number, got {v!r}")
+    return values
+
+
+def at_least_one(value, key: str) -> list:
+    """Factors that extend (a factor below 1 would shorten the context a schedule extends)."""
+    values = positive_numbers(value, key)
+    for v in values:
+        if v < 1:
+            raise ValueError(f"{key}: every value must be at least 1 (an extension), got {v!r}")
     return values
 
 

@@ -37,9 +37,53 @@ def read_config(model) -> tuple[str, dict]:
         raise ValueError(f"model={model}: no such file")
     try:
         data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"model={model}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        why = f"{exc.msg}, line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else exc
+        raise ValueError(f"model={model}: not JSON ({why})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"model={model}: a config.json holds an object, got {type(data).__name__}")
     return data.get("_name", path.parent.name if path.name == "config.json" else path.stem), data
+
+
+SIZES = (  # the sizes posenc reads: a positive integer wherever they are set
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "num_hidden_layers",
+    "rotary_dim",
+    "qk_rope_head_dim",
+    "max_position_embeddings",
+    "original_max_position_embeddings",
+)
+
+
+def value_problem(data: dict, where: str = "") -> str | None:
+    """The first value posenc reads that no model can have (a size that is not a positive
+    integer, a base or factor that is not a positive number, a rotated fraction outside
+    (0, 1]), as "key: why", found anywhere in the config (text_config, rope_parameters per
+    layer type); None if there is none. A null is left to the config class's default."""
+    for key, v in data.items():
+        name = f"{where}{key}"
+        if isinstance(v, dict):
+            problem = value_problem(v, f"{name}.")
+        elif v is None or isinstance(v, list):
+            problem = None
+        elif key in SIZES and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            problem = f"{name}: a positive integer, got {v!r}"
+        elif key in ("rope_theta", "factor") and not _positive(v):
+            problem = f"{name}: a positive number, got {v!r}"
+        elif key == "partial_rotary_factor" and not (_positive(v) and v <= 1):
+            problem = f"{name}: a fraction in (0, 1], got {v!r}"
+        else:
+            problem = None
+        if problem:
+            return problem
+    return None
+
+
+def _positive(v) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and v > 0
 
 
 def source_of(model) -> Any:

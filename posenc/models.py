@@ -24,7 +24,7 @@ from torch import Tensor
 
 from posenc import _hf_rotation
 from posenc import _model_facts as facts
-from posenc._configs import PRESETS, preset_names, read_config, source_of
+from posenc._configs import PRESETS, preset_names, read_config, source_of, value_problem
 from posenc.functional import rope_cos_sin
 
 __all__ = ["PRESETS", "ModelSpec", "hf_config", "load", "preset_names"]
@@ -196,6 +196,9 @@ def load(model: str | Path | dict) -> ModelSpec:
     with _transformers_quiet():
         spec = _spec(name, config, source=str(source_of(model)))
         _hf_rotation.verify(spec, config)
+    for key in _hf_rotation.rope_keys(spec.rope_parameters, spec.layer_types):
+        if spec.rope_parameters:  # a schedule posenc does not reproduce: refused here
+            spec.schedule(key)
     defaulted = facts.defaulted_sizes(read_config(model)[1], config)
     return dataclasses.replace(spec, extra={**spec.extra, "defaulted": defaulted})
 
@@ -221,6 +224,8 @@ def hf_config(model: str | Path | dict):
     except ImportError as exc:
         raise ImportError(INSTALL) from exc
     data = {k: v for k, v in data.items() if not k.startswith("_")}
+    if problem := value_problem(data):
+        raise ValueError(f"{name}: {problem}")
     model_type = data.get("model_type")
     if not model_type:
         raise ValueError(f"{name}: the config has no model_type")

@@ -39,7 +39,7 @@ from bench.cases._rotary import (
     triton_call,
     triton_impl,
 )
-from bench.checks import one_of, positive_ints, positive_numbers
+from bench.checks import at_least_one, one_of, positive_ints, positive_numbers
 from bench.registry import Call, Case, Cost, Impl, Knob, Level, Point
 from posenc import functional as F
 from posenc import seed
@@ -63,7 +63,7 @@ def _schedule_knob(name: str, default, text: str, check) -> Knob:
 
 THETA_HELP, FACTOR_HELP = "RoPE's base (Llama 3: 500000)", "the schedule's extension factor"
 ROPE_THETA = _schedule_knob("rope_theta", 10000.0, THETA_HELP, positive_numbers)
-ROPE_FACTOR = _schedule_knob("rope_factor", FACTOR, FACTOR_HELP, positive_numbers)
+ROPE_FACTOR = _schedule_knob("rope_factor", FACTOR, FACTOR_HELP, at_least_one)
 ORIGINAL_HELP = "the schedule's original context (original_max_position_embeddings)"
 ROPE_ORIGINAL = _schedule_knob("rope_original", ORIGINAL, ORIGINAL_HELP, positive_ints)
 SCHEDULE = (ROPE_THETA, ROPE_FACTOR, ROPE_ORIGINAL)

@@ -4,11 +4,12 @@ directory, and a multirun's jobs validated before the first one starts."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import itertools
-import os
 import re
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -153,33 +154,64 @@ def syntax_problem(argv: list[str]) -> str | None:
     return None
 
 
-def group_problem(argv: list[str]) -> str | None:
-    """A config group option that does not exist (`hydra/launcher=nope`, `sweep=` is checked on
-    its own), as one line, by composing the configuration the way Hydra will."""
-    groups = [a for a in argv if "/" in a.split("=", 1)[0] and "=" in a]
-    if not groups:
+def multirun(argv: list[str]) -> bool:
+    return "-m" in argv or "--multirun" in argv
+
+
+def sweep_value_problem(argv: list[str]) -> str | None:
+    """A comma-separated value without -m (`cases=rope,alibi`): Hydra reads it as a sweep."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if multirun(argv):
         return None
+    args = [a for a in argv if not a.startswith("-")]
+    for arg, override in zip(args, OverridesParser.create().parse_overrides(args), strict=True):
+        if override.is_sweep_override():
+            key, value = arg.split("=", 1)
+            return f"{arg}: a comma makes a sweep; use a list, {key}=[{value}] (or -m: a job each)"
+    return None
+
+
+def compose_problem(argv: list[str]) -> str | None:
+    """What Hydra's composition refuses, as one line from the exception it raises: a value of
+    the wrong type for a typed key (OmegaConf's error names the key), a config group option
+    that does not exist (Hydra's names the options). A multirun: each swept value once, beside
+    the overrides that are not swept."""
+    overrides = [a for a in argv if not a.startswith(("-", "hydra."))]
+    if not multirun(argv):
+        return _composed(overrides)
+    unswept = _unswept(overrides)
+    fixed = [a for a in overrides if a.split("=", 1)[0].lstrip("+~") in unswept]
+    swept = dict.fromkeys(o for job in job_overrides(overrides) for o in job if o not in fixed)
+    return next(filter(None, (_composed([*fixed, o]) for o in swept)), None)
+
+
+def _unswept(overrides: list[str]) -> set[str]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return {o.key_or_group for o in parsed if not o.is_sweep_override()}
+
+
+def _composed(overrides: list[str]) -> str | None:
     from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
 
     try:
         with initialize_config_dir(str(CONFIGS.resolve()), version_base="1.3"):
-            compose("bench", overrides=groups, return_hydra_config=True)
-    except (HydraException, ValueError) as exc:
-        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-        start = next((i for i, ln in enumerate(lines) if ln.startswith("Available")), None)
-        if start is None:
-            return f"{', '.join(groups)}: {lines[0] if lines else 'not a config group option'}"
-        group = lines[start].split("'")[1] if "'" in lines[start] else "the group"
-        options = []
-        for ln in lines[start + 1 :]:
-            if ln.startswith("Config search path"):
-                break
-            options.append(ln)
-        given = next(
-            (a.split("=", 1)[1] for a in groups if a.split("=", 1)[0].lstrip("+") == group), "?"
-        )
-        return f"{group}: unknown value {given!r}; choose from {', '.join(options)}"
+            compose("bench", overrides=overrides, return_hydra_config=True)
+    except MissingConfigException as exc:
+        group = (exc.missing_cfg_file or "?").rsplit("/", 1)[0]
+        given = _value(overrides, group) or "?"
+        return f"{group}: unknown value {given!r}; choose from {', '.join(exc.options or [])}"
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        err = exc
+        while err is not None and not getattr(err, "full_key", None):
+            err = err.__cause__ or err.__context__
+        if err is None:  # no key named: the override Hydra took last
+            return f"{' '.join(overrides)}: {str(exc).splitlines()[0]}"
+        return f"{err.full_key}: {str(err.msg).splitlines()[0]}"
     return None
 
 
@@ -207,7 +239,7 @@ def run_dir_problem(argv: list[str]) -> str | None:
     cannot be written."""
     given = _value(argv, "hydra.run.dir")
     resume = str(_value(argv, "resume")).lower() == "true"
-    if given is None and "-m" not in argv and "--multirun" not in argv:
+    if given is None and not multirun(argv):
         given = "results/runs"  # the default's parent: <time>-<sweep> is made in it
     if given is None:
         return None
@@ -231,8 +263,23 @@ def run_dir_problem(argv: list[str]) -> str | None:
     existing = next((p for p in [path, *path.parents] if p.exists()), Path("."))
     if not existing.is_dir():
         return f"hydra.run.dir={given}: {existing} is a file, not a directory"
-    if not os.access(existing, os.W_OK):
-        return f"hydra.run.dir={given}: cannot write in {existing} (permission denied)"
+    return _unwritable(path, given)
+
+
+def _unwritable(path: Path, given: str) -> str | None:
+    """Whether a file can be made in the folder, tried (permissions do not say it for root, nor
+    for /proc or a read-only mount); what the try made is removed (Hydra makes it again)."""
+    made = [p for p in [path, *path.parents] if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        return f"hydra.run.dir={given}: cannot write there ({exc.strerror or exc})"
+    finally:
+        for p in made:
+            with contextlib.suppress(OSError):
+                p.rmdir()
     return None
 
 

@@ -46,6 +46,8 @@ def changed_since(saved_path: Path, cfg, free: tuple[str, ...]) -> str | None:
 
 def _devices(value, key: str) -> list[str]:
     devices = [str(v) for v in as_list(value)]
+    if not devices:
+        raise ValueError(f"{key}: at least one value is needed")
     if devices == ["auto"]:
         return ["cuda" if torch.cuda.is_available() else "cpu"]
     for v in devices:
@@ -66,8 +68,15 @@ SWITCHES = (  # the keys that are true or false
 
 
 def _check_timing(t) -> None:
-    if t["min_reps"] < 1 or t["max_reps"] < t["min_reps"] or t["budget_s"] < 0:
-        raise ValueError("timing: need 1 <= min_reps <= max_reps and budget_s >= 0")
+    for key in ("warmup_s", "budget_s"):
+        if not t[key] >= 0:
+            raise ValueError(f"timing.{key}: seconds >= 0, got {t[key]!r}")
+    if t["min_reps"] < 1:
+        raise ValueError(f"timing.min_reps: at least 1, got {t['min_reps']!r}")
+    if t["max_reps"] < t["min_reps"]:
+        raise ValueError(
+            f"timing.max_reps: at least min_reps ({t['min_reps']}), got {t['max_reps']!r}"
+        )
     if isinstance(t["passes"], bool) or not isinstance(t["passes"], int) or t["passes"] < 1:
         raise ValueError(f"timing.passes: must be a positive integer, got {t['passes']!r}")
     threads = t["threads"]
@@ -132,6 +141,8 @@ def _entries(axes: dict, name, filters: dict) -> list[Entry]:
     modes = tuple(choices(axes["mode"], name("mode"), list(MODES)))
     base = list(itertools.product(batch, seq_len, d_model, heads))
     with_model = any(m is not None for m in knobs.get("model", [None]))
+    if not with_model and any(t is not None for t in knobs.get("layer_type", [None])):
+        raise ValueError(f"{name('layer_type')}: a model's layer types; set model= too")
     entries = []
     for name in cases:
         case = CASES[name]
@@ -193,6 +204,9 @@ def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
     """Validates the whole config; raises ValueError naming the offending key. pinned: the
     axes the command line set (they win over the grids')."""
     _check_timing(cfg["timing"])
+    seed = cfg["seed"]
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed: an integer from 0 to 2**63 - 1, got {seed!r}")
     for key in SWITCHES:
         if not isinstance(cfg.get(key, False), bool):
             raise ValueError(f"{key}: true or false, got {cfg[key]!r}")
@@ -219,6 +233,8 @@ def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
             raise ValueError(
                 f"{prefix}{unknown[0]}: not an axis; choose from {', '.join(axis_names())}"
             )
+        if any(k in pinned for k in grid):  # the grid's own values are checked all the same
+            _entries({**base, **dict(grid)}, lambda a, g=grid, p=prefix: p * (a in g) + a, filters)
         own = {k: v for k, v in dict(grid).items() if k not in pinned or k in ("cases", "impls")}
         axes = {**base, **own}
 

@@ -161,6 +161,12 @@ class Runner:
             f"(timing.threads={self.timing.threads})",
             flush=True,
         )
+        if torch.get_num_threads() > n:
+            print(
+                f"note: timing.threads={self.timing.threads} is more than the {n} cores: "
+                "threads wait for one another, so rows read slower than the machine is",
+                flush=True,
+            )
         half = [
             d for e in self.plan.entries if "cpu" in e.devices for d in e.dtypes if d != "float32"
         ]

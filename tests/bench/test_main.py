@@ -139,7 +139,7 @@ def test_a_run_directory_is_named_by_what_changed_and_a_rejected_one_is_not_left
     tag = run.name.split("-", 2)[2]
     assert tag == (
         "quick-batch_1-cases_sinusoidal_rope-d_model_16-impls_reference_seed-mode_forward"
-        "-num_heads_2-seq_len_8-timing.budget_s_0-timing.max_reps_2-timing.min_reps_2"
+        "-num_heads_2-seq_len_8-timing.budget_s_0-timing.max_reps_1-timing.min_reps_1"
     )
     bad = run_bench(*TINY, "batch=-1", cwd=tmp_path)
     assert bad.returncode == 2
