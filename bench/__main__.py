@@ -191,7 +191,8 @@ def main(cfg: DictConfig) -> None:
         sys.exit(BAD_ROWS)
 
 
-BAD_ROWS = 3  # the exit status of a run with a wrong, errored or timed-out row (--help, README)
+BAD_ROWS = 3  # the exit status of a run with a row in NOT_OK (--help, README)
+NOT_OK = ("wrong", "error", "timeout", "oom")  # rows that did not measure what was asked
 
 
 def _restart(runner: Runner, cfg: DictConfig, out_dir: Path, overrides: list[str]):
@@ -218,7 +219,7 @@ def _restart(runner: Runner, cfg: DictConfig, out_dir: Path, overrides: list[str
 
 def not_ok(results: Path) -> str | None:
     """The last line of a run with wrong, errored or timed-out rows (how many, which), or None."""
-    bad = [r for r in read_rows(results).rows if r["status"] in ("wrong", "error", "timeout")]
+    bad = [r for r in read_rows(results).rows if r["status"] in NOT_OK]
     if not bad:
         return None
     from bench.report.rows import knobs
@@ -229,7 +230,10 @@ def not_ok(results: Path) -> str | None:
 
     which = "; ".join(label(r) for r in bad[:4])
     more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
-    return f"{len(bad)} rows wrong, in error or timed out (report.md, 'Rows not ok'): {which}{more}"
+    return (
+        f"{len(bad)} rows wrong, in error, timed out or out of memory (report.md, 'Rows not ok'): "
+        f"{which}{more}"
+    )
 
 
 def _print_report(cfg: DictConfig, out_dir: Path) -> None:

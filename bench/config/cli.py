@@ -83,9 +83,10 @@ def help_text() -> str:
         "  python -m bench sweep=seed_5_2",
         "  python -m bench.report results/runs/<run>      # rebuild a report",
         "",
-        "Exit status: 0 every row ok or skipped for a stated reason; 3 some row wrong or in",
-        "error (every row kept, the report written, the last line names them); 2 a bad",
-        "configuration (one line, nothing run); 130 interrupted (the rows so far kept).",
+        "Exit status: 0 every row ok or skipped for a stated reason; 3 some row wrong, in",
+        "error, timed out or out of memory (every row kept, the report written, the last line",
+        "names them); 2 a bad configuration (one line, nothing run); 130 interrupted (the rows",
+        "so far kept).",
         "Hydra's own help: --hydra-help.",
     ]
     return "\n".join(lines)

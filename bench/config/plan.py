@@ -26,7 +26,7 @@ from bench.config.schema import MODES
 from bench.config.schema import axes as axis_names
 from bench.plans import Entry, Plan
 from bench.registry import DTYPES, KNOBS, Point
-from bench.run import heap
+from bench.run import heap, memory
 
 
 def changed_since(saved_path: Path, cfg, free: tuple[str, ...]) -> str | None:
@@ -268,4 +268,21 @@ def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
             f"impls: none of the chosen implementations ({wanted}) belongs to a "
             f"chosen case ({have}); pass impls=[...] or impls=all"
         )
+    if big := _nothing_fits(entries):
+        raise ValueError(big)
     return Plan(tuple(entries))
+
+
+def _nothing_fits(entries: list[Entry]) -> str | None:
+    """Why no point of the plan fits this machine's memory (None if one does): each point's
+    inputs and output, by its case's cost model, against what its device has available. A plan
+    in which some points fit runs, and the others are written as `oom` rows, never built."""
+    first = None
+    for e in entries:
+        for device in (d for d in e.devices if d == "cpu" or torch.cuda.is_available()):
+            for dtype, p in itertools.product(e.dtypes, e.points):
+                big = memory.inputs_too_big(CASES[e.case], p, torch.device(device), DTYPES[dtype])
+                if not big:
+                    return None
+                first = first or f"{e.case} at {p.label()} {dtype} on {device}: {big}"
+    return first and f"no point fits in memory: {first} (a smaller batch, seq_len or d_model)"

@@ -124,4 +124,13 @@ def too_big(need: int, device: torch.device, what: str) -> str | None:
     free = available_bytes(device)
     if free is None or need <= 0.9 * free:
         return None
-    return f"{what} needs ~{need / 2**30:.1f} GiB; {free / 2**30:.1f} GiB available"
+    return f"{what}: ~{need / 2**30:.1f} GiB needed; {free / 2**30:.1f} GiB available"
+
+
+def inputs_too_big(case, point, device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why a point cannot be built here (None if it may be): its inputs and output alone, the
+    bytes its cost model says a forward call moves at least, over 90% of the memory available.
+    Said before anything is allocated: on Linux an allocation past the memory succeeds and the
+    kernel's OOM killer ends the process when the pages are touched, with no row written."""
+    need = case.cost(point, dtype, "forward").bytes
+    return too_big(need, device, "its inputs and output alone")

@@ -23,7 +23,7 @@ from bench.registry import Status
 from bench.results import row_key
 from bench.run import check, machine, share
 from bench.run.calibrate import calibrate, copy_call, matmul_note
-from bench.run.memory import peak_bytes, peak_reserved_bytes
+from bench.run.memory import inputs_too_big, peak_bytes, peak_reserved_bytes
 from bench.run.metrics import row_metrics
 from bench.run.passes import Pool
 from bench.run.samples import Timing
@@ -94,6 +94,11 @@ class Measurer(Verify):
         if reason:
             for t in todo:
                 self.emit(t, dict(rows[t], status=Status.SKIPPED, message=reason))
+            return
+        big = inputs_too_big(case, point, device, dtype)
+        if big:  # counted with the wrong rows: what was asked for was not measured
+            for t in todo:
+                self.emit(t, dict(rows[t], status=Status.OOM, message=f"not built: {big}"))
             return
         torch.manual_seed(self.seed)
         pairs = [(t, rows[t]) for t in todo]

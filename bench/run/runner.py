@@ -28,6 +28,8 @@ from bench.run.point import Measurer
 from bench.run.progress import Progress, clock
 from bench.run.tasks import Task
 
+IN_FLIGHT = ".in_flight"  # the point being measured; gone when its rows are written
+
 # Dynamo's limits during a run. Every compiled implementation compiles one code object per point
 # and mode (static shapes: bench/cases/_common.py), so a sweep passes Dynamo's default of 8
 # recompiles per code object (FlexAttention over 3 families x 2 causal x 2 modes is 12), after
@@ -120,6 +122,15 @@ class Runner:
         if "cuda" in self.plan.devices and "cuda" not in self.devices:
             print("device=cuda: CUDA is not available on this machine; skipping it", flush=True)
         already = sum(1 for _ in self.writer.existing)
+        vanished = self.out_dir / IN_FLIGHT
+        if vanished.exists():  # a kill -9, the OOM killer, an implementation's os._exit
+            print(
+                f"note: the run before ended, with nothing said, while measuring "
+                f"{vanished.read_text().strip()}; its rows before that are kept, and that "
+                "point is measured again",
+                flush=True,
+            )
+            vanished.unlink()
         eta = self._predict()
         self._predicted = eta.predicted
         print(
@@ -231,7 +242,10 @@ class Runner:
         todo = [t for t in tasks if row_key(rows[t]) not in self.writer.existing]
         self.progress.step(len(tasks) - len(todo))
         if todo:
+            marker = self.out_dir / IN_FLIGHT  # what the process measures, for a resume to name
+            marker.write_text(f"{entry.case} {point.label()} {device.type} {dtype}\n")
             self.measure.point(todo, rows)
+            marker.unlink(missing_ok=True)
 
     def limit_s(self, row: dict) -> float:
         """A row's time limit (bench/run/watchdog.py): timing.row_limit_s, or 120 s plus 20

@@ -161,6 +161,17 @@ NAMED = [  # (the input, what its line must name)
     ("hydra.run.dir=/dev/null", "hydra.run.dir"),
     ("hydra.run.dir={tmp}/a_file.txt", "hydra.run.dir"),
     (["resume=true", "hydra.run.dir={tmp}/no_run"], "resume"),
+    # a plan none of whose points fits in memory (1 PiB of inputs)
+    (
+        [
+            "cases=[alibi_attention]",
+            "batch=16",
+            "seq_len=1073741824",
+            "d_model=4096",
+            "num_heads=32",
+        ],
+        "no point fits in memory: alibi_attention at B=16 L=1073741824",
+    ),
 ]
 
 

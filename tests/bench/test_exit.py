@@ -19,14 +19,19 @@ def _write(path, statuses):
 
 
 def test_ok_and_skipped_rows_say_nothing(tmp_path):
-    _write(tmp_path / "r.csv", ["ok", "skipped", "oom"])
+    _write(tmp_path / "r.csv", ["ok", "skipped", "skipped"])
     assert not_ok(tmp_path / "r.csv") is None
+
+
+def test_an_oom_row_is_counted_it_measured_nothing(tmp_path):
+    _write(tmp_path / "r.csv", ["ok", "skipped", "oom"])
+    assert not_ok(tmp_path / "r.csv").startswith("1 rows wrong, in error, timed out or out of")
 
 
 def test_wrong_and_error_rows_are_counted_and_named(tmp_path):
     _write(tmp_path / "r.csv", ["ok", "wrong", "error", *["wrong"] * 4])
     line = not_ok(tmp_path / "r.csv")
-    assert line.startswith("6 rows wrong, in error or timed out")
+    assert line.startswith("6 rows wrong, in error, timed out or out of memory")
     assert "rope impl1 forward L=128 layout=bshd: wrong" in line
     assert "rope impl2 forward L=128 layout=bshd: error" in line
     assert line.endswith("; and 2 more")

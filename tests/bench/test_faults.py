@@ -109,6 +109,18 @@ def test_a_killed_run_keeps_its_rows_and_its_configuration(tmp_path, sig):
     )
     assert other.returncode == 2 and "another configuration" in other.stderr, other.stderr
     assert read_rows(run / "results.csv") == kept  # nothing mixed in
+    if sig == signal.SIGKILL:  # the same settings: the point in flight named, then finished
+        same = run_bench(
+            f"plugins=[{plugin}]",
+            "impls=[reference,slow]",
+            *QUICK,
+            "resume=true",
+            f"hydra.run.dir={run}",
+        )
+        assert same.returncode == 0, same.stderr[-2000:]
+        assert "the run before ended, with nothing said, while measuring rope B=1" in same.stdout
+        rows = read_rows(run / "results.csv")
+        assert rows[: len(kept)] == kept and len(rows) == 6
 
 
 def test_a_second_run_into_a_running_runs_folder_is_refused(tmp_path):
@@ -168,3 +180,20 @@ def test_a_plugin_that_calls_sys_exit_loses_its_row_only(tmp_path):
     assert by[("exits", "8")]["status"] == "error"
     assert "sys.exit(0)" in by[("exits", "8")]["message"]
     assert json.loads(by[("exits", "8")]["params"]) is not None
+
+
+def test_a_point_that_cannot_fit_is_an_oom_row_never_built(tmp_path):
+    """Inputs of 64 TiB (no machine's memory) beside a small point: the small point's rows are
+    measured, the large one's are `oom` rows naming the bytes, and the run exits 3."""
+    run = tmp_path / "run"
+    args = [a for a in QUICK if not a.startswith(("seq_len", "d_model", "num_heads"))]
+    proc = run_bench(
+        *args, "seq_len=[8,1073741824]", "d_model=4096", "num_heads=32", f"hydra.run.dir={run}"
+    )
+    by = {r["seq_len"]: r for r in read_rows(run / "results.csv")}
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert by["8"]["status"] == "ok"
+    assert by["1073741824"]["status"] == "oom"
+    assert (
+        "not built: its inputs and output alone: ~66048.0 GiB needed" in by["1073741824"]["message"]
+    )

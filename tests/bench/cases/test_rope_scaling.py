@@ -30,7 +30,11 @@ def test_long_context_sweep_compares_the_schedules(tmp_path):
     proc = run_bench(*args, *FAST, f"hydra.run.dir={out}")
     # float32 angles are wrong at long lengths: the run says so in its exit status
     assert proc.returncode == 3, proc.stderr[-2000:]
-    assert proc.stdout.strip().splitlines()[-1].startswith("3 rows wrong, in error or timed out")
+    assert (
+        proc.stdout.strip()
+        .splitlines()[-1]
+        .startswith("3 rows wrong, in error, timed out or out of memory")
+    )
     rows = read_rows(out / "results.csv")
     tables = [r for r in rows if r["case"] == "rope_tables"]
     assert len(tables) == 2 * 3 * 2  # lengths x schedules x impls

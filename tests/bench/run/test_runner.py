@@ -325,11 +325,10 @@ def test_eager_calls_and_truths_that_would_not_fit_are_not_run(tmp_path, monkeyp
         r["impl"]: r for r in run_toy(tmp_path, case, monkeypatch, points=big, modes=("forward",))
     }
     assert rows["eager"]["status"] == "skipped" and calls["eager"] == 0
-    assert "needs ~0.1 GiB; 0.0 GiB available" in rows["eager"]["message"]
+    assert "~0.1 GiB needed; 0.0 GiB available" in rows["eager"]["message"]
     assert rows["good"]["status"] == "ok"
     assert (
-        "not checked" in rows["good"]["message"]
-        and "float64 truth needs" in rows["good"]["message"]
+        "not checked" in rows["good"]["message"] and "float64 truth: ~" in rows["good"]["message"]
     )
 
 
