@@ -23,7 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from bench.config import cli, plugins, schema
+from bench.config import cli, plugins, run_dir, schema
 from bench.config import plan as bench_config
 from bench.results import git_sha, read_rows, write_env
 from bench.run import profile
@@ -32,7 +32,7 @@ from bench.run.runner import Runner
 from bench.run.watchdog import Watchdog
 
 # The run directory's name: results/runs/<time>-<sweep><the overrides that change what runs>
-OmegaConf.register_new_resolver("bench_tag", cli.run_tag, replace=True)
+OmegaConf.register_new_resolver("bench_tag", run_dir.run_tag, replace=True)
 IGNORED = ("resume", "retry_timeouts")  # keys a resumed run may change
 
 
@@ -274,7 +274,7 @@ def entry() -> None:
         or cli.sweep_value_problem(argv)
         or cli.sweep_problem(argv)
         or cli.compose_problem(argv)
-        or cli.run_dir_problem(argv)
+        or run_dir.run_dir_problem(argv)
     )
     if problem:
         print(f"invalid configuration: {problem}", file=sys.stderr)

@@ -1,15 +1,13 @@
-"""What `python -m bench` checks before Hydra composes anything: --help with this harness's
-own text, keys that do not exist (with the nearest existing one), the name of a run's
-directory, and a multirun's jobs validated before the first one starts."""
+"""What `python -m bench` checks before its run starts: --help with this harness's own text,
+keys that do not exist (with the nearest existing one), what Hydra's parser and composition
+refuse, in one line each, and a multirun's jobs (bench/config/run_dir.py: the run's folder)."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
 import itertools
 import re
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -181,17 +179,13 @@ def compose_problem(argv: list[str]) -> str | None:
     overrides = [a for a in argv if not a.startswith(("-", "hydra."))]
     if not multirun(argv):
         return _composed(overrides)
-    unswept = _unswept(overrides)
-    fixed = [a for a in overrides if a.split("=", 1)[0].lstrip("+~") in unswept]
-    swept = dict.fromkeys(o for job in job_overrides(overrides) for o in job if o not in fixed)
-    return next(filter(None, (_composed([*fixed, o]) for o in swept)), None)
-
-
-def _unswept(overrides: list[str]) -> set[str]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides(overrides)
-    return {o.key_or_group for o in parsed if not o.is_sweep_override()}
+    swept_keys = {o.key_or_group for o in parsed if o.is_sweep_override()}
+    fixed = [a for a, o in zip(overrides, parsed, strict=True) if o.key_or_group not in swept_keys]
+    swept = dict.fromkeys(o for job in job_overrides(overrides) for o in job if o not in fixed)
+    return next(filter(None, (_composed([*fixed, o]) for o in swept)), None)
 
 
 def _composed(overrides: list[str]) -> str | None:
@@ -204,7 +198,7 @@ def _composed(overrides: list[str]) -> str | None:
             compose("bench", overrides=overrides, return_hydra_config=True)
     except MissingConfigException as exc:
         group = (exc.missing_cfg_file or "?").rsplit("/", 1)[0]
-        given = _value(overrides, group) or "?"
+        given = value(overrides, group) or "?"
         return f"{group}: unknown value {given!r}; choose from {', '.join(exc.options or [])}"
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         err = exc
@@ -216,7 +210,7 @@ def _composed(overrides: list[str]) -> str | None:
     return None
 
 
-def _value(argv: list[str], key: str) -> str | None:
+def value(argv: list[str], key: str) -> str | None:
     for arg in argv:
         if arg.split("=", 1)[0].lstrip("+~") == key and "=" in arg:
             return arg.split("=", 1)[1]
@@ -225,90 +219,13 @@ def _value(argv: list[str], key: str) -> str | None:
 
 def sweep_problem(argv: list[str]) -> str | None:
     """A sweep=NAME that configs/sweep/ does not have, with the nearest one."""
-    name = _value(argv, "sweep")
+    name = value(argv, "sweep")
     if name is None or name in sweeps():
         return None
     names = list(sweeps())
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
     hint = f"did you mean {close[0]}? " if close else ""
     return f"sweep: unknown value {name!r}; {hint}choose from {', '.join(names)}"
-
-
-def run_dir_problem(argv: list[str]) -> str | None:
-    """Why the run directory cannot be used, before Hydra writes into it: one that holds a run
-    (without resume=true: a run is never overwritten, nor its .hydra/config.yaml), or one that
-    cannot be written."""
-    given = _value(argv, "hydra.run.dir")
-    resume = str(_value(argv, "resume")).lower() == "true"
-    if given is None and not multirun(argv):
-        given = "results/runs"  # the default's parent: <time>-<sweep> is made in it
-    if given is None:
-        return None
-    if not str(given).strip():
-        return "hydra.run.dir is empty: name a folder of the run's own (results/runs/<name>)"
-    path = Path(given)
-    if _value(argv, "hydra.run.dir") and not resume and path.is_dir() and _foreign(path):
-        return (
-            f"hydra.run.dir={given} holds other files: a run writes into a new or empty "
-            "folder of its own (its report reads that folder's rows only)"
-        )
-    if (
-        _value(argv, "hydra.run.dir")
-        and not resume
-        and ((path / "results.csv").exists() or (path / "pooled.json").exists())
-    ):
-        return (
-            f"hydra.run.dir={given} holds a run: pass resume=true to finish it, or choose "
-            "another directory (a run is never overwritten)"
-        )
-    existing = next((p for p in [path, *path.parents] if p.exists()), Path("."))
-    if not existing.is_dir():
-        return f"hydra.run.dir={given}: {existing} is a file, not a directory"
-    return _unwritable(path, given)
-
-
-def _unwritable(path: Path, given: str) -> str | None:
-    """Whether a file can be made in the folder, tried (permissions do not say it for root, nor
-    for /proc or a read-only mount); what the try made is removed (Hydra makes it again)."""
-    made = [p for p in [path, *path.parents] if not p.exists()]
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as exc:
-        return f"hydra.run.dir={given}: cannot write there ({exc.strerror or exc})"
-    finally:
-        for p in made:
-            with contextlib.suppress(OSError):
-                p.rmdir()
-    return None
-
-
-def _foreign(path: Path) -> bool:
-    """Whether a folder holds anything but a run of its own (whose results.csv the check above
-    names): a repository, a parent of runs, someone's files."""
-    if (path / "results.csv").exists() or (path / "pooled.json").exists():
-        return False
-    return any(p.name not in (".hydra", ".lock") for p in path.iterdir())
-
-
-def run_tag(override_dirname: str) -> str:
-    """The overrides that change what a run measures, as a directory-name suffix:
-    "cases=[rope],seq_len=128" -> "-cases_rope-seq_len_128" (Hydra sorts them; timing keys
-    kept, the sweep (already in the name) and plumbing keys left out; whole overrides up to 160
-    characters)."""
-    keep = []
-    for item in re.split(r",(?![^\[]*\])", override_dirname or ""):
-        key = item.split("=", 1)[0]
-        if not item or key.startswith(("sweep", "hydra", "resume", "calibrate", "seed", "report")):
-            continue  # the sweep is in the name already; the rest do not change what runs
-        keep.append(re.sub(r"[^A-Za-z0-9_.+-]+", "_", item).strip("_"))
-    tag = ""
-    for item in keep:  # whole overrides only, up to 160 characters
-        if len(tag) + len(item) + 1 > 160:
-            break
-        tag += f"-{item}"
-    return tag
 
 
 def job_overrides(task: list[str]) -> list[list[str]]:

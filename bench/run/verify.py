@@ -95,7 +95,10 @@ class Verify:
             holds = state.case.truth_holds * (2 if task.grad else 1)
             rows = None if state.rows is None else len(state.rows)
             need = holds * memory.scores_bytes(task.point, 8, rows)
-            big = holds and memory.too_big(need, task.device, "the float64 truth")
+            # its float64 copies of the inputs and output (and their gradients)
+            copies = state.case.cost(task.point, task.dtype, "forward").bytes
+            need += copies * (8 // task.dtype.itemsize) * (2 if task.grad else 1)
+            big = memory.too_big(need, task.device, "the float64 truth")
             try:
                 if big:
                     raise MemoryError(big)
