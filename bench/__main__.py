@@ -10,6 +10,7 @@ Config: configs/bench.yaml with the schema in bench/config/schema.py. Examples:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -25,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench.config import cli, plugins, run_dir, schema
 from bench.config import plan as bench_config
-from bench.results import git_sha, read_rows, write_env
+from bench.results import NO_SPACE, git_sha, read_rows, write_env
 from bench.run import profile
 from bench.run.runnable import unrunnable
 from bench.run.runner import Runner
@@ -158,20 +159,33 @@ def main(cfg: DictConfig) -> None:
     if not cfg.resume:
         _save_config(cfg, out_dir)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    again = " ".join(o for o in overrides if not o.startswith(("resume", "hydra.run.dir")))
+    again = f"python -m bench {again} resume=true hydra.run.dir={out_dir}"
     try:
         summary = runner.run()
     except KeyboardInterrupt:
-        again = " ".join(o for o in overrides if not o.startswith(("resume", "hydra.run.dir")))
         saved = len(runner.writer.existing)
         print(
             f"\ninterrupted: {saved} rows are saved in {out_dir / 'results.csv'} "
-            f"({runner.done} measured by this run). Finish it with:\n  python -m bench "
-            f"{again} resume=true hydra.run.dir={out_dir}",
+            f"({runner.done} measured by this run). Finish it with:\n  {again}",
             file=sys.stderr,
         )
         if _report(out_dir):  # the report of what is there, rebuilt on resume
             print(f"report of the rows so far: {out_dir / 'report.md'}", file=sys.stderr)
         sys.exit(130)
+    except OSError as exc:
+        if exc.errno not in NO_SPACE:
+            raise
+        with contextlib.suppress(OSError):  # its buffer holds the row cut short: dropped
+            runner.writer.close()
+        free = shutil.disk_usage(out_dir).free / 2**20
+        print(  # no report: it would not fit either
+            f"\ncannot write in {out_dir}: {exc.strerror} ({free:.0f} MiB free); the "
+            f"{len(runner.writer.existing)} rows before are kept (a row cut short is set aside "
+            f"on resume). Free some space, then: {again}",
+            file=sys.stderr,
+        )
+        sys.exit(NO_SPACE_EXIT)
     _record(out_dir, cfg, overrides, summary)
     print(
         f"{runner.done} rows in {summary['wall_s']:.1f} s "
@@ -192,6 +206,7 @@ def main(cfg: DictConfig) -> None:
 
 
 BAD_ROWS = 3  # the exit status of a run with a row in NOT_OK (--help, README)
+NO_SPACE_EXIT = 74  # sysexits.h's EX_IOERR: the run could not write its rows
 NOT_OK = ("wrong", "error", "timeout", "oom")  # rows that did not measure what was asked
 
 

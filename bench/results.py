@@ -15,6 +15,7 @@ column, a status, a torn or retried row), so they stay in one module."""
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import platform
@@ -131,6 +132,7 @@ COLUMNS = (
 TEXT = {"run_id", "case", "level", "impl", "mode", "device", "device_name", "dtype", "params"}
 TEXT |= {"status", "message", "timestamp", "timing_method", "contended", "model"}
 STATUSES = ("ok", "wrong", "oom", "skipped", "error", "timeout")  # bench/registry.py: Status
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a write refused for want of room
 RESULTS = Schema(COLUMNS, KEY, SCHEMA_VERSION, frozenset(COLUMNS) - TEXT, STATUSES)
 
 
@@ -222,6 +224,7 @@ class ResultsWriter:
         with open(aside, "a", newline="") as f:
             f.write(read.torn + "\n")
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
+        os.chmod(fd, os.stat(self.path).st_mode & 0o7777)  # mkstemp's 0600 would replace it
         with os.fdopen(fd, "w", newline="") as f:
             f.write(read.text)
             f.flush()
@@ -247,6 +250,7 @@ class ResultsWriter:
     def _rewrite(self, rows: list[dict]) -> None:
         """The file's rows under the schema's header (missing columns empty), renamed over it."""
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
+        os.chmod(fd, os.stat(self.path).st_mode & 0o7777)  # mkstemp's 0600 would replace it
         with os.fdopen(fd, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=self.schema.columns)
             writer.writeheader()

@@ -84,7 +84,7 @@ def help_text() -> str:
         "Exit status: 0 every row ok or skipped for a stated reason; 3 some row wrong, in",
         "error, timed out or out of memory (every row kept, the report written, the last line",
         "names them); 2 a bad configuration (one line, nothing run); 130 interrupted (the rows",
-        "so far kept).",
+        "so far kept); 74 the disk full (the rows so far kept, the resume command said).",
         "Hydra's own help: --hydra-help.",
     ]
     return "\n".join(lines)

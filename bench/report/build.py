@@ -22,6 +22,7 @@ from pathlib import Path
 from bench.report import compare, flags, plots
 from bench.report.markdown import cell, markdown
 from bench.report.rows import has_rows, load, load_all, results_of, speedups
+from bench.results import NO_SPACE, read_rows
 
 
 def build(dirs: list[Path], out: Path | None = None) -> Path:
@@ -85,7 +86,17 @@ def main(argv: list[str] | None = None) -> Path:
         return out
     if not has_rows(args.dirs):
         parser.error(f"dirs: no measured rows under {', '.join(map(str, args.dirs))}")
+    try:  # a malformed row, named by its file and line, before anything is written
+        for f in (f for d in args.dirs for f in results_of(d)):
+            read_rows(f)
+    except ValueError as exc:
+        parser.exit(2, f"bench.report: {exc}\n")
     out = args.out or (args.dirs[0] if len(args.dirs) == 1 else _new_dir("merged"))
-    out = build(args.dirs, out)
+    try:
+        out = build(args.dirs, out)
+    except OSError as exc:
+        if exc.errno not in NO_SPACE:
+            raise
+        parser.exit(1, f"bench.report: cannot write in {out}: {exc.strerror}\n")
     print(f"wrote {out}/report.md, merged.csv and plots")
     return out

@@ -5,6 +5,7 @@ refused, and a plugin that calls sys.exit loses its own row only."""
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -197,3 +198,37 @@ def test_a_point_that_cannot_fit_is_an_oom_row_never_built(tmp_path):
     assert (
         "not built: its inputs and output alone: ~66048.0 GiB needed" in by["1073741824"]["message"]
     )
+
+
+def test_a_full_disk_keeps_the_rows_before_and_says_how_to_resume(tmp_path):
+    """A file size limit (RLIMIT_FSIZE, its signal ignored: writes fail with EFBIG as a full
+    disk fails them with ENOSPC) stops the run mid-row: exit 74, the last line names the folder
+    and the resume command; the resume, with room again, finishes every row once."""
+    run = tmp_path / "run"
+    args = [a for a in QUICK if not a.startswith("seq_len")] + ["impls=[reference]"]
+    args += [f"seq_len=[{','.join(str(n) for n in range(8, 28))}]", f"hydra.run.dir={run}"]
+
+    def small_disk():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8000, 8000))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        preexec_fn=small_disk,
+        timeout=300,
+    )
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 74, proc.stderr[-2000:]
+    assert f"cannot write in {run}" in last and "resume=true" in last, proc.stderr
+    kept = len(read_rows(run / "results.csv"))
+    assert 0 < kept < 20
+    resumed = run_bench(
+        *[a for a in args if not a.startswith("hydra")], "resume=true", f"hydra.run.dir={run}"
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    keys = [r["seq_len"] for r in read_rows(run / "results.csv")]
+    assert sorted(map(int, keys)) == list(range(8, 28))

@@ -3,12 +3,15 @@ resume: the torn line set aside verbatim, its point measured again, never counte
 a malformed row anywhere else is refused, naming the file and the line (bench/results.py)."""
 
 import csv
+import os
+import subprocess
+import sys
 
 import pytest
 
 from bench.results import COLUMNS, RESULTS, ResultsWriter, read_rows
+from tests.helpers import ROOT, run_bench
 from tests.helpers import read_rows as read_dicts
-from tests.helpers import run_bench
 
 
 def _row(i: int) -> dict:
@@ -36,6 +39,7 @@ def test_a_row_cut_at_any_byte_is_set_aside_and_measured_again(tmp_path):
         path = tmp_path / f"cut{cut}" / "results.csv"
         path.parent.mkdir()
         path.write_bytes(whole[:cut])
+        path.chmod(0o640)  # the repaired file keeps its mode
         writer = ResultsWriter(path)
         assert writer.existing == set(keys[:3]), cut  # the torn row is not counted
         torn = whole[last:cut]
@@ -47,6 +51,7 @@ def test_a_row_cut_at_any_byte_is_set_aside_and_measured_again(tmp_path):
         writer.append(_row(3))  # measured again
         writer.close()
         assert path.read_bytes() == whole, cut  # every row once, none duplicated
+        assert path.stat().st_mode & 0o777 == 0o640, cut
 
 
 @pytest.mark.parametrize(
@@ -97,3 +102,22 @@ def test_a_run_cut_short_resumes_by_measuring_the_torn_point(tmp_path):
     rows = read_dicts(results)
     assert len(rows) == 16 and len({RESULTS.key_of(r) for r in rows}) == 16
     assert (out / "results.csv.torn").exists()
+
+
+def test_the_report_of_a_malformed_csv_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "run" / "results.csv"
+    path.parent.mkdir()
+    _file(path, 3)
+    text = path.read_text().replace("0.2", "0.2x", 1)  # the second row's p50_ms
+    path.write_text(text)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.report", str(path.parent)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert f"{path}, line 3: p50_ms is '0.2x', not a number" in lines[0]
+    assert not (path.parent / "report.md").exists()
