@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench.config import cli, plugins, run_dir, schema
 from bench.config import plan as bench_config
+from bench.registry import STOP
 from bench.results import NO_SPACE, git_sha, read_rows, write_env
 from bench.run import profile
 from bench.run.runnable import unrunnable
@@ -89,8 +90,11 @@ def _lock(out_dir: Path):
     return handle
 
 
-def _on_sigterm(signum, frame) -> None:
-    raise KeyboardInterrupt  # a kill is ended as Ctrl-C ends a run: rows kept, resume said
+def _on_stop(signum, frame) -> None:
+    """Ctrl-C, and a kill, end the run (rows kept, resume said); a plugin's own
+    KeyboardInterrupt only its row (bench.registry.STOP)."""
+    STOP.set()
+    raise KeyboardInterrupt
 
 
 def _record(out_dir: Path, cfg: DictConfig, overrides: list[str], summary: dict) -> None:
@@ -158,7 +162,9 @@ def main(cfg: DictConfig) -> None:
         runner.measure.watch = Watchdog(_restart(runner, cfg, out_dir, overrides))
     if not cfg.resume:
         _save_config(cfg, out_dir)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, _on_stop)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # a background job keeps its own
+        signal.signal(signal.SIGINT, _on_stop)
     again = " ".join(o for o in overrides if not o.startswith(("resume", "hydra.run.dir")))
     again = f"python -m bench {again} resume=true hydra.run.dir={out_dir}"
     try:

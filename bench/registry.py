@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -298,10 +299,14 @@ def register_impl(case_name: str, impl_name: str, impl: Impl) -> Impl:
     return impl
 
 
+STOP = threading.Event()  # set by the run's SIGINT and SIGTERM handlers (bench/__main__.py)
+
+
 def _no_exit(fn: Callable, built: bool = False) -> Callable:
-    """A plugin's code with sys.exit turned into an error of its own row: the run goes on and
-    keeps the rows before it. `built`: fn makes the call, whose own fn is guarded too. What it
-    costs a timed call: one try block, tens of nanoseconds (a plugin's calls only)."""
+    """A plugin's code with sys.exit, and a KeyboardInterrupt it raises itself (not Ctrl-C's:
+    STOP is set then), turned into an error of its own row: the run goes on and keeps the rows
+    before it. `built`: fn makes the call, whose own fn is guarded too. What it costs a timed
+    call: one try block, tens of nanoseconds (a plugin's calls only)."""
 
     @functools.wraps(fn)
     def guarded(*args, **kwargs):
@@ -309,6 +314,10 @@ def _no_exit(fn: Callable, built: bool = False) -> Callable:
             out = fn(*args, **kwargs)
         except SystemExit as exc:
             raise RuntimeError(f"the implementation called sys.exit({exc.code!r})") from None
+        except KeyboardInterrupt:
+            if STOP.is_set():
+                raise
+            raise RuntimeError("the implementation raised KeyboardInterrupt") from None
         if not built:
             return out
         call = as_call(out)

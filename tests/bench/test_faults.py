@@ -49,7 +49,7 @@ from bench.registry import Impl, register_impl
 
 def make(inputs):
     def call():
-        sys.exit(0)
+        {how}
     return call
 
 register_impl("rope", "exits", Impl(make))
@@ -168,8 +168,12 @@ def test_a_report_reads_its_own_rows_only(tmp_path):
     ]
 
 
-def test_a_plugin_that_calls_sys_exit_loses_its_row_only(tmp_path):
-    plugin = _plugin(tmp_path, "exits", EXITS)
+@pytest.mark.parametrize(
+    ("how", "says"),
+    [("sys.exit(0)", "sys.exit(0)"), ("raise KeyboardInterrupt", "raised KeyboardInterrupt")],
+)
+def test_a_plugin_that_calls_sys_exit_loses_its_row_only(tmp_path, how, says):
+    plugin = _plugin(tmp_path, "exits", EXITS.format(how=how))
     run = tmp_path / "run"
     proc = run_bench(
         f"plugins=[{plugin}]", "impls=[reference,exits]", *QUICK, f"hydra.run.dir={run}"
@@ -179,7 +183,7 @@ def test_a_plugin_that_calls_sys_exit_loses_its_row_only(tmp_path):
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert all(by[("reference", n)]["status"] == "ok" for n in ("8", "16", "32"))
     assert by[("exits", "8")]["status"] == "error"
-    assert "sys.exit(0)" in by[("exits", "8")]["message"]
+    assert says in by[("exits", "8")]["message"]
     assert json.loads(by[("exits", "8")]["params"]) is not None
 
 
