@@ -10,15 +10,15 @@ compilation handles, layout conversions its users would do once) stays outside t
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 import torch
+
+from bench import exits
 
 Inputs = dict[str, Any]  # tensors (and parameter dicts) built once per point
 Output = torch.Tensor | tuple[torch.Tensor, ...]
@@ -227,8 +227,11 @@ class Case:
     truth_holds: (B, H, L, L) float64 tensors the truth holds at once (attention), for the
       memory guard: a truth that would not fit is not computed, and its rows say so.
     share_base: the implementation that is the same computation without the positional
-      encoding (a layer's `nope`): timed in each group, it gives every row its `pe_share`
-      (bench/run/share.py).
+      encoding (a layer's `nope`): timed in each group, it gives every row its
+      `pe_share_best` (against the fastest such row) and, without a partner of its own, its
+      `pe_share` (bench/run/share.py).
+    share_partners: an implementation -> its own partner without the encoding (the same
+      attention path: SDPA's `nope_sdpa`), timed beside it: its `pe_share`.
     """
 
     name: str
@@ -244,6 +247,11 @@ class Case:
     constraint: Callable[[Point], str | None] = field(default=lambda p: None)
     truth_holds: int = 0
     share_base: str | None = None
+    share_partners: dict[str, str] = field(default_factory=dict)
+
+    def partner(self, impl: str) -> str | None:
+        """The implementation impl's share is measured against (None: no share)."""
+        return self.share_partners.get(impl, self.share_base)
 
     def __post_init__(self):
         for knob in self.knobs:
@@ -275,10 +283,11 @@ def register_case(case: Case) -> Case:
             f"register_case: {case.name}: baseline {case.baseline!r} is not one of "
             f"its impls ({', '.join(case.impls)})"
         )
-    if case.share_base is not None and case.share_base not in case.impls:
-        raise ValueError(
-            f"register_case: {case.name}: share_base {case.share_base!r} is not one of its impls"
-        )
+    for partner in (case.share_base, *case.share_partners.values()):
+        if partner is not None and partner not in case.impls:
+            raise ValueError(
+                f"register_case: {case.name}: share partner {partner!r} is not one of its impls"
+            )
     CASES[case.name] = case
     return case
 
@@ -294,36 +303,19 @@ def register_impl(case_name: str, impl_name: str, impl: Impl) -> Impl:
         raise ValueError(
             f"register_impl: {case_name} has an impl {impl_name!r} already, or that is not a name"
         )
-    impl = dataclasses.replace(impl, make=_no_exit(impl.make, built=True))
+    impl = dataclasses.replace(impl, make=_guarded_make(impl.make))
     CASES[case_name].impls[impl_name] = impl
     return impl
 
 
-STOP = threading.Event()  # set by the run's SIGINT and SIGTERM handlers (bench/__main__.py)
+def _guarded_make(make: Callable) -> Callable:
+    """A plugin's factory and the call it makes, each guarded (bench/exits.py)."""
 
+    def guarded_make(inputs):
+        call = as_call(exits.guarded(make)(inputs))
+        return dataclasses.replace(call, fn=exits.guarded(call.fn))
 
-def _no_exit(fn: Callable, built: bool = False) -> Callable:
-    """A plugin's code with sys.exit, and a KeyboardInterrupt it raises itself (not Ctrl-C's:
-    STOP is set then), turned into an error of its own row: the run goes on and keeps the rows
-    before it. `built`: fn makes the call, whose own fn is guarded too. What it costs a timed
-    call: one try block, tens of nanoseconds (a plugin's calls only)."""
-
-    @functools.wraps(fn)
-    def guarded(*args, **kwargs):
-        try:
-            out = fn(*args, **kwargs)
-        except SystemExit as exc:
-            raise RuntimeError(f"the implementation called sys.exit({exc.code!r})") from None
-        except KeyboardInterrupt:
-            if STOP.is_set():
-                raise
-            raise RuntimeError("the implementation raised KeyboardInterrupt") from None
-        if not built:
-            return out
-        call = as_call(out)
-        return Call(_no_exit(call.fn), call.leaves)
-
-    return guarded
+    return guarded_make
 
 
 def as_tuple(out: Output) -> tuple[torch.Tensor, ...]:

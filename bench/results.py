@@ -75,7 +75,7 @@ class Schema:
 SHAPE = ("batch", "seq_len", "d_model", "num_heads", "params")  # a point, with its knobs
 KEY = ("case", "impl", "mode", "device", "device_name", "dtype", *SHAPE)
 # 1: the rows before the column (read with it empty); 2: schema_version itself; 3: model
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 COLUMNS = (
     "run_id",
     "case",
@@ -128,8 +128,21 @@ COLUMNS = (
     "tokens_per_s",
     "model",
     "schema_version",
+    "share_partner",
+    "pe_share_best",
 )
-TEXT = {"run_id", "case", "level", "impl", "mode", "device", "device_name", "dtype", "params"}
+TEXT = {
+    "run_id",
+    "case",
+    "level",
+    "impl",
+    "mode",
+    "device",
+    "device_name",
+    "dtype",
+    "params",
+    "share_partner",
+}
 TEXT |= {"status", "message", "timestamp", "timing_method", "contended", "model"}
 STATUSES = ("ok", "wrong", "oom", "skipped", "error", "timeout")  # bench/registry.py: Status
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a write refused for want of room

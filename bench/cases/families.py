@@ -117,6 +117,8 @@ class BiasFamily:
     def score_mod(self, inputs: dict, offsets: torch.Tensor | None = None):
         """FlexAttention's score_mod: score + bias at query position i (or offsets[b] + i, the
         queries at the end of row b's cache) and key position j."""
+        if self.score is None:  # no bias (NO_BIAS): the block mask alone
+            return None
         lq, lk = inputs["q"].shape[2], inputs["k"].shape[2]
         bias = self.score(inputs, lq, lk)
         if offsets is None:
@@ -282,3 +284,35 @@ FOX = BiasFamily(
     needs_causal=True,
 )
 FAMILIES = {f.name: f for f in (ALIBI, T5, SHAW_BIAS, SHAW_KV, FOX)}
+
+
+class _Zeros(nn.Module):
+    """No bias, in a bias module's form: zeros of one head, so that an SDPA partner's mask has
+    the row's format (-inf where hidden) without the bias's values (B.H.L.L of them)."""
+
+    def __init__(self, device):
+        super().__init__()
+        self.device = device
+
+    def bias(self, lq: int, lk: int, offset: int = 0) -> torch.Tensor:
+        return torch.zeros(1, lq, lk, device=self.device)
+
+
+def _plain_eager(inputs: dict, causal: bool, seq: dict) -> Attention:
+    return lambda q, k, v: F.relative_attention(q, k, v, causal=causal, **seq)
+
+
+# The attention without positions, through each implementation's own path: the partner a
+# layer row's share is measured against (bench/cases/layer.py). Not a family of FAMILIES: it
+# has no cases of its own.
+NO_BIAS = BiasFamily(
+    name="none",
+    kernel="none",
+    learned=None,
+    fixed=lambda heads: {},
+    module=lambda inputs: _Zeros(inputs["q"].device),
+    kernel_args=lambda inputs: {},
+    score=None,
+    table_bytes=lambda heads, head_dim, dtype: 0,
+    eager=_plain_eager,
+)

@@ -72,7 +72,7 @@ from bench.cases._model import (
     spec_of,
     window_of,
 )
-from bench.cases.families import FAMILIES
+from bench.cases.families import FAMILIES, NO_BIAS
 from bench.cases.multimodal import MROPE_STYLE, _mrope_constraint, mrope_section, mrope_segments
 from bench.cases.rope import ROPE_SCALING, scaling_of
 from bench.checks import positive_ints
@@ -87,6 +87,7 @@ D_FF = Knob(
     "layer cases: the SwiGLU MLP's hidden size (null: 3.5 x d_model)",
     lambda value, key: positive_ints(value, key, allow_none=True),
 )
+PARTNER = "nope_"  # nope_<impl>: impl's attention path without the encoding
 KIND = {  # where each encoding acts in the layer
     **dict.fromkeys(("sinusoidal", "learnable"), "embed"),
     **dict.fromkeys(("rope", "mrope"), "rotate"),
@@ -262,6 +263,9 @@ def _hooks(encoding: str, impl: str, inputs, truth: bool = False) -> dict:
     kind = KIND[encoding]
     if impl == "nope":
         return {}
+    if impl.startswith(PARTNER):  # the row's attention path without its encoding
+        factories = Seq.attentions(NO_BIAS) if "cache_k" in inputs else Bias.attentions(NO_BIAS)
+        return {"attend": factories[impl.removeprefix(PARTNER)](_attention_inputs(inputs))}
     if kind == "embed":
         return {"embed": _embedding(encoding, impl, inputs)}
     if kind == "rotate":
@@ -395,7 +399,24 @@ def _impls(encoding: str, decode: bool) -> dict[str, Impl]:
         if kind == "bias" and not decode:
             opts["holds"] = {"reference": 4, "compiled": 2, "sdpa": 3}.get(name, 0)
         impls[name] = Impl(_call(encoding, name), grad=grad, **opts)
+        if kind in ("bias", "gate"):  # its share's partner: the same path, no encoding
+            note = f"{name}'s attention path without the encoding: its rows' share partner"
+            impls[PARTNER + name] = Impl(  # run where its row runs (the row's supports)
+                _call(encoding, PARTNER + name),
+                reference=_truth(encoding, "nope"),
+                grad=grad,
+                **dict(opts, note=note),
+            )
     return impls
+
+
+def _partners(encoding: str, decode: bool) -> dict[str, str]:
+    """Each row's share partner (bench/run/share.py): a bias's or a gate's rows, the same
+    attention path without it (an SDPA row against SDPA with the same mask format, FlexAttention
+    against its block mask alone, the kernel without a family, eager against eager); a
+    rotation's, an embedding's and a temperature's, `nope` (their attention is nope's)."""
+    impls = _impls(encoding, decode)
+    return {n[len(PARTNER) :]: n for n in impls if n.startswith(PARTNER)}
 
 
 def _model_problem(point: Point) -> str | None:
@@ -467,6 +488,7 @@ def _case(encoding: str, decode: bool) -> Case:
         constraint=_constraint(encoding),
         truth_holds=0 if decode else 4,
         share_base="nope",
+        share_partners=_partners(encoding, decode),
     )
 
 

@@ -149,8 +149,9 @@ def _entries(axes: dict, name, filters: dict) -> list[Entry]:
         impls = tuple(i for i in case.impls if wanted is None or i in wanted)
         if not impls or (with_model and "model" not in case.knob_names):
             continue  # the chosen impls are other cases', or the case takes no model
-        if case.share_base and case.share_base not in impls:  # a share needs its partner
-            impls = (case.share_base, *impls)
+        if case.share_base:  # a share needs its partners: the row's own, and the plain one
+            partners = [case.share_base, *(case.partner(i) for i in impls)]
+            impls = (*dict.fromkeys(p for p in partners if p not in impls), *impls)
         own = [knobs[k] for k in case.knob_names]
         points = tuple(
             _model_shaped(Point(*p, **dict(zip(case.knob_names, values, strict=True))))

@@ -29,7 +29,10 @@ def _pct(x) -> str:
 
 def _cell(row) -> str:
     text = f"{_pct(row['pe_share'])} [{_pct(row['pe_share_lo'])}, {_pct(row['pe_share_hi'])}]"
-    profiled = row.get("pe_share_profiler")
+    if row["pe_share_hi"] < 0:  # never a plain negative cost
+        text += " (below 0: its partner read slower)"
+    best, profiled = row.get("pe_share_best"), row.get("pe_share_profiler")
+    text += f"; best {_pct(best)}" if pd.notna(best) else ""
     return text + (f"; prof. {_pct(profiled)}" if pd.notna(profiled) else "")
 
 
@@ -51,9 +54,11 @@ def section(df: pd.DataFrame) -> list[str]:
     lines = [
         "## Share of the layer",
         "",
-        "The positional encoding's share of its layer: 1 - t(nope) / t(layer), the same layer "
-        "without the encoding timed beside it, with the interval of the two medians' 95% "
-        "intervals; `prof.`: the profiler's attribution to the encoding's operators (forward "
+        "The positional encoding's share of its layer: 1 - t(partner) / t(layer), its partner "
+        "the same layer and attention path without the encoding, timed beside it (`nope_sdpa` "
+        "for an SDPA row; `nope` for a rotation or an embedding), with the interval of the two "
+        "medians' 95% intervals; `best`: against the fastest layer without an encoding at the "
+        "point; `prof.`: the profiler's attribution to the encoding's operators (forward "
         "rows). The absolute encodings are added once per model: a share of one layer.",
         "",
     ]

@@ -214,7 +214,10 @@ class Measurer(Verify):
                 timed, note = calls[task.impl], row.get("message", "")
                 with self.watch.phase([(task, row)], "the memory probe", self.limit_s(row)):
                     row.update(self._finish(task, call, timed, t, copy_row, note))
-                row.update(shares.get(task.impl, {}))
+                own = dict(shares.get(task.impl, {}))
+                if note := own.pop("share_note", None):
+                    row["message"] = "; ".join(filter(None, [row.get("message"), note]))
+                row.update(own)
             except Exception as exc:
                 row.update(status=_status(exc), message=_message(exc, "timing"))
             self.emit(task, row)
@@ -230,7 +233,8 @@ class Measurer(Verify):
         t0 = time.perf_counter()
         try:
             calls_n = min(share.PROFILE_CALLS, self.timing.min_reps)  # no more than timed
-            return share.group_shares(base, timings, fns, task.mode, task.device, calls_n)
+            partners = task.case.share_partners
+            return share.group_shares(base, partners, timings, fns, task.mode, task.device, calls_n)
         finally:
             self.clock.work_s += time.perf_counter() - t0
 

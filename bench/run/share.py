@@ -1,10 +1,13 @@
 """How much of a layer its positional encoding takes, measured two ways for every row of a case
-with a `share_base` (the layer without its encoding, timed in the same side-by-side group):
+with a `share_base` (the layer without its encoding, timed in the same side-by-side group), each
+row against its partner: the same attention path without the encoding (Case.share_partners:
+SDPA's row against SDPA with the same mask format and no bias), else the base:
 
-removal   pe_share = 1 - t(base) / t(row), medians of the same group; its interval
+removal   pe_share = 1 - t(partner) / t(row), medians of the same group; its interval
           [pe_share_lo, pe_share_hi] from the two medians' 95% intervals, combined at their
-          extremes (1 - hi(base) / lo(row), 1 - lo(base) / hi(row)): conservative, and wider
-          than either.
+          extremes (1 - hi(partner) / lo(row), 1 - lo(partner) / hi(row)): conservative, and
+          wider than either. pe_share_best: the same against the fastest partner timed (what
+          a user pays over the best layer without an encoding).
 profiler  pe_share_profiler: torch.profiler over PROFILE_CALLS calls of the row and of the base
           (fewer when the timing's min_reps is smaller),
           the time inside posenc.layer's regions: the position region (an addition, a
@@ -72,15 +75,21 @@ def profiled(row: dict[str, float], base: dict[str, float]) -> float | None:
 
 def group_shares(
     base: str,
+    partners: dict[str, str],
     timings: dict[str, Timing],
     calls: dict[str, Callable],
     mode: str,
     device,
     profile_calls: int = PROFILE_CALLS,
 ) -> dict[str, dict]:
-    """Each timed implementation's share columns, by name; {} without the base's timing. The
-    base's own row gets none (its share is zero by definition)."""
-    if not isinstance(timings.get(base), Timing):
+    """Each timed implementation's share columns, by name: `pe_share` against its own partner
+    (partners[name], else base) and `pe_share_best` against the fastest partner timed, the
+    partner's name in `share_partner`; a share whose interval lies wholly below 0 says in
+    `share_note` that the partner is the slower. Partners' own rows get none (their share is
+    zero by definition); a row whose partner was not timed, none."""
+    plain = {base, *partners.values()}
+    timed = {n: t for n, t in timings.items() if isinstance(t, Timing)}
+    if base not in timed:
         return {}
     profiles = {}
     for name, fn in calls.items() if mode == "forward" else ():
@@ -88,11 +97,19 @@ def group_shares(
             profiles[name] = regions_ms(fn, device, profile_calls)
         except Exception:  # a call the profiler cannot follow keeps its removal share
             continue
+    best = min((n for n in plain if n in timed), key=lambda n: timed[n].p50)
     shares = {}
-    for name, t in timings.items():
-        if name == base or not isinstance(t, Timing):
+    for name, t in timed.items():
+        partner = partners.get(name, base)
+        if name in plain or partner not in timed:
             continue
-        shares[name] = removal(t, timings[base])
-        if name in profiles and base in profiles:
-            shares[name]["pe_share_profiler"] = profiled(profiles[name], profiles[base])
+        shares[name] = dict(removal(t, timed[partner]), share_partner=partner)
+        shares[name]["pe_share_best"] = removal(t, timed[best])["pe_share"]
+        if shares[name]["pe_share_hi"] < 0:
+            shares[name]["share_note"] = (
+                f"share below 0: {partner} (the same path without the encoding) read slower "
+                "than this row"
+            )
+        if name in profiles and partner in profiles:
+            shares[name]["pe_share_profiler"] = profiled(profiles[name], profiles[partner])
     return shares

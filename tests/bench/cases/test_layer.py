@@ -22,7 +22,12 @@ def _run(tmp_path, monkeypatch, names, points, modes):
     monkeypatch.setattr(_common, "COMPILE_BACKEND", "eager")  # traced, not code-generated
     entries = tuple(
         config.Entry(
-            n, tuple(i for i in IMPLS if i in CASES[n].impls), points, ("float32",), ("cpu",), modes
+            n,
+            tuple(i for i in CASES[n].impls if i.removeprefix(L.PARTNER) in IMPLS),
+            points,
+            ("float32",),
+            ("cpu",),
+            modes,
         )
         for n in names
     )
@@ -35,16 +40,23 @@ def _run(tmp_path, monkeypatch, names, points, modes):
     return ran
 
 
-def _shares_are_against_the_nope_row(ran):
+def _shares_are_against_their_partners(ran):
+    """Each row's share against its own partner (the same attention path without the
+    encoding, else `nope`), its best share against the fastest partner timed beside it."""
     by = {(r["case"], r["mode"], r["impl"], r["params"]): r for r in ran}
     checked = 0
     for (case, mode, impl, params), r in by.items():
-        if impl == "nope":
+        plain = {"nope", *CASES[case].share_partners.values()}
+        if impl in plain:
             assert r["pe_share"] == "" and r["pe_share_profiler"] == ""
             continue
-        nope = by[(case, mode, "nope", params)]
-        share = float(r["pe_share"])
-        assert share == pytest.approx(1 - float(nope["p50_ms"]) / float(r["p50_ms"]), rel=1e-6)
+        partner = CASES[case].partner(impl)
+        assert r["share_partner"] == partner
+        timed = [float(by[k]["p50_ms"]) for p in plain if (k := (case, mode, p, params)) in by]
+        share, p50 = float(r["pe_share"]), float(r["p50_ms"])
+        got = float(by[(case, mode, partner, params)]["p50_ms"])
+        assert share == pytest.approx(1 - got / p50, rel=1e-6)
+        assert float(r["pe_share_best"]) == pytest.approx(1 - min(timed) / p50, rel=1e-6)
         assert float(r["pe_share_lo"]) <= share <= float(r["pe_share_hi"])
         assert float(r["tokens_per_s"]) == pytest.approx(_tokens(r) / float(r["p50_ms"]) * 1e3)
         profiled = r["pe_share_profiler"]
@@ -66,7 +78,7 @@ def test_every_layer_encoding_and_implementation_is_gated_with_its_share(tmp_pat
     assert ("layer_rope", "triton") in impls and ("layer_shaw_kv", "triton") in impls
     assert ("layer_t5", "flex") in impls and ("layer_learnable", "compiled") in impls
     assert {r["level"] for r in ran} == {"layer"}
-    assert _shares_are_against_the_nope_row(ran) >= 20
+    assert _shares_are_against_their_partners(ran) >= 20
 
 
 def test_the_gradients_of_each_kind_of_encoding_are_gated(tmp_path, monkeypatch):
@@ -79,12 +91,9 @@ def test_the_gradients_of_each_kind_of_encoding_are_gated(tmp_path, monkeypatch)
     ran = _run(tmp_path, monkeypatch, names, (point,), ("forward+backward",))
     assert {r["impl"] for r in ran if r["case"] == "layer_t5"} == {
         "nope",
-        "reference",
-        "compiled",
-        "sdpa",
-        "triton",
+        *(p + i for p in ("", L.PARTNER) for i in ("reference", "compiled", "sdpa", "triton")),
     }  # FlexAttention has no CPU backward
-    assert _shares_are_against_the_nope_row(ran) >= 7
+    assert _shares_are_against_their_partners(ran) >= 7
 
 
 def test_decode_steps_on_ragged_caches_are_gated_with_their_share(tmp_path, monkeypatch):
@@ -95,13 +104,10 @@ def test_decode_steps_on_ragged_caches_are_gated_with_their_share(tmp_path, monk
     ran = _run(tmp_path, monkeypatch, names, points, ("forward",))
     assert {r["impl"] for r in ran if r["case"] == "layer_t5_decode"} == {
         "nope",
-        "reference",
-        "sdpa",
-        "flex",
-        "triton",
+        *(p + i for p in ("", L.PARTNER) for i in ("reference", "sdpa", "flex", "triton")),
     }
     assert json.loads(ran[0]["params"])["kv_cache"] == "ragged"
-    assert _shares_are_against_the_nope_row(ran) >= 8
+    assert _shares_are_against_their_partners(ran) >= 8
 
 
 def test_the_schedule_and_mrope_style_are_knobs_of_their_layers():
@@ -173,5 +179,5 @@ def test_a_share_base_must_be_one_of_the_cases_implementations():
     from bench.registry import register_case
 
     bad = dataclasses.replace(CASES["layer_rope"], name="layer_rope_again", share_base="nop")
-    with pytest.raises(ValueError, match="share_base 'nop'"):
+    with pytest.raises(ValueError, match="share partner 'nop'"):
         register_case(bad)

@@ -26,6 +26,10 @@ def test_fox_sinks_and_irope_cases_gate_every_implementation(tmp_path):
     skipped = {(r["case"], r["message"]) for r in rows if r["status"] == "skipped"}
     assert any(c == "alibi_attention" and "softmax column" in m for c, m in skipped)
     assert any(c == "fox_attention" and "cumulative gates" in m for c, m in skipped)
-    assert {r["impl"] for r in ran if r["case"] == "layer_fox"} == {"nope", "reference", "triton"}
+    assert {r["impl"] for r in ran if r["case"] == "layer_fox"} == {
+        "nope",
+        *(p + i for p in ("", "nope_") for i in ("reference", "triton")),
+    }  # each with its partner: the same attention path without the gates
     assert {r["impl"] for r in ran if r["case"] == "layer_irope"} == {"nope", "reference"}
-    assert all(r["pe_share"] != "" for r in ran if r["case"] == "layer_fox" and r["impl"] != "nope")
+    fox = [r for r in ran if r["case"] == "layer_fox" and not r["impl"].startswith("nope")]
+    assert fox and all(r["pe_share"] != "" for r in fox)

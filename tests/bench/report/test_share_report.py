@@ -64,3 +64,13 @@ def test_the_plot_is_written_per_mode(tmp_path):
 def test_rows_without_shares_add_nothing(tmp_path):
     plain = _rows().drop(columns=["pe_share"])
     assert share.section(plain) == [] and share.plot(plain, tmp_path) == []
+
+
+def test_a_share_below_zero_is_never_a_plain_negative_cost():
+    rows = pd.concat(
+        [_rows(), pd.DataFrame([_row("layer_alibi", "sdpa", 9.0, 8.9, 9.1, -0.1, -0.15, -0.05)])]
+    )
+    rows["pe_share_best"] = rows["pe_share"]
+    text = "\n".join(share.section(rows))
+    assert "-10% [-15%, -5%] (below 0: its partner read slower); best -10%" in text
+    assert "50% [48%, 52%]; best 50%; prof. 49%" in text

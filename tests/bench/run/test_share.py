@@ -58,12 +58,12 @@ def test_group_shares_profile_forward_groups_only():
     t = Timing((2.0, 2.0, 2.0))
     fns = {"nope": _layer_like(0.0, 0.01), "rope": _layer_like(0.01, 0.01)}
     timings = {"nope": Timing((1.0, 1.0, 1.0)), "rope": t}
-    fwd = share.group_shares("nope", timings, fns, "forward", torch.device("cpu"))
+    fwd = share.group_shares("nope", {}, timings, fns, "forward", torch.device("cpu"))
     assert set(fwd) == {"rope"} and fwd["rope"]["pe_share"] == pytest.approx(0.5)
     assert 0.3 < fwd["rope"]["pe_share_profiler"] < 0.7
-    both = share.group_shares("nope", timings, fns, "forward+backward", torch.device("cpu"))
+    both = share.group_shares("nope", {}, timings, fns, "forward+backward", torch.device("cpu"))
     assert "pe_share_profiler" not in both["rope"]
-    assert share.group_shares("nope", {"rope": t}, fns, "forward", torch.device("cpu")) == {}
+    assert share.group_shares("nope", {}, {"rope": t}, fns, "forward", torch.device("cpu")) == {}
 
 
 def test_a_call_the_profiler_cannot_follow_keeps_its_removal_share(monkeypatch):
@@ -77,5 +77,42 @@ def test_a_call_the_profiler_cannot_follow_keeps_its_removal_share(monkeypatch):
     fns = {"nope": _layer_like(0.0, 0.001), "rope": _layer_like(0.001, 0.001)}
     monkeypatch.setattr(share, "regions_ms", fails_for_rope)
     timings = {"nope": Timing((1.0,) * 3), "rope": Timing((2.0,) * 3)}
-    got = share.group_shares("nope", timings, fns, "forward", torch.device("cpu"))
+    got = share.group_shares("nope", {}, timings, fns, "forward", torch.device("cpu"))
     assert got["rope"]["pe_share"] == pytest.approx(0.5) and "pe_share_profiler" not in got["rope"]
+
+
+def _t(ms: float) -> Timing:
+    return Timing((ms * 0.99, ms, ms * 1.01) * 7)
+
+
+def test_each_row_is_shared_against_its_own_partner_and_the_best_one():
+    """An SDPA row against SDPA without the bias, an eager row against eager without it; the
+    best column against the fastest layer without an encoding, whichever path it took."""
+    timings = {
+        "nope": _t(10.0),
+        "nope_sdpa": _t(8.0),
+        "nope_reference": _t(16.0),
+        "sdpa": _t(10.0),
+        "reference": _t(20.0),
+    }
+    partners = {"sdpa": "nope_sdpa", "reference": "nope_reference"}
+    got = share.group_shares("nope", partners, timings, {}, "forward+backward", "cpu")
+    assert set(got) == {"sdpa", "reference"}  # partners get no share of their own
+    assert got["sdpa"]["share_partner"] == "nope_sdpa"
+    assert got["sdpa"]["pe_share"] == pytest.approx(1 - 8 / 10)
+    assert got["reference"]["pe_share"] == pytest.approx(1 - 16 / 20)
+    assert got["reference"]["pe_share_best"] == pytest.approx(1 - 8 / 20)
+    assert "share_note" not in got["sdpa"]
+
+
+def test_a_share_wholly_below_zero_is_flagged_as_a_slower_partner():
+    timings = {"nope": _t(10.0), "nope_sdpa": _t(12.0), "sdpa": _t(10.0)}
+    got = share.group_shares("nope", {"sdpa": "nope_sdpa"}, timings, {}, "forward", "cpu")
+    assert got["sdpa"]["pe_share_hi"] < 0
+    assert "nope_sdpa (the same path without the encoding) read slower" in got["sdpa"]["share_note"]
+
+
+def test_a_row_without_its_partner_timed_gets_no_share():
+    timings = {"nope": _t(10.0), "sdpa": _t(12.0)}
+    got = share.group_shares("nope", {"sdpa": "nope_sdpa"}, timings, {}, "forward", "cpu")
+    assert got == {}
