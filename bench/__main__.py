@@ -24,9 +24,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from bench import exits
 from bench.config import cli, plugins, run_dir, schema
 from bench.config import plan as bench_config
-from bench.exits import STOP
 from bench.results import NO_SPACE, git_sha, read_rows, write_env
 from bench.run import profile
 from bench.run.runnable import unrunnable
@@ -93,7 +93,7 @@ def _lock(out_dir: Path):
 def _on_stop(signum, frame) -> None:
     """Ctrl-C, and a kill, end the run (rows kept, resume said); a plugin's own
     KeyboardInterrupt only its row (bench/exits.py)."""
-    STOP.set()
+    exits.STOP.set()  # by its module: a multirun's launcher pickles main (submitit)
     raise KeyboardInterrupt
 
 
