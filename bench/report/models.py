@@ -5,7 +5,7 @@ models_<mode>_<dtype>.png, one row of bars per model:
   RoPE / copy   the fastest implementation of the rope case over a same-size copy timed beside
                 it (1.0: at the memory's speed), at the model's largest length;
   layer share   the fastest implementation's share of a global decoder layer of the model
-                (layer_rope: 1 - t(nope) / t(layer), bench/run/share.py), with its interval;
+                (layer_rope: 1 - t(partner) / t(layer), bench/run/share.py), with its interval;
   decode share  the same for one decode step against the model's KV cache (layer_rope_decode).
 """
 

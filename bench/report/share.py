@@ -125,10 +125,15 @@ def plot(df: pd.DataFrame, out: Path) -> list[Path]:
                 r = at[at["impl"] == impl].set_index("encoding").reindex(encodings)
                 y = [i + k * width for i in range(len(encodings))]
                 err = [r["pe_share"] - r["pe_share_lo"], r["pe_share_hi"] - r["pe_share"]]
-                ax.barh(y, 100 * r["pe_share"], width, xerr=[100 * e for e in err], label=impl)
+                bars = ax.barh(
+                    y, 100 * r["pe_share"], width, xerr=[100 * e for e in err], label=impl
+                )
+                for bar, hi in zip(bars, r["pe_share_hi"], strict=True):
+                    if hi < 0:  # its partner read slower: hatched, never a plain negative cost
+                        bar.set_hatch("//")
             ax.axvline(0, color="black", linewidth=0.8)
             ax.set_title(f"L={n}")
-            ax.set_xlabel("% of the layer: 1 - t(nope) / t(layer)")
+            ax.set_xlabel("% of the layer: 1 - t(partner) / t(layer); hatched: partner slower")
         axes[0][0].set_yticks([i + 0.4 - width / 2 for i in range(len(encodings))], encodings)
         axes[0][0].invert_yaxis()
         axes[0][-1].legend(fontsize=LEGEND_PT)
