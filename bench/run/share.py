@@ -69,7 +69,9 @@ def profiled(row: dict[str, float], base: dict[str, float]) -> float | None:
     if not row[CALL]:
         return None
     encoded = row[REGIONS["encoded_attention"]]
-    excess = encoded - base[REGIONS["attention"]] if encoded else 0.0
+    # the partner's attention: the layer's own (nope), or a caller's in the encoded region
+    plain = base[REGIONS["attention"]] + base[REGIONS["encoded_attention"]]
+    excess = encoded - plain if encoded else 0.0
     return (row[REGIONS["position"]] + excess) / row[CALL]
 
 

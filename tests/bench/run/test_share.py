@@ -34,6 +34,8 @@ def test_the_profilers_share_counts_the_position_and_the_attentions_excess():
     assert share.profiled(rope, base) == pytest.approx(1 / 9)
     assert share.profiled(alibi, base) == pytest.approx(4 / 12)
     assert share.profiled(dict(rope, **{call: 0.0}), base) is None
+    partner = {call: 11.0, pos: 0.0, att: 0.0, enc: 6.0}  # nope_sdpa: a caller's attention
+    assert share.profiled(alibi, partner) == pytest.approx(1 / 12)
 
 
 def _layer_like(pos_s: float, rest_s: float):
