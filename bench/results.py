@@ -131,18 +131,7 @@ COLUMNS = (
     "share_partner",
     "pe_share_best",
 )
-TEXT = {
-    "run_id",
-    "case",
-    "level",
-    "impl",
-    "mode",
-    "device",
-    "device_name",
-    "dtype",
-    "params",
-    "share_partner",
-}
+TEXT = {*COLUMNS[:8], "params", "share_partner"}  # run_id .. dtype, and these: text
 TEXT |= {"status", "message", "timestamp", "timing_method", "contended", "model"}
 STATUSES = ("ok", "wrong", "oom", "skipped", "error", "timeout")  # bench/registry.py: Status
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a write refused for want of room
