@@ -244,8 +244,10 @@ class Runner:
         if todo:
             marker = self.out_dir / IN_FLIGHT  # what the process measures, for a resume to name
             marker.write_text(f"{entry.case} {point.label()} {device.type} {dtype}\n")
-            self.measure.point(todo, rows)
-            marker.unlink(missing_ok=True)
+            try:
+                self.measure.point(todo, rows)
+            finally:  # Ctrl-C and errors are said; only a process that vanished leaves it
+                marker.unlink(missing_ok=True)
 
     def limit_s(self, row: dict) -> float:
         """A row's time limit (bench/run/watchdog.py): timing.row_limit_s, or 120 s plus 20
