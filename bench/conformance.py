@@ -10,7 +10,7 @@ then, per layer type with RoPE parameters of its own, the attention scores q_m .
 posenc's rotation (posenc's tables, the pair layout and direction the spec holds) are compared
 with those after transformers' rotary embedding and apply function, on random float64 q and k
 at positions up to 4095 and past the original context of a schedule that switches by length
-(posenc._hf_rotation.positions): `reproduced` within the float32 angle's tolerance of the
+(posenc._hf_check.positions): `reproduced` within the float32 angle's tolerance of the
 largest score, `wrong` beyond it, `refused` where posenc says in one line what it does not
 reproduce (load runs the same check and refuses what it would get wrong). Anything else is
 `broken`: a message of several lines or over 200 characters, or an exception not a ValueError.
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from posenc import _hf_rotation, models
+from posenc import _hf_check, _hf_rotation, models
 
 MESSAGE_CHARS = 200
 
@@ -139,11 +139,12 @@ def _one(model_type: str, name: str, config) -> Result | None:
             spec = models.load(path)
             worst = 0.0  # the error over its tolerance, worst layer type
             for key in keys:
-                at = _hf_rotation.positions(spec.parameters(key), spec.max_position_embeddings)
-                error = _hf_rotation.score_error(
-                    rotation, spec.rope_tables, spec.interleaved, key, at
+                at = _hf_check.positions(spec.parameters(key), spec.max_position_embeddings)
+                head = spec.base_dim(key), spec.rotary_start
+                error = _hf_check.score_error(
+                    rotation, spec.rope_tables, spec.interleaved, key, at, head
                 )
-                worst = max(worst, error / _hf_rotation.tolerance(at))
+                worst = max(worst, error / _hf_check.tolerance(at))
         except ValueError as exc:
             message = str(exc).replace(str(path), "config.json")
             one_line = len(message.splitlines()) == 1 and len(message) <= MESSAGE_CHARS
@@ -154,7 +155,9 @@ def _one(model_type: str, name: str, config) -> Result | None:
     status = "reproduced" if worst <= 1 else "wrong"
     pairs = "interleaved" if spec.interleaved else "half-split"
     turn = "" if spec.direction == 1 else ", turning the other way"
-    return Result(model_type, name, status, f"{pairs}{turn}; error {worst:.2f} of its tolerance")
+    last = f", dims {spec.rotary_start}.. of {spec.base_dim()}" if spec.rotary_start else ""
+    detail = f"{pairs}{turn}{last}; error {worst:.2f} of its tolerance"
+    return Result(model_type, name, status, detail)
 
 
 def check(model_type: str) -> list[Result]:

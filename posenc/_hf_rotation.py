@@ -14,17 +14,17 @@ vision one) built from the text config, and its `apply_rotary_pos_emb` (or
 chooses; `apply_rotary_emb` where the tables are complex, Llama 4's), called on q and k as the
 attention hands them over.
 
-posenc.models.load then checks its whole result against that code (`verify`): the attention
-scores after posenc's rotation and after the model's, per layer type, at positions 0 to 4095.
-A model posenc would turn otherwise is refused in one line: the guard against a silently
-different rotation, whatever the cause (a layout, a width, a schedule, a key read elsewhere).
+posenc.models.load then checks its whole result against that code (posenc._hf_check.verify):
+the attention scores after posenc's rotation and after the model's, per layer type, at
+positions 0 to 4095. A model posenc would turn otherwise is refused in one line: the guard
+against a silently different rotation, whatever the cause (a layout, a width, the rotated
+slice's place, a schedule, a key read elsewhere).
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-import math
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +37,7 @@ class Layout:
     direction: int  # +1: a' = a cos - b sin; -1: the opposite turn
     width: int = 0  # R: the dims its apply function turns (0: not read)
     permutes: bool = False  # its output is its input's dims in another order (DeepSeek-V3's)
+    start: int = 0  # the first dim it turns in a whole head (DeepSeek-V4's: D - R)
 
 
 def modeling_module(model_type: str):
@@ -102,9 +103,14 @@ class Rotation:
             sin, cos = out
             return tuple(self.apply(x.transpose(1, 2), sin, cos).transpose(1, 2) for x in (q, k))
         cos, sin = out
-        if params[:1] == ["x"]:  # Gemma 4: one tensor at a time
+        if self.one_at_a_time:  # Gemma 4, DeepSeek-V4
             return self.apply(q, cos, sin), self.apply(k, cos, sin)
         return tuple(self.apply(q, k, cos, sin)[:2])
+
+    @property
+    def one_at_a_time(self) -> bool:
+        """Whether its apply function turns one tensor a call (DeepSeek-V4's, Gemma 4's)."""
+        return list(inspect.signature(self.apply).parameters)[:1] == ["x"]
 
     def takes(self, dim: int, layer_type: str | None = None) -> bool:
         """Whether its apply function takes heads of dim dims whole (it slices the rotated
@@ -166,7 +172,21 @@ def find(config) -> Rotation | None:
     return None
 
 
-def layout(rotation: Rotation, layer_type: str | None = None) -> Layout:
+def rotary_start(rotation: Rotation, head_dim: int, layer_type: str | None = None) -> int:
+    """The first dim the model's apply function turns when the attention hands it whole heads
+    of head_dim dims: 0 (the head's first R: most models) or head_dim - R (DeepSeek-V4's heads,
+    [no position | rotary]); 0 where the attention hands it only the rotated part (Phi's slices
+    around the call). Read as the first e_j that the turn by one position mixes with another
+    dim (the first pair turns fastest, 1 rad a position, in either layout)."""
+    if not head_dim or not rotation.takes(head_dim, layer_type):
+        return 0
+    eye = torch.eye(head_dim, dtype=torch.float64).reshape(head_dim, 1, 1, head_dim)
+    image = rotation(eye, eye, torch.tensor([1]), layer_type)[0].reshape(head_dim, head_dim)
+    mixed = (image - image.diagonal().diag()).abs().sum(-1) > 1e-9
+    return int(mixed.nonzero()[0]) if mixed.any() else 0
+
+
+def layout(rotation: Rotation, layer_type: str | None = None, head_dim: int = 0) -> Layout:
     """The pairs and direction of the model's rotation, or ValueError naming what it is when
     it is neither of the two layouts. Read as scores see it: with M_p the images of the basis
     vectors at position p, the score of q at 1 against k at 0 is q (M_1 M_0^T) k^T, so
@@ -202,50 +222,9 @@ def layout(rotation: Rotation, layer_type: str | None = None) -> Layout:
         )
     if len(set(signs)) != 1:
         raise ValueError(f"{rotation.model_type}: its pairs turn in both directions")
-    return Layout(interleaved, signs[0], width, permutes)
-
-
-# Positions at which load compares posenc's rotation with the model's: past most original
-# contexts and scaling ramps; `positions` adds one past the original context of a schedule
-# that switches by length (LongRoPE's long factors, dynamic NTK).
-CHECK_POSITIONS = (0, 1, 2, 3, 7, 100, 511, 1000, 2047, 3001, 4095)
-LENGTH_TYPES = ("dynamic", "longrope")
-
-
-def positions(params: dict, max_positions: int) -> Tensor:
-    """The positions to compare a layer type's rotation at (below max_positions when known)."""
-    limit = max_positions or max(CHECK_POSITIONS) + 1
-    out = [p for p in CHECK_POSITIONS if p < limit]
-    if params.get("rope_type") in LENGTH_TYPES:
-        original = params.get("original_max_position_embeddings") or max_positions
-        if original and original + 1 not in out:
-            out.append(int(original) + 1)  # the schedule's other side (transformers' switch)
-    return torch.tensor(out)
-
-
-def tolerance(positions: Tensor) -> float:
-    """transformers rounds p * inv_freq in float32, posenc in float64: up to p 2^-24 rad apart
-    at position p (2.4e-4 at 4095), so the scores agree to about that relative to the largest;
-    a wrong pair layout, direction or frequency is off by 10% to 100%."""
-    return 2e-3 + 8 * int(positions.max()) * 2.0**-24
-
-
-def score_error(rotation: Rotation, tables, interleaved: bool, layer_type, at: Tensor) -> float:
-    """Largest difference of the scores q_m . k_n, rotated by posenc (tables(at) ->
-    cos, sin; apply_rope) and by the model, over the largest score; random float64 q and k of
-    the width the model's function takes. inf where posenc's tables are wider than that."""
-    from posenc.functional import apply_rope
-
-    width = rotation.width(layer_type)
-    gen = torch.Generator().manual_seed(0)
-    q, k = (torch.randn(1, 1, len(at), width, dtype=torch.float64, generator=gen) for _ in range(2))
-    qt, kt = rotation(q, k, at, layer_type)
-    theirs = qt[0, 0] @ kt[0, 0].T
-    cos, sin = tables(at, layer_type)
-    if 2 * cos.shape[-1] > width:
-        return math.inf
-    qo, ko = (apply_rope(x, cos.double(), sin.double(), interleaved=interleaved) for x in (q, k))
-    return float((qo[0, 0] @ ko[0, 0].T - theirs).abs().max() / theirs.abs().max())
+    return Layout(
+        interleaved, signs[0], width, permutes, rotary_start(rotation, head_dim, layer_type)
+    )
 
 
 NO_ROPE = Layout(False, 1)  # a model without RoPE: nothing to pair or turn
@@ -257,24 +236,60 @@ def per_layer(params: dict) -> bool:
 
 
 def rope_keys(params: dict, layer_types) -> list[str | None]:
-    """The layer types with RoPE parameters of their own that the model has, or [None]."""
+    """The layer types with RoPE parameters of their own that the model has (every key where
+    none is a layer type: DeepSeek-V4's main and compress), or [None]."""
     if not per_layer(params):
         return [None]
-    return [k for k in params if k in layer_types] or [next(iter(params))]
+    return [k for k in params if k in layer_types] or list(params)
 
 
-def layouts(name: str, config, params: dict, layer_types) -> dict:
+def rope_of_layers(config, params: dict, layer_types) -> dict[str, str]:
+    """{layer type: the key of the RoPE parameters its attention reads} where the keys are not
+    layer types (DeepSeek-V4's: sliding layers read main, compressed ones compress), read from
+    the model's attention built on the meta device (its `rope_layer_type`); {} elsewhere, or
+    where the attention names none."""
+    if not per_layer(params) or any(k in layer_types for k in params):
+        return {}
+    module = modeling_module(config.get_text_config().model_type)
+    attention = [
+        cls
+        for name, cls in vars(module or {}).items()
+        if name.endswith("Attention")
+        and inspect.isclass(cls)
+        and cls.__module__ == module.__name__
+        and list(inspect.signature(cls.__init__).parameters)[1:3] == ["config", "layer_idx"]
+    ]
+    found = {}
+    for kind in dict.fromkeys(layer_types):
+        for cls in attention:
+            try:
+                with torch.device("meta"):
+                    key = getattr(
+                        cls(config.get_text_config(), layer_types.index(kind)),
+                        "rope_layer_type",
+                        None,
+                    )
+            except Exception:  # noqa: BLE001 - an attention that this config does not build
+                continue
+            if key in params:
+                found[kind] = key
+                break
+    return found
+
+
+def layouts(name: str, config, params: dict, layer_types, head_dim=lambda key: 0) -> dict:
     """{layer type or None: Layout} of the model's rotation, read from its code in transformers
-    (`layout`) for each layer type with RoPE parameters of its own that the model
-    has; a model type whose code has no rotary embedding to read takes its config's word
-    (rope_interleave), the usual direction and the config's rotary width."""
+    (`layout`, on whole heads of head_dim(layer type) dims) for each layer type with RoPE
+    parameters of its own that the model has; a model type whose code has no rotary embedding
+    to read takes its config's word (rope_interleave), the usual direction and the config's
+    rotary width."""
     rotation = find(config)
     if rotation is None:
         text = config.get_text_config()
         return {None: Layout(bool(getattr(text, "rope_interleave", False)), 1)}
-    found = {k: layout(rotation, k) for k in rope_keys(params, layer_types)}
-    if len({(x.interleaved, x.direction) for x in found.values()}) > 1:
-        raise ValueError(f"{name}: its layer types pair or turn dims differently")
+    found = {k: layout(rotation, k, head_dim(k)) for k in rope_keys(params, layer_types)}
+    if len({(x.interleaved, x.direction, x.start > 0) for x in found.values()}) > 1:
+        raise ValueError(f"{name}: its layer types pair, turn or place rotated dims differently")
     return found
 
 
@@ -290,21 +305,3 @@ def widths(layouts: dict, params: dict) -> dict:
     own = (lambda k: params.get(k, {})) if per_layer(params) else (lambda k: params)
     read = {k or "": x.width for k, x in layouts.items() if x.width and reads_width(own(k), x)}
     return {"rotary_widths": read} if read else {}
-
-
-def verify(spec, config) -> None:
-    """posenc's rotation of this model against the model's own code in transformers, on the
-    attention scores at a few positions (`score_error`): a model posenc would turn
-    otherwise is refused in one line, never run with other tables."""
-    rotation = find(config) if spec.rope_parameters else None
-    if rotation is None:
-        return
-    for key in rope_keys(spec.rope_parameters, spec.layer_types):
-        at = positions(spec.parameters(key), spec.max_position_embeddings)
-        error = score_error(rotation, spec.rope_tables, spec.interleaved, key, at)
-        if error > tolerance(at):
-            where = f"{key} layers" if key else "its layers"
-            raise ValueError(
-                f"{spec.name}: posenc's rotation of {where} differs from the model's own code "
-                f"in transformers ({error:.0%} of the largest score): not reproduced"
-            )

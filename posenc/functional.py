@@ -133,15 +133,19 @@ def apply_rope(
     sin: Tensor,
     *,
     interleaved: bool = False,
+    rotary_start: int = 0,
     out: Tensor | None = None,
 ) -> Tensor:
     """Rotate pairs of x's last dimension by the angles whose cos and sin are given.
 
     x:        (..., L, D), any strides; float16 / bfloat16 are rotated in float32.
     cos, sin: (..., L, R/2) broadcastable against x[..., :R/2], with R = 2 * cos.shape[-1] <= D.
-              Dimensions R .. D - 1 pass through unchanged (partial rotary).
+              The other D - R dimensions pass through unchanged (partial rotary).
     interleaved: False pairs (i, i + R/2) (GPT-NeoX / Llama "half-split");
                  True pairs (2i, 2i + 1) (GPT-J).
+    rotary_start: the first rotated dimension s: dims s .. s + R - 1 turn (pairs counted from
+              s). 0: the head's first R dims (most models); D - R: its last R, as DeepSeek-V4
+              lays a head out, [no position | rotary].
     out:      None (allocate), a preallocated tensor like x, or x itself (in place).
               Differentiable only with out=None.
 
@@ -160,6 +164,15 @@ def apply_rope(
         raise ValueError(
             f"cos/sin cover a rotary dim of {2 * half} but x's last dim (D) is {x.shape[-1]}"
         )
+    start = rotary_start
+    if (
+        isinstance(start, bool)
+        or not isinstance(start, int)
+        or not 0 <= start <= x.shape[-1] - 2 * half
+    ):
+        raise ValueError(
+            f"rotary_start must be an int in 0 .. D - R = {x.shape[-1] - 2 * half}, got {start!r}"
+        )
     if not broadcasts(tuple(cos.shape[:-1]), tuple(x.shape[:-1])):
         raise ValueError(
             f"cos/sin of shape {tuple(cos.shape)} do not broadcast against x {tuple(x.shape)}: "
@@ -177,20 +190,27 @@ def apply_rope(
     if compiling() and out is None:
         # Traced: the functional formula, which the compiler fuses. The chunked engine's writes
         # into a transposed out past one chunk come back wrong through AOTAutograd (torch 2.13).
-        return _rotate_differentiable(x, cos, sin, interleaved)
+        return _rotate_differentiable(x, cos, sin, interleaved, start)
     if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
         if out is not None:
             raise ValueError("out= is not differentiable: pass out=None when gradients are needed")
-        return _rotate_differentiable(x, cos, sin, interleaved)
+        return _rotate_differentiable(x, cos, sin, interleaved, start)
     if out is None:
         out = torch.empty_like(x)
     cos = cos.reshape((1,) * (x.dim() - cos.dim()) + tuple(cos.shape))  # rank of x
-    rotate_into(x, cos, sin.reshape(cos.shape), out, interleaved)
+    if start and out.data_ptr() != x.data_ptr():
+        out[..., :start].copy_(x[..., :start])  # the leading dims pass through
+    rotate_into(x[..., start:], cos, sin.reshape(cos.shape), out[..., start:], interleaved)
     return out
 
 
-def _rotate_differentiable(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+def _rotate_differentiable(
+    x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, start: int = 0
+) -> Tensor:
     """Out-of-place and autograd-friendly; the same formula as posenc._rotate."""
+    if start:
+        turned = _rotate_differentiable(x[..., start:], cos, sin, interleaved)
+        return torch.cat((x[..., :start], turned), dim=-1)
     half = cos.shape[-1]
     xf = x.to(cos.dtype)
     if interleaved:

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from posenc import _hf_rotation
+from posenc import _hf_check, _hf_rotation
 from posenc import _model_facts as facts
 from posenc._configs import PRESETS, preset_names, read_config, source_of, value_problem
 from posenc.functional import rope_cos_sin
@@ -84,6 +84,7 @@ class ModelSpec:
     rope_base_dim: int = 0  # the dim partial_rotary_factor takes its part of (transformers')
     sinks: bool = False
     direction: int = 1  # +1: a' = a cos - b sin; -1: the opposite turn (nanochat's)
+    rotary_start: int = 0  # the first rotated dim of a head (DeepSeek-V4's: head_dim - R)
     source: str = ""
     extra: dict = field(default_factory=dict)  # head_dims per layer type, mla: latent width, ...
 
@@ -94,10 +95,16 @@ class ModelSpec:
         return self.rope_parameters[self.layer_type(layer_type)]
 
     def layer_type(self, layer_type: str | None = None) -> str | None:
-        """A layer type with its own RoPE: the one named, or the global layers' (DeepSeek-V4:
-        its main attention's); None for a model with one set of parameters."""
+        """The key of a layer type's own RoPE parameters: the one named (or the key its
+        attention reads, DeepSeek-V4's), or the global layers' (where keys are not layer types:
+        those of the model's most common layer type); None for a model with one set."""
         if not _per_layer(self.rope_parameters):
             return None
+        reads = self.extra.get("rope_of_layers", {})  # DeepSeek-V4: {layer type: main | compress}
+        if layer_type is None and reads:
+            layer_type = max(reads, key=self.layer_types.count)
+        if layer_type in reads:
+            return reads[layer_type]
         if layer_type is None:
             keys = [k for k in ("full_attention", "main") if k in self.rope_parameters]
             return keys[0] if keys else next(iter(self.rope_parameters))
@@ -108,7 +115,8 @@ class ModelSpec:
             )
         return layer_type
 
-    def _base_dim(self, layer_type: str | None) -> int:
+    def base_dim(self, layer_type: str | None = None) -> int:
+        """The head dim of a layer type, which its partial_rotary_factor takes its part of."""
         dims = self.extra.get("head_dims", {})  # Gemma 4: head dims per layer type
         return dims.get(self.layer_type(layer_type)) or self.rope_base_dim or self.head_dim
 
@@ -132,12 +140,12 @@ class ModelSpec:
         fraction = float(p.get("partial_rotary_factor") or 1.0)
         if kind == "proportional":
             scaling = _linear(p.get("factor"))
-            return scaling, self._base_dim(layer_type), fraction, float(p["rope_theta"])
+            return scaling, self.base_dim(layer_type), fraction, float(p["rope_theta"])
         # the width the model's code turns (a config's partial_rotary_factor that the code
         # ignores is ignored here too), else the config's
         widths = self.extra.get("rotary_widths", {})
         rotary = widths.get(self.layer_type(layer_type) or "") or int(
-            self._base_dim(layer_type) * fraction
+            self.base_dim(layer_type) * fraction
         )
         return _scaling(kind, p, self.max_position_embeddings), rotary, 1.0, float(p["rope_theta"])
 
@@ -195,7 +203,7 @@ def load(model: str | Path | dict) -> ModelSpec:
     name, config = hf_config(model)
     with _transformers_quiet():
         spec = _spec(name, config, source=str(source_of(model)))
-        _hf_rotation.verify(spec, config)
+        _hf_check.verify(spec, config)
     for key in _hf_rotation.rope_keys(spec.rope_parameters, spec.layer_types):
         if spec.rope_parameters:  # a schedule posenc does not reproduce: refused here
             spec.schedule(key)
@@ -272,11 +280,12 @@ def _spec(name: str, config, source: str) -> ModelSpec:
         first = params[keys[0] if keys else next(iter(params))]
     facts.check_width(name, base_dim, first)
     layouts = (
-        _hf_rotation.layouts(name, config, params, layer_types)
+        _hf_rotation.layouts(name, config, params, layer_types, lambda k: dims.get(k) or base_dim)
         if params
         else {None: _hf_rotation.NO_ROPE}
     )
     layout = next(iter(layouts.values()))
+    reads = _hf_rotation.rope_of_layers(config, params, layer_types)  # DeepSeek-V4's
     window = getattr(text, "sliding_window", None)
     if getattr(text, "use_sliding_window", True) is False:
         window = None
@@ -305,6 +314,7 @@ def _spec(name: str, config, source: str) -> ModelSpec:
         nope_layers=tuple(i for i, use in enumerate(nope) if not use),
         sinks=text.model_type == "gpt_oss",
         direction=layout.direction,
+        rotary_start=layout.start,
         source=source,
         extra={
             **({"head_dims": dims} if len(set(dims.values())) > 1 else {}),
@@ -312,6 +322,7 @@ def _spec(name: str, config, source: str) -> ModelSpec:
             **({"attention_chunk": n} if (n := facts.attr(text, "attention_chunk_size")) else {}),
             **facts.temperature(text),
             **_hf_rotation.widths(layouts, params),
+            **({"rope_of_layers": reads} if reads else {}),
             **facts.elsewhere(text, first),
         },
     )

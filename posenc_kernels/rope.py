@@ -1,17 +1,19 @@
 """Fused rotary position embedding: q and k rotated in one launch, forward and backward.
 
 Reads each element of q and k once and writes it once, so its limit is a copy of the same bytes.
-File order: kernel -> launcher (checks, grid) -> torch.library custom ops -> autograd.Function
--> public `apply_rope` -> `FusedRoPE` module.
+File order: kernel -> launcher (grid) -> torch.library custom ops -> autograd.Function
+-> public `apply_rope` -> `FusedRoPE` module; the argument checks in _rope_checks.py.
 
-Why this file is long: one op per file in that order (docs/architecture.md), the checks of
-every argument the launcher takes (layouts, pairs, partial rotary, positions) with it.
+Why this file is long: one op per file in that order (docs/architecture.md), with the forms
+its one kernel covers (layouts, pairs, partial rotary anywhere in the head, q alone, the
+inverse, positions of every kind).
 
 Layout inside the kernel: q and k are seen as (B, L, H, D) through four strides each, whatever
 their memory order (`layout="bhsd"` is a transposed view, a fused-qkv split is a strided view);
 nothing is made contiguous. cos/sin are (L_max, F) float32 rows indexed by position, or
 (B, L, F) per-token rows (multi-axis RoPE: M-RoPE, 2D RoPE, every form that mixes positions per
 frequency reduces to them); F <= R/2 frequencies turn, the rest of the R/2 pairs pass (p-RoPE).
+The rotated dims start at rotary_start (0, or D - R for DeepSeek-V4's [no position | rotary]).
 """
 
 # No `from __future__ import annotations`: torch.library.custom_op and Triton read annotations.
@@ -24,6 +26,8 @@ import triton.language as tl
 from torch import Tensor, nn
 
 from posenc_kernels import rope_cpu
+from posenc_kernels._rope_checks import check as _check
+from posenc_kernels._rope_checks import check_start as _check_start
 from posenc_kernels._runtime import compiling, cpu_native, launches, native_cpu
 
 # ---------------------------------------------------------------------------------------------
@@ -48,6 +52,7 @@ def _rotate_heads(
     D,
     HALF,
     N_PAIRS,
+    LEAD,
     INTERLEAVED: tl.constexpr,
     COPY_TAIL: tl.constexpr,
     OFFS_64: tl.constexpr,
@@ -55,10 +60,10 @@ def _rotate_heads(
     BLOCK_HALF: tl.constexpr,
     BLOCK_TAIL: tl.constexpr,
 ):
-    """Rotate all heads of one token: x_ptr/o_ptr point at (b, l, head 0, dim 0). Pairs
-    (i, i + HALF) or (2i, 2i + 1) for i < N_PAIRS are read and written (N_PAIRS < HALF in place
-    with p-RoPE: the pairs that stand still are not touched). Offsets within the token are
-    32-bit unless OFFS_64 (a head stride past 2**31 elements)."""
+    """Rotate all heads of one token: x_ptr/o_ptr point at (b, l, head 0, dim LEAD), the first
+    rotated dim. Pairs (i, i + HALF) or (2i, 2i + 1) for i < N_PAIRS are read and written
+    (N_PAIRS < HALF in place with p-RoPE: the pairs that stand still are not touched). Offsets
+    within the token are 32-bit unless OFFS_64 (a head stride past 2**31 elements)."""
     offs_i = tl.arange(0, BLOCK_HALF)  # pair index i < R/2
     mask_i = offs_i < N_PAIRS
     for h0 in range(0, n_heads, BLOCK_H):
@@ -86,9 +91,11 @@ def _rotate_heads(
         else:
             tl.store(o_ptr + row_o + offs_i[None, :] * stride_od, a2.to(out_ty), mask=mask)
             tl.store(o_ptr + row_o + (offs_i[None, :] + HALF) * stride_od, b2.to(out_ty), mask=mask)
-        if COPY_TAIL:  # partial rotary, out of place: dims R .. D-1 pass through
-            offs_t = 2 * HALF + tl.arange(0, BLOCK_TAIL)
-            mask_t = mask_h & (offs_t[None, :] < D)
+        if COPY_TAIL:  # partial rotary, out of place: the D - R other dims pass through,
+            # the LEAD dims before the rotated ones and those after them, as one masked copy
+            offs_j = tl.arange(0, BLOCK_TAIL)
+            offs_t = tl.where(offs_j < LEAD, offs_j - LEAD, offs_j - LEAD + 2 * HALF)
+            mask_t = mask_h & (offs_j[None, :] < D - 2 * HALF)
             t = tl.load(x_ptr + row_x + offs_t[None, :] * stride_xd, mask=mask_t)
             tl.store(o_ptr + row_o + offs_t[None, :] * stride_od, t, mask=mask_t)
 
@@ -110,6 +117,7 @@ def _rope_kernel(
     HALF,
     NFREQ,
     N_PAIRS,
+    LEAD,
     pos_offset,
     stride_qb,
     stride_ql,
@@ -147,7 +155,9 @@ def _rope_kernel(
     L2 (per-token rows: read once, 8 NFREQ bytes a token, about 3% of Qwen2-VL-7B's q and k).
     Frequencies NFREQ .. HALF - 1 get cos 1 and sin 0 (p-RoPE). XPOS: q's rows times the scale
     row, k's divided by it. BACKWARD rotates by -angle with the same scale (each pair's map is a
-    scale times a rotation, whose transpose is the scale times the inverse rotation).
+    scale times a rotation, whose transpose is the scale times the inverse rotation): the
+    backward, and the forward of an inverse rotation (DeepSeek-V4's output). The rotated dims
+    start at LEAD (q_ptr and the others point there; DeepSeek-V4's heads rotate their last R).
     The token's base address is 64-bit (B * L * H * D may exceed 2**31).
     """
     pid = tl.program_id(0).to(tl.int64)
@@ -184,6 +194,7 @@ def _rope_kernel(
         D,
         HALF,
         N_PAIRS,
+        LEAD,
         INTERLEAVED,
         COPY_TAIL,
         OFFS_64,
@@ -204,6 +215,7 @@ def _rope_kernel(
         D,
         HALF,
         N_PAIRS,
+        LEAD,
         INTERLEAVED,
         COPY_TAIL,
         OFFS_64,
@@ -220,13 +232,26 @@ def _rope_kernel(
 
 @launches
 def _launch(
-    q, k, q_out, k_out, cos, sin, scale, pos, offset: int, rotary: int, interleaved, backward
+    q,
+    k,
+    q_out,
+    k_out,
+    cos,
+    sin,
+    scale,
+    pos,
+    offset: int,
+    rotary: int,
+    start: int,
+    interleaved,
+    backward,
 ):
     """q, k, q_out, k_out are (B, L, H, D) views (any strides); pos None, (B,) or (B, L);
-    cos/sin/scale (L_max, F) or (B | 1, L, F); rotary: R, the span of the rotated pairs. CPU
-    tensors outside the interpreter: the one-pass C kernel (posenc_kernels/rope_cpu.py)."""
+    cos/sin/scale (L_max, F) or (B | 1, L, F); rotary: R, the span of the rotated pairs, from
+    dim start. CPU tensors outside the interpreter: the one-pass C kernel
+    (posenc_kernels/rope_cpu.py)."""
     if cpu_native(q):
-        args = scale, pos, offset, rotary, interleaved, backward
+        args = scale, pos, offset, rotary, start, interleaved, backward
         return rope_cpu.launch(q, k, q_out, k_out, cos, sin, *args)
     bsz, seq_len, hq, d = q.shape
     hk = k.shape[2]
@@ -256,10 +281,10 @@ def _launch(
     )
     grid = (bsz * seq_len,)
     _rope_kernel[grid](
-        q,
-        k,
-        q_out,
-        k_out,
+        q[..., start:],  # each pointer at the first rotated dim; the kernel copies the rest
+        k[..., start:],
+        q_out[..., start:],
+        k_out[..., start:],
         cos,
         sin,
         cos if scale is None else scale,  # unused without xPos: any pointer
@@ -271,6 +296,7 @@ def _launch(
         half,
         n_freq,
         n_freq if in_place else half,  # in place, the pairs that stand still are not touched
+        start,
         offset,
         *q.stride(),
         *k.stride(),
@@ -292,94 +318,6 @@ def _launch(
     )
 
 
-def _check(q, k, cos, sin, scale, pos, offset: int, rotary: int) -> None:
-    """Every argument check, with the argument's name in the message."""
-    for name, t in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must be floating point, got {t.dtype}")
-    if q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise TypeError(f"q must be float32, float16 or bfloat16, got {q.dtype}")
-    if k.dtype != q.dtype:
-        raise TypeError(f"k is {k.dtype} but q is {q.dtype}")
-    (bsz, seq_len, _, d), (kb, kl, _, kd) = q.shape, k.shape
-    if kd != d:
-        raise ValueError(f"q and k head dims differ: q has D={d}, k has D={kd}")
-    if (kb, kl) != (bsz, seq_len):
-        raise ValueError(f"q is (B={bsz}, L={seq_len}) but k is (B={kb}, L={kl})")
-    if d % 2:
-        raise ValueError(f"head dim D must be even, got {d}")
-    if cos.dim() not in (2, 3) or sin.shape != cos.shape:
-        raise ValueError(
-            f"cos and sin must both be (L_max, F) or per-token (B, L, F), got {tuple(cos.shape)} "
-            f"and {tuple(sin.shape)}"
-        )
-    if cos.dtype != torch.float32 or sin.dtype != torch.float32:
-        raise TypeError(f"cos and sin must be float32 tables, got {cos.dtype} and {sin.dtype}")
-    n_freq = cos.shape[-1]
-    if 2 * n_freq > d:
-        raise ValueError(f"rotary dim R = 2 * cos.shape[-1] = {2 * n_freq} exceeds D={d}")
-    if isinstance(rotary, bool) or not isinstance(rotary, int) or rotary % 2:
-        raise ValueError(f"rotary_dim must be an even int, got {rotary!r}")
-    if not 2 * n_freq <= rotary <= d:
-        raise ValueError(
-            f"rotary_dim must lie in 2 * cos.shape[-1] = {2 * n_freq} .. D={d}, got {rotary}"
-        )
-    if cos.stride(-1) != 1 or sin.stride() != cos.stride():
-        raise ValueError("cos and sin must have unit stride along F and the same strides")
-    if scale is not None and (
-        not isinstance(scale, Tensor)
-        or scale.shape != cos.shape
-        or scale.dtype != torch.float32
-        or scale.stride() != cos.stride()
-    ):
-        raise ValueError(
-            f"xpos_scale must be a float32 table shaped and strided like cos {tuple(cos.shape)}, "
-            f"got {getattr(scale, 'shape', scale)}"
-        )
-    others = (("k", k), ("cos", cos), ("sin", sin), ("xpos_scale", scale), ("positions", pos))
-    for name, t in others:
-        if t is not None and t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
-    if cos.dim() == 3:
-        if tuple(cos.shape[:2]) not in ((bsz, seq_len), (1, seq_len)):
-            raise ValueError(
-                f"per-token cos/sin must be (B, L, F) = ({bsz}, {seq_len}, F) or (1, L, F), got "
-                f"{tuple(cos.shape)}"
-            )
-        if pos is not None or offset:
-            raise ValueError(
-                "positions must be None with per-token cos/sin (B, L, F): their rows are the "
-                "tokens' own"
-            )
-        return
-    n_rows = cos.shape[0]
-    if pos is not None:
-        if pos.is_floating_point() or pos.dtype == torch.bool:
-            raise TypeError(f"positions must be an integer tensor, got {pos.dtype}")
-        if pos.shape not in ((bsz,), (bsz, seq_len)):
-            raise ValueError(
-                f"positions must be (B,) = ({bsz},) or (B, L) = ({bsz}, {seq_len}), "
-                f"got {tuple(pos.shape)}"
-            )
-        # On the device, without a host sync (a decoding step stays capturable in a CUDA
-        # graph and compilable with fullgraph=True): an out-of-range position fails there.
-        last = pos + (seq_len - 1) if pos.dim() == 1 else pos
-        torch._assert_async(
-            ((pos >= 0) & (last < n_rows)).all(),
-            f"positions must lie in 0 .. {n_rows - 1} (the rows of cos/sin)",
-        )
-        return
-    lo, hi = offset, offset + seq_len - 1
-    if lo < 0:
-        raise ValueError(f"positions must be >= 0, got {lo}")
-    if hi >= n_rows:
-        raise ValueError(
-            f"cos/sin have {n_rows} rows but the largest position is {hi}: build longer tables"
-        )
-
-
 # ---------------------------------------------------------------------------------------------
 # Custom ops: one opaque op each for torch.compile (a raw launch cannot be traced under the
 # interpreter), with fake implementations that only describe the outputs.
@@ -396,16 +334,17 @@ def _rope_op(
     pos: Tensor | None,
     offset: int,
     rotary: int,
+    start: int,
     interleaved: bool,
     backward: bool,
 ) -> tuple[Tensor, Tensor]:
     q_out, k_out = torch.empty_like(q), torch.empty_like(k)
-    _launch(q, k, q_out, k_out, cos, sin, scale, pos, offset, rotary, interleaved, backward)
+    _launch(q, k, q_out, k_out, cos, sin, scale, pos, offset, rotary, start, interleaved, backward)
     return q_out, k_out
 
 
 @_rope_op.register_fake
-def _(q, k, cos, sin, scale, pos, offset, rotary, interleaved, backward):
+def _(q, k, cos, sin, scale, pos, offset, rotary, start, interleaved, backward):
     return torch.empty_like(q), torch.empty_like(k)
 
 
@@ -419,25 +358,27 @@ def _rope_inplace_op(
     pos: Tensor | None,
     offset: int,
     rotary: int,
+    start: int,
     interleaved: bool,
     backward: bool,
 ) -> None:
-    _launch(q, k, q, k, cos, sin, scale, pos, offset, rotary, interleaved, backward)
+    _launch(q, k, q, k, cos, sin, scale, pos, offset, rotary, start, interleaved, backward)
 
 
 @_rope_inplace_op.register_fake
-def _(q, k, cos, sin, scale, pos, offset, rotary, interleaved, backward):
+def _(q, k, cos, sin, scale, pos, offset, rotary, start, interleaved, backward):
     return None
 
 
-def _rope(q, k, cos, sin, scale, pos, offset: int, rotary: int, interleaved: bool, backward: bool):
+def _rope(q, k, cos, sin, *args):
     """The op as torch.compile sees it (a custom op it can trace), or, in eager mode, the launch
     itself: the custom op's dispatch cost more host time than the rest of the call (96 -> 37 us,
-    python -m bench.audit.host, docs/kernels.md)."""
+    python -m bench.audit.host, docs/kernels.md). args: scale, pos, offset, rotary, start,
+    interleaved, backward."""
     if compiling():
-        return _rope_op(q, k, cos, sin, scale, pos, offset, rotary, interleaved, backward)
+        return _rope_op(q, k, cos, sin, *args)
     q_out, k_out = torch.empty_like(q), torch.empty_like(k)
-    _launch(q, k, q_out, k_out, cos, sin, scale, pos, offset, rotary, interleaved, backward)
+    _launch(q, k, q_out, k_out, cos, sin, *args)
     return q_out, k_out
 
 
@@ -447,21 +388,24 @@ def _rope(q, k, cos, sin, scale, pos, offset: int, rotary: int, interleaved: boo
 
 
 class RoPEFunction(torch.autograd.Function):
-    """(q, k) -> (S R q, S^-1 R k) with S the xPos scale (1 without); backward applies
-    R^T S = rotation by -angle with the same scale, with the same kernel."""
+    """(q, k) -> (S R q, S^-1 R k) with S the xPos scale (1 without) and R the rotation (its
+    inverse with inverse=True); backward applies R^T S, the rotation the other way with the same
+    scale, with the same kernel."""
 
     @staticmethod
-    def forward(ctx, q, k, cos, sin, scale, pos, offset, rotary, interleaved):
+    def forward(ctx, q, k, cos, sin, scale, pos, offset, rotary, start, interleaved, inverse):
         ctx.save_for_backward(cos, sin, scale, pos)
-        ctx.args, ctx.native = (offset, rotary, interleaved), cpu_native(q)
-        return _rope(q, k, cos, sin, scale, pos, offset, rotary, interleaved, False)
+        ctx.args, ctx.native = (offset, rotary, start, interleaved), cpu_native(q)
+        ctx.inverse = inverse
+        return _rope(q, k, cos, sin, scale, pos, offset, rotary, start, interleaved, inverse)
 
     @staticmethod
     def backward(ctx, grad_q, grad_k):
         cos, sin, scale, pos = ctx.saved_tensors
         with native_cpu() if ctx.native else contextlib.nullcontext():  # the forward's kernel
-            grad_q, grad_k = _rope(grad_q, grad_k, cos, sin, scale, pos, *ctx.args, True)
-        return grad_q, grad_k, *(None,) * 7
+            args = scale, pos, *ctx.args, not ctx.inverse
+            grad_q, grad_k = _rope(grad_q, grad_k, cos, sin, *args)
+        return grad_q, grad_k, *(None,) * 9
 
 
 # ---------------------------------------------------------------------------------------------
@@ -471,7 +415,7 @@ class RoPEFunction(torch.autograd.Function):
 
 def apply_rope(
     q: Tensor,
-    k: Tensor,
+    k: Tensor | None,
     cos: Tensor,
     sin: Tensor,
     *,
@@ -481,11 +425,14 @@ def apply_rope(
     layout: str = "bshd",
     xpos_scale: Tensor | None = None,
     rotary_dim: int | None = None,
-) -> tuple[Tensor, Tensor]:
+    rotary_start: int = 0,
+    inverse: bool = False,
+) -> tuple[Tensor, Tensor | None]:
     """Rotate q and k by their positions' angles in one fused launch.
 
     q: (B, L, Hq, D) for layout="bshd" or (B, Hq, L, D) for "bhsd"; k likewise with Hk heads
-       (Hk != Hq for grouped-query attention). Any strides; float32, float16 or bfloat16, with
+       (Hk != Hq for grouped-query attention), or None: q alone turns (an indexer's queries,
+       DeepSeek-V4's) and k_out is None. Any strides; float32, float16 or bfloat16, with
        float32 arithmetic.
     cos, sin: (L_max, F) float32 tables from `posenc.functional.rope_cos_sin` with F = R/2,
        R <= D (dims R .. D - 1 pass through unchanged), rows indexed by position; or per-token
@@ -498,6 +445,10 @@ def apply_rope(
     rotary_dim: R, when the tables have fewer than R/2 columns: p-RoPE, only the first F
        frequencies turn and the other pairs pass through (in place they are not even read).
     interleaved: False pairs (i, i + R/2) (GPT-NeoX, Llama); True pairs (2i, 2i + 1) (GPT-J).
+    rotary_start: the first rotated dim s (dims s .. s + R - 1 turn, the others pass): 0, or
+       D - R where a head is laid out [no position | rotary] (DeepSeek-V4).
+    inverse: turn by minus the angles (DeepSeek-V4 turns its attention output back at the
+       query's position): the same launch with -sin, no table negated.
     inplace: True writes the result into q and k themselves and returns them (not
        differentiable); False allocates outputs with q's and k's layouts and leaves them untouched.
     Returns (q_out, k_out) shaped like q and k. Differentiable in q and k (not in cos/sin).
@@ -512,27 +463,32 @@ def apply_rope(
         raise TypeError(
             f"positions must be None, an int or a tensor, got {type(positions).__name__}"
         )
-    for name, t in (("q", q), ("k", k)):
+    for name, t in (("q", q), ("k", q if k is None else k)):
         if not isinstance(t, Tensor) or t.dim() != 4:
             raise ValueError(
                 f"{name} must be a 4-D tensor ({layout}), got {getattr(t, 'shape', t)}"
             )
-    qv, kv = (q, k) if layout == "bshd" else (q.transpose(1, 2), k.transpose(1, 2))
+    if not isinstance(inverse, bool):
+        raise TypeError(f"inverse must be a bool, got {inverse!r}")
+    qv = q if layout == "bshd" else q.transpose(1, 2)
+    # k=None: an empty-head view of q, so the kernel's k loop runs zero times
+    kv = qv[:, :, :0] if k is None else k if layout == "bshd" else k.transpose(1, 2)
     rotary = 2 * cos.shape[-1] if rotary_dim is None and isinstance(cos, Tensor) else rotary_dim
     _check(qv, kv, cos, sin, xpos_scale, pos, offset, rotary)
-    args = xpos_scale, pos, offset, rotary, interleaved
+    _check_start(rotary_start, qv.shape[-1], rotary)
+    args = xpos_scale, pos, offset, rotary, rotary_start, interleaved
     if inplace:
-        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+        if torch.is_grad_enabled() and (q.requires_grad or kv.requires_grad):
             raise ValueError("inplace=True is not differentiable: use inplace=False for training")
         if compiling():
-            _rope_inplace_op(qv, kv, cos, sin, *args, False)
+            _rope_inplace_op(qv, kv, cos, sin, *args, inverse)
         else:  # eager: the launch itself (see _rope)
-            _launch(qv, kv, qv, kv, cos, sin, *args, False)
+            _launch(qv, kv, qv, kv, cos, sin, *args, inverse)
         return q, k
-    q_out, k_out = RoPEFunction.apply(qv, kv, cos, sin, *args)
+    q_out, k_out = RoPEFunction.apply(qv, kv, cos, sin, *args, inverse)
     if layout == "bhsd":
         q_out, k_out = q_out.transpose(1, 2), k_out.transpose(1, 2)
-    return q_out, k_out
+    return q_out, None if k is None else k_out
 
 
 class FusedRoPE(nn.Module):
@@ -588,10 +544,9 @@ class FusedRoPE(nn.Module):
         if x.shape[-1] != self.dim:
             raise ValueError(f"x's last dim must be dim={self.dim}, got {x.shape[-1]}")
         x4 = x.unsqueeze(2) if x.dim() == 3 else x.transpose(1, 2)  # (B, L, H, D) view
-        # k is an empty-head view of q: the kernel's k loop runs zero times.
         out, _ = apply_rope(
             x4,
-            x4[:, :, :0],
+            None,
             self.cos_cached,
             self.sin_cached,
             positions=positions,

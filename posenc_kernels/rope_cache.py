@@ -129,6 +129,7 @@ def _rope_cache_kernel(
         D,
         HALF,
         N_PAIRS_Q,
+        0,  # the rotated dims lead the head
         INTERLEAVED,
         COPY_TAIL_Q,
         OFFS_64,
@@ -152,6 +153,7 @@ def _rope_cache_kernel(
             D,
             HALF,
             HALF,
+            0,
             INTERLEAVED,
             COPY_TAIL_K,
             OFFS_64,

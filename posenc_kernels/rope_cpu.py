@@ -80,7 +80,7 @@ def library() -> ctypes.CDLL:
     lib.rope_rows.restype = None
     lib.rope_rows.argtypes = [
         ctypes.c_int, _P, _P, _P, _P, _P, _P, _P, _P, ctypes.c_int, _I64, _I64, _P, _I64, _I64,
-        _I64, _I64, _I64, ctypes.c_int, ctypes.c_float, _I64, _I64,
+        _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_float, _I64, _I64,
     ]  # fmt: skip
     return lib
 
@@ -103,6 +103,7 @@ def rotate(
     half: int,
     positions: Tensor | None = None,
     offset: int = 0,
+    start: int = 0,
     interleaved: bool = False,
     scale: Tensor | None = None,
     divide: bool = False,
@@ -110,7 +111,8 @@ def rotate(
 ) -> Tensor:
     """out <- x turned by the tables' angles (minus them with inverse), x and out (B, H, L, D)
     views of one dtype (out may be x), last stride 1; cos, sin (and scale) float32 (T, F) rows
-    by position or (B or 1, L, F) per token; positions int64 (B, L) or broadcast views of it."""
+    by position or (B or 1, L, F) per token; positions int64 (B, L) or broadcast views of it;
+    the rotated pairs counted from dim start."""
     lib = library()
     b, h, n, d = x.shape
     if cos.dim() == 2:  # rows by position (T, F): every sequence reads the same table
@@ -140,6 +142,7 @@ def rotate(
         pb,
         pl,
         offset,
+        start,
         half,
         cos.shape[-1],
         int(interleaved),
@@ -156,14 +159,16 @@ def rotate(
     return out
 
 
-def launch(q, k, q_out, k_out, cos, sin, scale, pos, offset, rotary, interleaved, backward):
+def launch(q, k, q_out, k_out, cos, sin, scale, pos, offset, rotary, start, interleaved, backward):
     """rope.py's launch on the CPU: q, k, q_out, k_out (B, L, H, D) views; pos None, (B,) or
     (B, L); the xPos scale multiplies q's rows and divides k's."""
     if pos is not None and pos.dim() == 1:  # one offset per sequence: position pos[b] + l
         pos = pos[:, None] + torch.arange(q.shape[1], dtype=pos.dtype)
     if pos is not None:
         pos = pos.to(torch.int64)
-    common = dict(half=rotary // 2, positions=pos, offset=offset, interleaved=interleaved)
+    common = dict(
+        half=rotary // 2, positions=pos, offset=offset, start=start, interleaved=interleaved
+    )
     for x, out, divide in ((q, q_out, False), (k, k_out, True)):
         x4, out4 = x.transpose(1, 2), out.transpose(1, 2)  # (B, H, L, D)
         if out.data_ptr() == x.data_ptr() and any(

@@ -131,6 +131,11 @@ def interleaved(point: Point) -> bool:
     return bool(point.model) and spec_of(point.model).interleaved
 
 
+def rotary_start(point: Point) -> int:
+    """The first rotated dim of a head: its model's (DeepSeek-V4's: D - R), else 0."""
+    return spec_of(point.model).rotary_start if point.model else 0
+
+
 # The relative-bias family of the models without RoPE (transformers' model types)
 BIAS_OF = {"t5": "t5", "mt5": "t5", "umt5": "t5", "longt5": "t5", "bloom": "alibi", "mpt": "alibi"}
 
@@ -183,6 +188,7 @@ def schedule_text(point: Point) -> str:
     ]
     shown += [f"p {fraction:g}"] if fraction != 1.0 else []  # p-RoPE: the turning frequencies
     text = (kind or "default") + (f" ({', '.join(shown)})" if shown else "") + f", base {theta:g}"
-    text += f", {min(rotary, point.head_dim)} of {point.head_dim} dims"
+    last = "the last " if spec.rotary_start else ""
+    text += f", {last}{min(rotary, point.head_dim)} of {point.head_dim} dims"
     text += ", interleaved" if spec.interleaved else ", half-split"
     return text + (", turning the other way" if spec.direction == -1 else "")

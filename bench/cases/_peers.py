@@ -211,7 +211,7 @@ def model_rotation(model: str):
     return rotation, (_hf_rotation.layout(rotation) if rotation is not None else None)
 
 
-def model_hf_problem(model: str, head_dim: int) -> str | None:
+def model_hf_problem(model: str, head_dim: int, targets: str = "qk") -> str | None:
     """Why the model's own rotation cannot be an `hf` row of the rope case, or None."""
     rotation, layout = model_rotation(model)
     if rotation is None:
@@ -220,17 +220,23 @@ def model_hf_problem(model: str, head_dim: int) -> str | None:
         return "its rotation writes dims in another order (scores agree, outputs cannot)"
     if not rotation.takes(head_dim):
         return "partial rotary: the model's attention slices q and k around this call"
+    if targets != "qk" and not rotation.one_at_a_time:
+        return f"rope_targets={targets}: the model's apply function turns q and k together"
     return None
 
 
-def model_call(model: str, q, k):
-    """The model's own rotation in transformers, on q and k as its attention hands them over:
-    its rotary embedding's tables for positions 0 .. L-1 (its global layers'; built once, not
-    timed), then its modeling module's apply function (posenc/_hf_rotation.py)."""
+def model_call(model: str, layer: str | None, xs):
+    """The model's own rotation in transformers, on q and k (or q alone, or an output turned
+    back with (cos, -sin), as DeepSeek-V4's attention does) as its attention hands them over:
+    its rotary embedding's tables of the layer's RoPE key for positions 0 .. L-1 (built once,
+    not timed), then its modeling module's apply function (posenc/_hf_rotation.py)."""
     import torch
 
     rotation = model_rotation(model)[0]
-    rotation.rotary.to(q.device)
-    positions = torch.arange(q.shape[2], device=q.device)
-    out = rotation.tables(positions, None, q.dtype)
-    return lambda: rotation.apply_tables(q, k, out)
+    rotation.rotary.to(xs[0].device)
+    positions = torch.arange(xs[0].shape[2], device=xs[0].device)
+    cos, sin = out = rotation.tables(positions, layer, xs[0].dtype)
+    if not rotation.one_at_a_time:
+        return lambda: rotation.apply_tables(*xs, out)
+    turns = [(x, sin) for x in xs[:2]] + [(x, -sin) for x in xs[2:]]  # o: the inverse
+    return lambda: tuple(rotation.apply(x, cos, s) for x, s in turns)

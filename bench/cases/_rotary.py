@@ -34,33 +34,38 @@ def heads_tensor(point: Point, heads: int, device, dtype):
 
 
 def triton_call(q, k, cos, sin, **kwargs):
-    """posenc_kernels.apply_rope on (B, H, L, D) q and k as its users call it: through its layout
-    argument, on the memory as it is (bshd memory is passed as bshd, not transposed back)."""
+    """posenc_kernels.apply_rope on (B, H, L, D) q and k (or None) as its users call it: through
+    its layout argument, on the memory as it is (bshd memory is passed as bshd, not transposed
+    back)."""
     apply_rope = triton_kernels().apply_rope
     if q.transpose(1, 2).is_contiguous():  # bshd memory: the kernel's own layout argument
-        qs, ks = q.transpose(1, 2), k.transpose(1, 2)
+        qs, ks = q.transpose(1, 2), None if k is None else k.transpose(1, 2)
 
         def bshd():
-            qo, ko = apply_rope(qs, ks, cos, sin, layout="bshd", **kwargs)
-            return qo.transpose(1, 2), ko.transpose(1, 2)
+            out = apply_rope(qs, ks, cos, sin, layout="bshd", **kwargs)
+            return tuple(None if x is None else x.transpose(1, 2) for x in out)
 
         return bshd
     return lambda: apply_rope(q, k, cos, sin, layout="bhsd", **kwargs)
 
 
-def liger_copies(inputs):
-    """Private copies of q and k in the point's memory order, for a kernel that writes into
-    its inputs; they are the leaves its gradients reach."""
-    q, k = (inputs[n].detach().clone(memory_format=torch.preserve_format) for n in "qk")
-    q.requires_grad_(inputs["q"].requires_grad)
-    k.requires_grad_(inputs["k"].requires_grad)
-    return q, k
+def own_copies(inputs, names=("q", "k")) -> tuple:
+    """Private copies of the named inputs in the point's memory order, for a kernel that
+    writes into its inputs; they are the leaves its gradients reach."""
+    copies = []
+    for n in names:
+        x = inputs[n].detach().clone(memory_format=torch.preserve_format)
+        copies.append(x.requires_grad_(inputs[n].requires_grad))
+    return tuple(copies)
 
 
-def rotation_cost(point: Point, dtype, mode: str, table_rows: int, table_cols: int) -> Cost:
-    """q and k read and written once, two float32 tables of table_rows x table_cols (a third
-    for xPos's scale), 3 FLOPs per element."""
-    n = point.batch * point.seq_len * point.head_dim * (point.num_heads + point.kv_heads)
+def rotation_cost(
+    point: Point, dtype, mode: str, table_rows: int, table_cols: int, heads: int = 0
+) -> Cost:
+    """q and k (or `heads` heads in all) read and written once, two float32 tables of
+    table_rows x table_cols (a third for xPos's scale), 3 FLOPs per element."""
+    heads = heads or point.num_heads + point.kv_heads
+    n = point.batch * point.seq_len * point.head_dim * heads
     n_tables = 3 if point.rope_variant == "xpos" else 2
     one = Cost(2 * n * dtype.itemsize + n_tables * table_rows * table_cols * 4, 3 * n)
     return per_mode(one, one, mode)

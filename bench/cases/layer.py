@@ -72,9 +72,9 @@ from bench.cases._model import (
     spec_of,
     window_of,
 )
+from bench.cases._schedule import ROPE_SCALING, scaling_of
 from bench.cases.families import FAMILIES, NO_BIAS
 from bench.cases.multimodal import MROPE_STYLE, _mrope_constraint, mrope_section, mrope_segments
-from bench.cases.rope import ROPE_SCALING, scaling_of
 from bench.checks import positive_ints
 from bench.registry import Case, Cost, Impl, Knob, Level, Point
 from posenc import functional as F

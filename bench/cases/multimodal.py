@@ -27,8 +27,8 @@ from bench.cases._peers import hf_impl, mrope_call
 from bench.cases._rotary import (
     LAYOUT,
     heads_tensor,
-    liger_copies,
     liger_impl,
+    own_copies,
     rotation_cost,
     triton_call,
     triton_impl,
@@ -147,7 +147,7 @@ def _liger_mrope(inputs):
     and the sections; in place on its own copies (bench/cases/_rotary.py)."""
     from liger_kernel.ops.qwen2vl_mrope import LigerQwen2VLMRopeFunction
 
-    q, k = liger_copies(inputs)
+    q, k = own_copies(inputs)
     head_dim = q.shape[-1]
     cos, sin = F.rope_cos_sin(inputs["position_ids"], head_dim)  # (3, B, L, D/2)
     cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
@@ -266,7 +266,7 @@ def _liger_2d(inputs):
     """Liger's RoPE with the grid's tables as its (1, L, D) cos and sin (both halves)."""
     from liger_kernel.ops.rope import LigerRopeFunction
 
-    q, k = liger_copies(inputs)
+    q, k = own_copies(inputs)
     cos, sin = (torch.cat((inputs[n], inputs[n]), -1)[None] for n in ("cos", "sin"))
     return Call(lambda: LigerRopeFunction.apply(q, k, cos, sin), leaves={"q": q, "k": k})
 

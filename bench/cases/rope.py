@@ -5,12 +5,20 @@ by it: scale_base 512, centred at L/2 as flash-attn centres it) or p-RoPE (p = 1
 highest quarter of the frequencies turn; the kernel gets only their tables); `layout` is the
 memory order (bhsd, or bshd: the (B, H, L, D) tensors are transposed views of (B, L, H, D)
 memory, as a model's projections produce them), `num_kv_heads` the heads of k (grouped-query
-attention). Every implementation gets the same logical tensors; each is called the way its own
+attention), `rope_targets` what turns: q and k, q alone (an indexer's queries), or q and k then
+an output shaped like q turned back by minus the angles (DeepSeek-V4's attention, whose values
+are its rotated keys). With model=, the model's pairs, rotary width and the rotated slice's
+place in the head (DeepSeek-V4's last 64 of 512 dims), all read from its code in transformers.
+Every implementation gets the same logical tensors; each is called the way its own
 documentation calls it, in that memory: nothing is made contiguous inside a timed call except
 where an implementation does so itself (said in its row).
 
-Cost model: forward and backward each read q and k (or their gradients) once and write them
-once, plus the (L, D/2) float32 cos and sin tables; 3 FLOPs per element (a pair: 4 mul, 2 add).
+Why this file is long: ten implementations of one case, each called as its own documentation
+calls it, and the forms they take (variants, targets, a model's slice) beside them.
+
+Cost model: forward and backward each read the turned tensors (or their gradients) once and
+write them once, plus the (L, D/2) float32 cos and sin tables; 3 FLOPs per element (a pair:
+4 mul, 2 add).
 """
 
 from __future__ import annotations
@@ -22,7 +30,15 @@ from bench.cases._common import (
     compile_impl,
     native_impl,
 )
-from bench.cases._model import MODEL, interleaved, model_only, model_tables, rotary_cols
+from bench.cases._model import (
+    MODEL,
+    interleaved,
+    model_only,
+    model_tables,
+    rotary_cols,
+    rotary_start,
+    spec_of,
+)
 from bench.cases._peers import (
     hf_impl,
     llama_config,
@@ -33,40 +49,18 @@ from bench.cases._peers import (
 from bench.cases._rotary import (
     LAYOUT,
     heads_tensor,
-    liger_copies,
     liger_impl,
+    own_copies,
     rotation_cost,
     triton_call,
     triton_impl,
 )
-from bench.checks import at_least_one, one_of, positive_ints, positive_numbers
+from bench.cases._schedule import ROPE_SCALING, SCHEDULE, scaling_of
+from bench.checks import one_of
 from bench.registry import Call, Case, Cost, Impl, Knob, Level, Point
 from posenc import functional as F
 from posenc import seed
 
-# Long-context schedules (posenc/_scaling.py), as a sweep knob: an 8x extension of a 4096-token
-# original context, the shape of Llama 3.1's (which extends 8192 by 8) at this harness's lengths.
-SCALINGS = ("none", "linear", "dynamic", "yarn", "llama3", "longrope")
-ROPE_SCALING = Knob(
-    "rope_scaling",
-    "none",
-    "RoPE's long-context schedule: " + ", ".join(SCALINGS),
-    one_of(*SCALINGS),
-    model_sets=True,
-)
-ORIGINAL, FACTOR = 4096, 8.0  # the knobs' defaults: an 8x extension of a 4096-token context
-
-
-def _schedule_knob(name: str, default, text: str, check) -> Knob:
-    return Knob(name, default, text, check, quiet_default=True, model_sets=True)
-
-
-THETA_HELP, FACTOR_HELP = "RoPE's base (Llama 3: 500000)", "the schedule's extension factor"
-ROPE_THETA = _schedule_knob("rope_theta", 10000.0, THETA_HELP, positive_numbers)
-ROPE_FACTOR = _schedule_knob("rope_factor", FACTOR, FACTOR_HELP, at_least_one)
-ORIGINAL_HELP = "the schedule's original context (original_max_position_embeddings)"
-ROPE_ORIGINAL = _schedule_knob("rope_original", ORIGINAL, ORIGINAL_HELP, positive_ints)
-SCHEDULE = (ROPE_THETA, ROPE_FACTOR, ROPE_ORIGINAL)
 VARIANTS = ("plain", "xpos", "p_rope")
 ROPE_VARIANT = Knob(
     "rope_variant",
@@ -76,23 +70,19 @@ ROPE_VARIANT = Knob(
     model_sets=True,
 )
 XPOS_SCALE_BASE, P_ROPE = 512.0, 0.25
-
-
-def scaling_of(point: Point) -> dict | None:
-    """The scaling dict of the point's schedule (knobs rope_scaling, rope_factor,
-    rope_original); LongRoPE's per-dimension factors: 1 (short) and 1 to the extension's factor,
-    rising with the wavelength (long), as its searched factors do."""
-    name, factor = point.rope_scaling, float(point.rope_factor)
-    if name == "none":
-        return None
-    base = {"type": name, "original_max_position_embeddings": point.rope_original}
-    if name == "longrope":
-        pairs = point.head_dim // 2
-        long = [1.0 + (factor - 1.0) * i / max(pairs - 1, 1) for i in range(pairs)]
-        return dict(base, short_factor=[1.0] * pairs, long_factor=long, factor=factor)
-    if name == "linear":
-        return {"type": "linear", "factor": factor}
-    return dict(base, factor=factor)
+TARGETS = {  # what turns: the tensors by name, in the outputs' order
+    "qk": ("q", "k"),
+    "q": ("q",),
+    "qk_out": ("q", "k", "o"),
+}
+ROPE_TARGETS = Knob(
+    "rope_targets",
+    "qk",
+    "what turns: qk (q and k), q (q alone: an indexer's queries) or qk_out (q and k, then "
+    "an output shaped like q turned back at the query's position: DeepSeek-V4's attention)",
+    one_of(*TARGETS),
+    quiet_default=True,
+)
 
 
 def _scaled_tables(point: Point, dtype, device):
@@ -115,16 +105,19 @@ def _scaled_tables(point: Point, dtype, device):
 def _plain_only(point: Point) -> str | None:
     if point.model:
         return "the tutorial's RoPE is no model's"
+    if point.rope_targets != "qk":
+        return f"the tutorial's RoPE turns q and k (rope_targets={point.rope_targets})"
     if point.rope_variant != "plain":
         return f"the tutorial's RoPE has no {point.rope_variant}"
     return None if point.rope_scaling == "none" else "the tutorial's RoPE has no scaling"
 
 
-def _qk_tables(cos, sin, scale):
-    """((cos, sin) of q, (cos, sin) of k): the same but for xPos, which scales them apart."""
+def _target_tables(cos, sin, scale):
+    """{name: (cos, sin)} of q, k and an output turned back (o: minus the angles); q's and
+    k's the same but for xPos, which scales them apart."""
     if scale is None:
-        return (cos, sin), (cos, sin)
-    return (cos * scale, sin * scale), (cos / scale, sin / scale)
+        return {"q": (cos, sin), "k": (cos, sin), "o": (cos, -sin)}
+    return {"q": (cos * scale, sin * scale), "k": (cos / scale, sin / scale)}
 
 
 def _tables(point: Point, dtype, device):
@@ -146,15 +139,20 @@ def _xpos(point: Point, dtype, device):
 
 def _build(point: Point, device, dtype):
     cos, sin, scale = _tables(point, torch.float32, device)
-    inputs = {
-        "q": heads_tensor(point, point.num_heads, device, dtype),
-        "k": heads_tensor(point, point.kv_heads, device, dtype),
+    names = TARGETS[point.rope_targets]
+    heads = {"q": point.num_heads, "k": point.kv_heads, "o": point.num_heads}
+    tables = _target_tables(cos, sin, scale)  # what an eager user precomputes
+    truth = _target_tables(*_tables(point, torch.float64, device))
+    inputs = {n: heads_tensor(point, heads[n], device, dtype) for n in names}
+    inputs |= {
+        "names": names,  # q, k, o: those the point turns, in the outputs' order
         "cos": cos,  # (L, D/2) float32, times the schedule's attention factor
         "sin": sin,
-        "tables": _qk_tables(cos, sin, scale),  # what an eager user precomputes: q's, k's
-        "truth_tables": _qk_tables(*_tables(point, torch.float64, device)),  # for the truth
+        "tables": tuple(tables[n] for n in names),
+        "truth_tables": tuple(truth[n] for n in names),  # float64, for the truth
         "kernel_args": {} if scale is None else {"xpos_scale": scale},  # the kernel's own
         "interleaved": interleaved(point),  # GPT-J pairs (the model's, with model=)
+        "start": rotary_start(point),  # the first rotated dim (DeepSeek-V4's: D - R)
         "point": point,  # for the implementations that build their own tables (hf)
     }
     if point.rope_variant == "p_rope":  # the kernel reads only the frequencies that turn
@@ -163,15 +161,18 @@ def _build(point: Point, device, dtype):
         inputs["kernel_args"] = {"rotary_dim": point.head_dim}
     if inputs["interleaved"]:
         inputs["kernel_args"] = dict(inputs["kernel_args"], interleaved=True)
+    if inputs["start"]:
+        inputs["kernel_args"] = dict(inputs["kernel_args"], rotary_start=inputs["start"])
     return inputs
 
 
+def _targets(inputs) -> tuple:
+    return tuple(inputs[n] for n in inputs["names"])
+
+
 def _truth(inputs):
-    (cq, sq), (ck, sk) = inputs["truth_tables"]
-    pairs = inputs["interleaved"]
-    return (
-        F.apply_rope(inputs["q"], cq, sq, interleaved=pairs),
-        F.apply_rope(inputs["k"], ck, sk, interleaved=pairs),
+    return reference_fn(
+        _targets(inputs), inputs["truth_tables"], inputs["interleaved"], inputs["start"]
     )
 
 
@@ -191,44 +192,57 @@ def _seed_truth(inputs):
     return rope(inputs["q"]), rope(inputs["k"])
 
 
-def reference_fn(q, k, tables_q, tables_k, interleaved=False):
-    return (
-        F.apply_rope(q, *tables_q, interleaved=interleaved),
-        F.apply_rope(k, *tables_k, interleaved=interleaved),
+def reference_fn(xs, tables, interleaved=False, start=0):
+    """Each tensor of xs turned by its (cos, sin) of tables (an output turned back: minus
+    the angles), the eager way."""
+    return tuple(
+        F.apply_rope(x, c, s, interleaved=interleaved, rotary_start=start)
+        for x, (c, s) in zip(xs, tables, strict=True)
     )
 
 
 def _reference(inputs):
-    q, k, (tq, tk), pairs = inputs["q"], inputs["k"], inputs["tables"], inputs["interleaved"]
-    return lambda: reference_fn(q, k, tq, tk, pairs)
+    xs, tables = _targets(inputs), inputs["tables"]
+    pairs, start = inputs["interleaved"], inputs["start"]
+    return lambda: reference_fn(xs, tables, pairs, start)
 
 
 def _reference_out(inputs):
-    q, k, (tq, tk), pairs = inputs["q"], inputs["k"], inputs["tables"], inputs["interleaved"]
-    q_out, k_out = torch.empty_like(q), torch.empty_like(k)  # preallocated: not timed
-    return lambda: (
-        F.apply_rope(q, *tq, out=q_out, interleaved=pairs),
-        F.apply_rope(k, *tk, out=k_out, interleaved=pairs),
-    )
+    xs, tables = _targets(inputs), inputs["tables"]
+    kwargs = dict(interleaved=inputs["interleaved"], rotary_start=inputs["start"])
+    outs = [torch.empty_like(x) for x in xs]  # preallocated: not timed
+    pairs = list(zip(xs, tables, outs, strict=True))
+    return lambda: tuple(F.apply_rope(x, c, s, out=o, **kwargs) for x, (c, s), o in pairs)
 
 
 def _compiled(inputs):
     fn = compile_impl(reference_fn)
-    q, k, (tq, tk), pairs = inputs["q"], inputs["k"], inputs["tables"], inputs["interleaved"]
-    return lambda: fn(q, k, tq, tk, pairs)
+    xs, tables = _targets(inputs), inputs["tables"]
+    pairs, start = inputs["interleaved"], inputs["start"]
+    return lambda: fn(xs, tables, pairs, start)
+
+
+def _kernel_calls(inputs, xs, **kwargs):
+    """The kernel's launches for the point's targets: q and k in one (q alone: k=None), an
+    output turned back in a second (inverse=True: the same tables)."""
+    cos, sin, args = inputs["cos"], inputs["sin"], dict(inputs["kernel_args"], **kwargs)
+    names = inputs["names"]
+    k = xs[1] if "k" in names else None
+    first = triton_call(xs[0], k, cos, sin, **args)
+    if "o" not in names:
+        return first if k is not None else lambda: first()[:1]
+    back = triton_call(xs[2], None, cos, sin, inverse=True, **args)
+    return lambda: (*first(), back()[0])
 
 
 def _triton(inputs):
-    return triton_call(
-        inputs["q"], inputs["k"], inputs["cos"], inputs["sin"], **inputs["kernel_args"]
-    )
+    return _kernel_calls(inputs, _targets(inputs))
 
 
 def _native_inplace(inputs):
-    """The C kernel in place (inplace=True) on private copies of q and k, which it overwrites
-    each call: no output to allocate."""
-    q, k = liger_copies(inputs)
-    return triton_call(q, k, inputs["cos"], inputs["sin"], inplace=True, **inputs["kernel_args"])
+    """The C kernel in place (inplace=True) on private copies of the targets, which it
+    overwrites each call: no output to allocate."""
+    return _kernel_calls(inputs, own_copies(inputs, inputs["names"]), inplace=True)
 
 
 def _liger(inputs):
@@ -238,7 +252,7 @@ def _liger(inputs):
     memory: `liger_copy`, whose call includes Liger's own copy to bshd and back)."""
     from liger_kernel.ops.rope import LigerRopeFunction
 
-    q, k = liger_copies(inputs)
+    q, k = own_copies(inputs)
     cos = torch.cat((inputs["cos"], inputs["cos"]), -1)[None]  # (1, L, D)
     sin = torch.cat((inputs["sin"], inputs["sin"]), -1)[None]
     return Call(lambda: LigerRopeFunction.apply(q, k, cos, sin), leaves={"q": q, "k": k})
@@ -250,10 +264,10 @@ def _hf(inputs):
     its rotary embedding returns for the point's schedule (float32 angles, in q's dtype)."""
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-    q, k = inputs["q"], inputs["k"]
     point = inputs["point"]
     if point.model:
-        return model_call(point.model, q, k)
+        return model_call(point.model, spec_of(point.model).layer_type(), _targets(inputs))
+    q, k = inputs["q"], inputs["k"]
     config = llama_config(
         point.head_dim,
         point.num_heads,
@@ -269,7 +283,9 @@ def _hf(inputs):
 
 def _hf_supports(point: Point) -> str | None:
     if point.model:  # read from the model's own code (bench.cases._peers.model_hf_problem)
-        return model_hf_problem(point.model, point.head_dim)
+        return model_hf_problem(point.model, point.head_dim, point.rope_targets)
+    if point.rope_targets != "qk":
+        return f"rope_targets={point.rope_targets}: its apply_rotary_pos_emb turns q and k together"
     if point.rope_variant == "xpos":
         return "transformers has no xPos"
     if point.rope_variant == "p_rope" and point.rope_scaling not in ("none", "linear"):
@@ -283,6 +299,8 @@ def liger_only(layout: str, other: str):
             return "Liger's RoPE rotates whole heads in half-split pairs"
         if point.rope_variant != "plain":
             return f"Liger's RoPE has no {point.rope_variant}"
+        if point.rope_targets != "qk":
+            return f"rope_targets={point.rope_targets}: Liger's RoPE turns q and k together"
         if point.layout == layout:
             return None
         return f"layout={point.layout}: see {other} (Liger's kernel reads (B, L, H, D) memory)"
@@ -294,7 +312,17 @@ def _cost(point: Point, dtype, mode: str) -> Cost:
     cols = rotary_cols(point)
     if point.rope_variant == "p_rope":
         cols = F.rotating_frequencies(point.head_dim, P_ROPE)
-    return rotation_cost(point, dtype, mode, point.seq_len, cols)
+    heads = {"q": point.num_heads, "k": point.kv_heads, "o": point.num_heads}
+    turned = sum(heads[n] for n in TARGETS[point.rope_targets])
+    return rotation_cost(point, dtype, mode, point.seq_len, cols, turned)
+
+
+def _constraint(point: Point) -> str | None:
+    if point.head_dim % 2:
+        return f"head_dim={point.head_dim} is odd"
+    if point.rope_variant == "xpos" and point.rope_targets != "qk":
+        return f"rope_targets={point.rope_targets}: xPos scales q and k apart (rope_targets=qk)"
+    return model_only(point)
 
 
 ROPE = Case(
@@ -322,8 +350,8 @@ ROPE = Case(
     },
     baseline="reference",
     cost=_cost,
-    grad_inputs=("q", "k"),
-    batched=("q", "k"),
-    knobs=(LAYOUT, NUM_KV_HEADS, ROPE_SCALING, ROPE_VARIANT, *SCHEDULE, MODEL),
-    constraint=lambda p: f"head_dim={p.head_dim} is odd" if p.head_dim % 2 else model_only(p),
+    grad_inputs=("q", "k", "o"),
+    batched=("q", "k", "o"),
+    knobs=(LAYOUT, NUM_KV_HEADS, ROPE_SCALING, ROPE_VARIANT, *SCHEDULE, ROPE_TARGETS, MODEL),
+    constraint=_constraint,
 )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from bench.cases._common import per_mode
-from bench.cases.rope import ROPE_SCALING, SCALINGS, SCHEDULE, scaling_of
+from bench.cases._schedule import ROPE_SCALING, SCALINGS, SCHEDULE, scaling_of
 from bench.registry import Case, Cost, Impl, Level, Point
 from posenc import functional as F
 

@@ -71,10 +71,10 @@ class Errors:
 
 
 def leaves(inputs: dict, names: tuple[str, ...]) -> dict[str, Tensor]:
-    """The tensors named in `names`, a dict entry (a module's parameters) flattened as
-    "params.w_q.weight"."""
+    """The tensors named in `names` that the inputs have, a dict entry (a module's parameters)
+    flattened as "params.w_q.weight"."""
     out = {}
-    for name in names:
+    for name in (n for n in names if n in inputs):  # a point may build only some of them
         value = inputs[name]
         if isinstance(value, dict):
             out.update({f"{name}.{k}": v for k, v in value.items()})

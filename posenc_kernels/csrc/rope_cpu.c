@@ -4,8 +4,9 @@
  * runtime beside torch's.
  *
  * x, out: (B, H, L, D) through their strides (elements; the last stride is 1); out may be x.
- * Pairs: half-split (i, i + half) or interleaved (2i, 2i + 1), i < n_freq <= half; the pairs
- * i >= n_freq and the dims past 2 half pass through. Tables cos, sin (and xPos's scale) are
+ * Pairs: half-split (i, i + half) or interleaved (2i, 2i + 1), i < n_freq <= half, counted
+ * from dim start (0, or D - 2 half where a head is [no position | rotary], DeepSeek-V4's); the
+ * pairs i >= n_freq and the dims outside start .. start + 2 half - 1 pass through. Tables cos, sin (and xPos's scale) are
  * float32 rows of n_freq columns: row (b, l) at b * tb + p * tl, p = positions[b * pb + l * pl]
  * when positions is given, else offset + l. sign -1 turns by minus the angle (the backward);
  * the scale multiplies (divide 0: xPos's q) or divides (1: its k), forward and backward alike.
@@ -74,11 +75,18 @@ static void pass_through(const char *x, char *out, int64_t D, int64_t half, int6
     memcpy(out + (half + n_freq) * size, x + (half + n_freq) * size, (D - half - n_freq) * size);
 }
 
-static void row(const void *x, void *out, int64_t D, int64_t half, int64_t n_freq,
-                int interleaved, const float *c, const float *s, const float *sc, int divide,
-                float sign, int dtype, int same) {
+static void row(const void *x, void *out, int64_t D, int64_t start, int64_t half,
+                int64_t n_freq, int interleaved, const float *c, const float *s,
+                const float *sc, int divide, float sign, int dtype, int same) {
+    int64_t size = dtype == 0 ? 4 : 2;
+    if (!same && start) { /* the dims before the rotated ones */
+        memcpy(out, x, start * size);
+    }
+    x = (const char *)x + start * size;
+    out = (char *)out + start * size;
+    D -= start;
     if (!same && !(n_freq == half && 2 * half == D))
-        pass_through(x, out, D, half, n_freq, interleaved, dtype == 0 ? 4 : 2);
+        pass_through(x, out, D, half, n_freq, interleaved, size);
     if (dtype == 0 && !interleaved)
         row_f32_half(x, out, half, n_freq, c, s, sc, divide, sign);
     else if (dtype == 0)
@@ -94,8 +102,8 @@ static void row(const void *x, void *out, int64_t D, int64_t half, int64_t n_fre
 void rope_rows(int dtype, const void *x, void *out, const int64_t *shape, const int64_t *xs,
                const int64_t *os, const float *cos, const float *sin, const float *scale,
                int divide, int64_t tb, int64_t tl, const int64_t *positions, int64_t pb,
-               int64_t pl, int64_t offset, int64_t half, int64_t n_freq, int interleaved,
-               float sign, int64_t begin, int64_t end) {
+               int64_t pl, int64_t offset, int64_t start, int64_t half, int64_t n_freq,
+               int interleaved, float sign, int64_t begin, int64_t end) {
     int64_t H = shape[1], L = shape[2], D = shape[3];
     int l_outer = xs[1] <= xs[2];
     int64_t n_outer = l_outer ? L : H, n_inner = l_outer ? H : L;
@@ -109,7 +117,7 @@ void rope_rows(int dtype, const void *x, void *out, const int64_t *shape, const 
             int64_t t = b * tb + p * tl;
             const char *xr = (const char *)x + (b * xs[0] + h * xs[1] + l * xs[2]) * size;
             char *orow = (char *)out + (b * os[0] + h * os[1] + l * os[2]) * size;
-            row(xr, orow, D, half, n_freq, interleaved, cos + t, sin + t,
+            row(xr, orow, D, start, half, n_freq, interleaved, cos + t, sin + t,
                 scale ? scale + t : 0, divide, sign, dtype, same);
         }
     }

@@ -34,10 +34,10 @@ from bench.registry import Impl, register_impl
 from bench.cases.rope import reference_fn
 
 def make(inputs):
-    q, k, (tq, tk), pairs = inputs["q"], inputs["k"], inputs["tables"], inputs["interleaved"]
+    xs, tables = (inputs["q"], inputs["k"]), inputs["tables"]
     def call():
         time.sleep(0.5)
-        return reference_fn(q, k, tq, tk, pairs)
+        return reference_fn(xs, tables)
     return call
 
 register_impl("rope", "slow", Impl(make))

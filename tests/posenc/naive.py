@@ -28,11 +28,15 @@ def rotation_matrix(pos: int, dim: int, rotary: int, interleaved: bool, base=100
     return m
 
 
-def rope(x, positions, rotary=None, interleaved=False, base=10000.0):
-    """x (..., L, D) float64; positions: list of L ints."""
+def rope(x, positions, rotary=None, interleaved=False, base=10000.0, start=0, inverse=False):
+    """x (..., L, D) float64; positions: list of L ints; dims start .. start + rotary - 1 turn
+    (by minus the angles with inverse)."""
     dim = x.shape[-1]
-    rotary = dim if rotary is None else rotary
-    mats = torch.stack([rotation_matrix(p, dim, rotary, interleaved, base) for p in positions])
+    rotary = dim - start if rotary is None else rotary
+    mats = torch.stack([torch.eye(dim, dtype=torch.float64) for _ in positions])
+    for m, p in zip(mats, positions, strict=True):
+        block = rotation_matrix(p, rotary, rotary, interleaved, base)
+        m[start : start + rotary, start : start + rotary] = block.T if inverse else block
     return torch.einsum("lij,...lj->...li", mats, x.double())
 
 

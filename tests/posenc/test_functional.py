@@ -95,6 +95,29 @@ def test_apply_rope_matches_rotation_matrices(shape, rotary, interleaved, dtype,
     assert_close(got.double(), want, atol=atol, rtol=rtol)
 
 
+@pytest.mark.parametrize(("start", "interleaved"), [(6, True), (3, False), (10, False)])
+@pytest.mark.parametrize("mode", ["grad", "out", "inplace"])
+def test_a_rotated_slice_anywhere_in_the_head(start, interleaved, mode):
+    """rotary_start: dims start .. start + R - 1 turn (DeepSeek-V4's heads: the last R), the
+    others pass, in every mode."""
+    x64, rotary = torch.randn(2, 3, 5, 16, dtype=torch.float64), 6
+    want = naive.rope(x64, list(range(5)), rotary, interleaved, start=start)
+    cos, sin = F.rope_cos_sin(5, rotary, dtype=torch.float64)
+    if mode == "grad":
+        x = x64.clone().requires_grad_()
+        got = F.apply_rope(x, cos, sin, interleaved=interleaved, rotary_start=start)
+        w = torch.randn_like(got)
+        (got * w).sum().backward()
+        back = naive.rope(w, list(range(5)), rotary, interleaved, start=start, inverse=True)
+        assert_close(x.grad, back)
+    else:
+        x = x64.clone()
+        out = x if mode == "inplace" else torch.full_like(x, float("nan"))
+        got = F.apply_rope(x, cos, sin, interleaved=interleaved, rotary_start=start, out=out)
+        assert got.data_ptr() == out.data_ptr()
+    assert_close(got.detach(), want)
+
+
 def test_apply_rope_strided_views_and_per_sequence_tables():
     base = torch.randn(2, 6, 3, 16, dtype=torch.float64)  # (B, L, H, D)
     x = base.transpose(1, 2)  # (B, H, L, D), not contiguous

@@ -7,6 +7,7 @@ named."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 
@@ -16,7 +17,7 @@ import torch
 pytest.importorskip("transformers", reason="needs transformers (pip install -e '.[hf]')")
 from transformers import AutoConfig  # noqa: E402
 
-from posenc import _hf_rotation, models  # noqa: E402
+from posenc import _hf_check, _hf_rotation, models  # noqa: E402
 from posenc.functional import rope_frequencies  # noqa: E402
 
 TYPES = [
@@ -198,11 +199,12 @@ def test_configs_as_shipped_give_transformers_rotation_per_layer_type(tmp_path, 
     keys = _hf_rotation.rope_keys(spec.rope_parameters, spec.layer_types)
     assert len(keys) == (2 if name.startswith("olmo") else 1)
     for key in keys:
-        at = _hf_rotation.positions(spec.parameters(key), spec.max_position_embeddings)
-        error = _hf_rotation.score_error(rotation, spec.rope_tables, spec.interleaved, key, at)
-        assert error <= _hf_rotation.tolerance(at), (key, error)
+        at = _hf_check.positions(spec.parameters(key), spec.max_position_embeddings)
+        head = spec.base_dim(key), spec.rotary_start
+        error = _hf_check.score_error(rotation, spec.rope_tables, spec.interleaved, key, at, head)
+        assert error <= _hf_check.tolerance(at), (key, error)
     if name.startswith("phi"):  # past the original context: the long factors are in play
-        at = _hf_rotation.positions(spec.parameters(), spec.max_position_embeddings)
+        at = _hf_check.positions(spec.parameters(), spec.max_position_embeddings)
         assert int(at.max()) == 4097 and spec.rope_type == "longrope"
 
 
@@ -219,10 +221,33 @@ def test_a_layout_read_wrong_is_refused_not_run(monkeypatch):
     to half-split for GLM, whose pairs are interleaved) is refused in one line."""
     wrong = _hf_rotation.layout
 
-    def half_split(rotation, layer_type=None):
-        found = wrong(rotation, layer_type)
-        return _hf_rotation.Layout(False, found.direction, found.width)
+    def half_split(rotation, layer_type=None, head_dim=0):
+        found = wrong(rotation, layer_type, head_dim)
+        return _hf_rotation.Layout(False, found.direction, found.width, start=found.start)
 
     monkeypatch.setattr(_hf_rotation, "layout", half_split)
     with pytest.raises(ValueError, match="differs from the model's own code in transformers"):
         models.load(json.loads(AutoConfig.for_model("glm").to_json_string()))
+
+
+def test_the_rotated_slices_place_is_read_from_the_code_and_checked(monkeypatch):
+    """DeepSeek-V4 turns the last R dims of each head ([no position | rotary]): read from its
+    apply function on whole heads; misread as the first R, load refuses it (the scores are
+    compared on whole heads wherever the model's function takes them)."""
+    spec = models.load("deepseek-v4-flash")
+    assert (spec.rotary_start, spec.rotary_dim, spec.head_dim) == (448, 64, 512)
+    assert models.load("llama-3.1-8b").rotary_start == 0
+    found = _hf_rotation.layout
+    monkeypatch.setattr(_hf_rotation, "layout", lambda *a: dataclasses.replace(found(*a), start=0))
+    with pytest.raises(ValueError, match="differs from the model's own code in transformers"):
+        models.load("deepseek-v4-flash")
+
+
+def test_deepseek_v4s_layers_read_the_rope_their_attention_names():
+    """DeepSeek-V4's RoPE parameters are keyed main and compress, not by layer type: its
+    compressed layers' attention reads compress (base 160000), so the model's global layers
+    are those, and a named layer type maps to its key, as its attention's rope_layer_type."""
+    spec = models.load("deepseek-v4-flash")
+    assert spec.layer_type() == "compress" and spec.schedule()[3] == 160000.0
+    assert spec.layer_type("compressed_sparse_attention") == "compress"
+    assert spec.layer_type("main") == "main" and spec.schedule("main")[3] == 10000.0
