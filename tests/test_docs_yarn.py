@@ -27,9 +27,7 @@ def _transformers(params: dict) -> tuple[float, float]:
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, yarn_apply_mscale
 
     rope = {"rope_type": "yarn", "rope_theta": 1e4, "original_max_position_embeddings": 4096}
-    config = LlamaConfig(
-        hidden_size=256, num_attention_heads=4, rope_parameters={**rope, **params}
-    )
+    config = LlamaConfig(hidden_size=256, num_attention_heads=4, rope_parameters={**rope, **params})
     _, factor = ROPE_INIT_FUNCTIONS["yarn"](config, "cpu")
     return factor, yarn_apply_mscale({**rope, **params}, 1.0)
 
