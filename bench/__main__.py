@@ -35,7 +35,7 @@ from bench.run.watchdog import Watchdog
 
 # The run directory's name: results/runs/<time>-<sweep><the overrides that change what runs>
 OmegaConf.register_new_resolver("bench_tag", run_dir.run_tag, replace=True)
-IGNORED = ("resume", "retry_timeouts")  # keys a resumed run may change
+IGNORED = ("resume", "retry_timeouts", "allow_unchecked")  # keys a resumed run may change
 
 
 def _fail(message: str, out_dir: Path) -> None:
@@ -206,14 +206,15 @@ def main(cfg: DictConfig) -> None:
         return
     else:
         _print_report(cfg, out_dir)
-    if verdict := not_ok(out_dir / "results.csv"):
+    if verdict := not_ok(out_dir / "results.csv", cfg.allow_unchecked):
         print(verdict)
         sys.exit(BAD_ROWS)
 
 
 BAD_ROWS = 3  # the exit status of a run with a row in NOT_OK (--help, README)
 NO_SPACE_EXIT = 74  # sysexits.h's EX_IOERR: the run could not write its rows
-NOT_OK = ("wrong", "error", "timeout", "oom")  # rows that did not measure what was asked
+# rows that did not measure what was asked, or not verified it (unchecked: allow_unchecked=true)
+NOT_OK = ("wrong", "error", "timeout", "oom", "unchecked")
 
 
 def _restart(runner: Runner, cfg: DictConfig, out_dir: Path, overrides: list[str]):
@@ -238,9 +239,11 @@ def _restart(runner: Runner, cfg: DictConfig, out_dir: Path, overrides: list[str
     return on_timeout
 
 
-def not_ok(results: Path) -> str | None:
-    """The last line of a run with wrong, errored or timed-out rows (how many, which), or None."""
-    bad = [r for r in read_rows(results).rows if r["status"] in NOT_OK]
+def not_ok(results: Path, allow_unchecked: bool = False) -> str | None:
+    """The last line of a run with wrong, errored, timed-out or unchecked rows (how many,
+    which), or None."""
+    counted = [s for s in NOT_OK if s != "unchecked" or not allow_unchecked]
+    bad = [r for r in read_rows(results).rows if r["status"] in counted]
     if not bad:
         return None
     from bench.report.rows import knobs
@@ -252,7 +255,8 @@ def not_ok(results: Path) -> str | None:
     which = "; ".join(label(r) for r in bad[:4])
     more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
     return (
-        f"{len(bad)} rows wrong, in error, timed out or out of memory (report.md, 'Rows not ok'): "
+        f"{len(bad)} rows wrong, in error, timed out, out of memory or unchecked (report.md, "
+        "'Rows not ok'): "
         f"{which}{more}"
     )
 

@@ -43,6 +43,7 @@ class Status(str, Enum):
     SKIPPED = "skipped"
     ERROR = "error"
     TIMEOUT = "timeout"  # no result within the row's time limit (bench/run/watchdog.py)
+    UNCHECKED = "unchecked"  # timed, but its float64 truth could not be computed (the message)
 
     __str__ = str.__str__
 

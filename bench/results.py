@@ -133,7 +133,7 @@ COLUMNS = (
 )
 TEXT = {*COLUMNS[:8], "params", "share_partner"}  # run_id .. dtype, and these: text
 TEXT |= {"status", "message", "timestamp", "timing_method", "contended", "model"}
-STATUSES = ("ok", "wrong", "oom", "skipped", "error", "timeout")  # bench/registry.py: Status
+STATUSES = ("ok", "wrong", "oom", "skipped", "error", "timeout", "unchecked")  # registry.Status
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a write refused for want of room
 RESULTS = Schema(COLUMNS, KEY, SCHEMA_VERSION, frozenset(COLUMNS) - TEXT, STATUSES)
 

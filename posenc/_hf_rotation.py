@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -75,6 +75,7 @@ class Rotation:
     apply: object
     axes: int = 0  # the position ids' leading axes the embedding takes: 0, or 3 (M-RoPE's)
     layer: str = "full_attention"  # the layer type asked for when none is named
+    orders: dict = field(default_factory=dict)  # head dim -> heads_second, found once
 
     def tables(self, positions: Tensor, layer_type: str | None, dtype=torch.float64):
         """The rotary embedding's output at positions (1-D): (cos, sin) or a complex tensor.
@@ -93,11 +94,10 @@ class Rotation:
     def apply_tables(self, q: Tensor, k: Tensor, out):
         """q, k rotated by the apply function with `tables`' output, as the attention calls it."""
         if isinstance(out, Tensor):  # Llama 4, DeepSeek-V2: cos + i sin, apply_rotary_emb
-            turned = self.apply(q, k, out)
-            if turned[0].shape == q.shape:  # (B, H, L, D) as given
-                return tuple(turned)
-            turned = self.apply(q.transpose(1, 2), k.transpose(1, 2), out)  # Llama 4's (B, L, H, D)
-            return tuple(x.transpose(1, 2) for x in turned)
+            if not self.heads_second(q.shape[-1]):  # Llama 4's (B, L, H, D)
+                turned = self.apply(q.transpose(1, 2), k.transpose(1, 2), out)
+                return tuple(x.transpose(1, 2) for x in turned)
+            return tuple(self.apply(q, k, out))
         params = list(inspect.signature(self.apply).parameters)
         if params[:3] == ["tensor", "sin", "cos"]:  # GPT-J, CodeGen: (B, L, H, D), (sin, cos)
             sin, cos = out
@@ -106,6 +106,19 @@ class Rotation:
         if self.one_at_a_time:  # Gemma 4, DeepSeek-V4
             return self.apply(q, cos, sin), self.apply(k, cos, sin)
         return tuple(self.apply(q, k, cos, sin)[:2])
+
+    def heads_second(self, dim: int) -> bool:
+        """Whether its complex apply function takes q and k as (B, H, L, D) (DeepSeek-V2's),
+        rather than (B, L, H, D) (Llama 4's): tried on 2 heads of 3 positions, which only the
+        right order broadcasts."""
+        if dim not in self.orders:
+            x = torch.zeros(1, 2, 3, dim, dtype=torch.float64)
+            try:
+                second = self.apply(x, x, self.tables(torch.arange(3), None))[0].shape == x.shape
+            except RuntimeError:
+                second = False
+            self.orders[dim] = second
+        return self.orders[dim]
 
     @property
     def one_at_a_time(self) -> bool:

@@ -179,6 +179,8 @@ def schedule_text(point: Point) -> str:
     turn, e.g. "llama3 (factor 8.0, high_freq_factor 4.0, ...), base 500000, 128 of 128 dims,
     half-split"."""
     spec = spec_of(point.model)
+    if spec.rope_type == "none":  # its rows are skipped; their params say so
+        return "none (its own positions)"
     scaling, rotary, fraction, theta = spec.schedule(point.layer_type)
     kind = (scaling or {}).get("type") or spec.parameters(point.layer_type).get("rope_type")
     keys = sorted(k for k in (scaling or {}) if k != "type")

@@ -235,8 +235,9 @@ def model_call(model: str, layer: str | None, xs):
     rotation = model_rotation(model)[0]
     rotation.rotary.to(xs[0].device)
     positions = torch.arange(xs[0].shape[2], device=xs[0].device)
-    cos, sin = out = rotation.tables(positions, layer, xs[0].dtype)
+    out = rotation.tables(positions, layer, xs[0].dtype)  # Llama 4's: one complex tensor
     if not rotation.one_at_a_time:
         return lambda: rotation.apply_tables(*xs, out)
+    cos, sin = out
     turns = [(x, sin) for x in xs[:2]] + [(x, -sin) for x in xs[2:]]  # o: the inverse
     return lambda: tuple(rotation.apply(x, cos, s) for x, s in turns)

@@ -67,6 +67,7 @@ KEYS = (
     ("calibrate", True, "measure the copy and matmul rates the % columns divide by"),
     ("resume", False, "finish the run in hydra.run.dir"),
     ("retry_timeouts", False, "with resume: measure the rows that timed out again"),
+    ("allow_unchecked", False, "rows whose float64 truth could not be computed exit 0"),
     ("report", True, "write report.md and plots at the end (later: python -m bench.report RUN)"),
     ("profile", False, "profile one point instead of sweeping"),
     ("seed", 0, "the inputs' random seed"),

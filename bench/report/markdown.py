@@ -16,7 +16,10 @@ from bench.tables import markdown_table
 
 def cell(row) -> str:
     """The median with its marks (`!` suspect, `#` contended, `i` interpreted, `~` uncertain) and
-    its speedup (`!` when it rests on a suspect row)."""
+    its speedup (`!` when it rests on a suspect row); an unchecked row's median behind `?`, with
+    no speedup."""
+    if row["status"] == "unchecked" and pd.notna(row.get("p50_ms")):
+        return f"?{row['p50_ms']:.3g}"
     if row["status"] != "ok":
         return row["status"]
     marks = ("!" if row.get("suspect") else "") + ("#" if row.get("contended") else "")
@@ -96,6 +99,12 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
         'measured ("Suspect figures" below says why); a speedup on a suspect row is marked '
         "too and is not a result.",
     ]
+    if (df["status"] == "unchecked").any():
+        lines += [
+            f"`?` unchecked ({int((df['status'] == 'unchecked').sum())} rows): timed, but its "
+            "float64 truth could not be computed (out of memory, say), so not verified: no "
+            "speedup, and listed under 'Rows not ok'.",
+        ]
     if "interpreted" in df and df["interpreted"].any():
         lines += [
             f"`i` interpreted ({int(df['interpreted'].sum())} of {ok}): a Triton kernel run by "

@@ -11,6 +11,7 @@ models_<mode>_<dtype>.png, one row of bars per model:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import matplotlib
@@ -31,7 +32,8 @@ PANELS = (  # (case, what the bar shows, axis label)
 
 def _rows(df: pd.DataFrame) -> pd.DataFrame:
     """The ok rows with a model at each (model, mode, dtype, case)'s largest length, nope left
-    out; copy_ratio = p50 / copy_ms (the rope rows')."""
+    out, in the model's own form (the fewest knobs set: DeepSeek-V4's rope_targets=q rows are
+    another measure); copy_ratio = p50 / copy_ms (the rope rows')."""
     if "model" not in df:
         return df.iloc[0:0]
     named = df["model"].notna() & (df["model"].astype(str) != "")
@@ -42,6 +44,9 @@ def _rows(df: pd.DataFrame) -> pd.DataFrame:
         return ok
     ok = ok.assign(copy_ratio=ok["p50_ms"] / ok["copy_ms"] if "copy_ms" in ok else float("nan"))
     keys = ["model", "mode", "dtype", "case"]
+    count = ok["params"].map(lambda p: len(json.loads(p)) if isinstance(p, str) else 0)
+    ok = ok.assign(knobs_set=count)
+    ok = ok[ok["knobs_set"] == ok.groupby(keys)["knobs_set"].transform("min")]
     return ok[ok["seq_len"] == ok.groupby(keys)["seq_len"].transform("max")]
 
 

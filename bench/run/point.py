@@ -212,8 +212,10 @@ class Measurer(Verify):
                     self.advance(row_key(row), 1 / passes)
                     continue
                 timed, note = calls[task.impl], row.get("message", "")
+                unchecked = row.get("status") == Status.UNCHECKED  # the check said so
                 with self.watch.phase([(task, row)], "the memory probe", self.limit_s(row)):
                     row.update(self._finish(task, call, timed, t, copy_row, note))
+                row["status"] = Status.UNCHECKED if unchecked else row["status"]
                 own = dict(shares.get(task.impl, {}))
                 if note := own.pop("share_note", None):
                     row["message"] = "; ".join(filter(None, [row.get("message"), note]))

@@ -173,9 +173,9 @@ class Verify:
             return Finished({"status": _status(exc), "message": _message(exc, "the check's call")})
         finally:
             self.clock.work_s += time.perf_counter() - t0
-        if isinstance(truth, Exception):  # timed, and said to be unchecked
+        if isinstance(truth, Exception):  # timed, and its row unchecked, never ok
             msg = _message(truth, "not checked: the float64 truth failed")
-            return Checked(call, leaves, {"message": msg})
+            return Checked(call, leaves, {"status": Status.UNCHECKED, "message": msg})
         errs = check.measure_errors(out, truth, grads, state.rows, state.case.batched)
         if isinstance(errs, str):
             return Finished({"status": Status.WRONG, "max_abs_err": float("inf"), "message": errs})

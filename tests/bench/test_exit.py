@@ -25,13 +25,22 @@ def test_ok_and_skipped_rows_say_nothing(tmp_path):
 
 def test_an_oom_row_is_counted_it_measured_nothing(tmp_path):
     _write(tmp_path / "r.csv", ["ok", "skipped", "oom"])
-    assert not_ok(tmp_path / "r.csv").startswith("1 rows wrong, in error, timed out or out of")
+    line = not_ok(tmp_path / "r.csv")
+    assert line.startswith("1 rows wrong, in error, timed out, out of memory or")
 
 
 def test_wrong_and_error_rows_are_counted_and_named(tmp_path):
     _write(tmp_path / "r.csv", ["ok", "wrong", "error", *["wrong"] * 4])
     line = not_ok(tmp_path / "r.csv")
-    assert line.startswith("6 rows wrong, in error, timed out or out of memory")
+    assert line.startswith("6 rows wrong, in error, timed out, out of memory or unchecked")
     assert "rope impl1 forward L=128 layout=bshd: wrong" in line
     assert "rope impl2 forward L=128 layout=bshd: error" in line
     assert line.endswith("; and 2 more")
+
+
+def test_an_unchecked_row_counts_unless_the_run_allows_it(tmp_path):
+    """A row whose float64 truth could not be computed was timed, never verified: it counts
+    like a wrong row, unless the run said allow_unchecked=true."""
+    _write(tmp_path / "r.csv", ["ok", "unchecked"])
+    assert "rope impl1 forward L=128 layout=bshd: unchecked" in not_ok(tmp_path / "r.csv")
+    assert not_ok(tmp_path / "r.csv", allow_unchecked=True) is None

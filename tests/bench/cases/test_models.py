@@ -24,7 +24,7 @@ def test_models_set_the_shapes_and_the_rope(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     out = tmp_path / "m"
     args = [
-        "model=[llama-3.1-8b,deepseek-v3,pythia-1.4b]",
+        "model=[llama-3.1-8b,deepseek-v3,pythia-1.4b,llama-4-scout]",
         "cases=[rope,shaw_attention]",
         "impls=[reference,hf,triton]",
         "seq_len=[16]",
@@ -55,6 +55,7 @@ def test_models_set_the_shapes_and_the_rope(tmp_path, monkeypatch):
     assert "rope_scaling" not in params and "rope_theta" not in params
     assert params["rope"].startswith("llama3 (factor 8.0, ") and "base 500000" in params["rope"]
     assert by[("pythia-1.4b", "hf")]["status"] == "ok"  # GPT-NeoX's function slices itself
+    assert by[("llama-4-scout", "hf")]["status"] == "ok"  # complex tables, apply_rotary_emb
     assert "another order" in by[("deepseek-v3", "hf")]["message"]  # read from its code
 
 
@@ -330,3 +331,26 @@ def test_a_local_layer_has_its_schedule_window_and_sinks(tmp_path, monkeypatch):
     ]
     bad = Point(1, 12, 64, 4, model=gemma, layer_type="chunked_attention")
     assert "gemma3_text.json has" in CASES["layer_rope"].constraint(bad)
+
+
+def test_a_model_without_rope_beside_rope_models_is_skipped_in_the_rope_cases(tmp_path):
+    """model=[t5-base, a RoPE model] on the rope case: T5's rows are skipped with the reason
+    and their params say it has no RoPE (its schedule was once read for them and crashed the
+    run), the RoPE model's rows are measured."""
+    out = tmp_path / "mixed"
+    proc = run_bench(
+        "model=[t5-base,llama-3.2-1b]",
+        "cases=[rope]",
+        "impls=[reference]",
+        "seq_len=[16]",
+        "batch=1",
+        "mode=forward",
+        "calibrate=false",
+        *FAST_ARGS,
+        f"hydra.run.dir={out}",
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r["model"]: r for r in read_rows(out / "results.csv")}
+    assert rows["t5-base"]["status"] == "skipped" and "no RoPE" in rows["t5-base"]["message"]
+    assert json.loads(rows["t5-base"]["params"])["rope"] == "none (its own positions)"
+    assert rows["llama-3.2-1b"]["status"] == "ok"

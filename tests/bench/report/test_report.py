@@ -373,3 +373,20 @@ def test_plots_give_each_knob_combination_a_panel_and_name_the_speedups_baseline
     assert len(top) == 6 and set(top["seq_len"]) == {16}
     label = plots.bar_label(dict(rows[-1], baseline="reference"))
     assert label == "rope / triton @ cpu vs reference (B=1, L=16, rope_scaling=llama3)"
+
+
+def test_unchecked_rows_show_their_median_marked_and_are_not_ok(tmp_path, monkeypatch):
+    """A row timed without its float64 truth (it did not fit): its median behind `?`, no
+    speedup, counted in the marks, and listed under 'Rows not ok' with its message."""
+    monkeypatch.setitem(CASES, "toy", toy_case({"good": Impl(lambda i: None)}))
+    why = "not checked: the float64 truth failed: MemoryError: needs 128 GiB"
+    rows = [
+        dict(impl="good", mode="forward", p50_ms=1.0),
+        dict(impl="wide", mode="forward", p50_ms=2.0, status="unchecked", message=why),
+    ]
+    read_rows(tmp_path / "a", _marked_rows(rows=rows))
+    report.build([tmp_path / "a"])
+    text = (tmp_path / "a" / "report.md").read_text()
+    assert "| 1 (1.00x) | ?2 |" in text
+    assert "`?` unchecked (1 rows)" in text
+    assert f"| unchecked | {why} |" in text
