@@ -10,6 +10,8 @@ Implementations, each called as its own documentation does:
   sdpa_nobias  SDPA with no bias at all: the ceiling a biased kernel is measured against;
   flex         torch.compile(flex_attention), the bias as a score_mod reading a table (T5's
                bucket of each j - i from a table built once), the mask a block mask built once;
+  flex_frozen  the same with a learned table frozen: its gradient is not Flex's to sum
+               (bench/cases/_flex.py says why the two are apart);
   triton       posenc_kernels.relative_attention, the bias computed in the tile;
   hf, fla      T5's and BLOOM's attention in transformers, fla-core's FoX (bench/cases/_peers.py).
 Shaw's value term adds to the output, which neither SDPA nor a score_mod can express. Each
@@ -44,6 +46,7 @@ from bench.cases._common import (
     per_mode,
     triton_kernels,
 )
+from bench.cases._flex import flex_attention_of, flex_impls
 from bench.cases._model import MODEL, bias_problem
 from bench.cases._peers import (
     bloom_alibi_attention,
@@ -54,7 +57,7 @@ from bench.cases._peers import (
     hf_plain,
     t5_attention,
 )
-from bench.cases._window import WINDOW, flex_mask, hidden, no_window, pairs, windowed
+from bench.cases._window import WINDOW, hidden, no_window, pairs, windowed
 from bench.cases.families import FAMILIES, BiasFamily, sinks_of
 from bench.checks import bools
 from bench.registry import Case, Cost, Impl, Knob, Level, Point
@@ -176,25 +179,6 @@ def _nobias_truth(inputs):
     return on_qkv(_sdpa_nobias)(inputs)()
 
 
-def _flex(family: BiasFamily):
-    def attention(inputs):
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-        q, k = inputs["q"], inputs["k"]
-        block_mask = None
-        if inputs["causal"]:  # with a window, its sliding-window mask: blocks outside skipped
-            seen = flex_mask(inputs.get("window"))
-            n, m = q.shape[2], k.shape[2]
-            block_mask = create_block_mask(seen, None, None, n, m, device=q.device)
-        fn = compile_impl(flex_attention)
-        score_mod, grouped = family.score_mod(inputs), gqa(inputs)
-        return lambda q, k, v: fn(
-            q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=grouped
-        )
-
-    return attention
-
-
 def _triton(family: BiasFamily):
     def attention(inputs):
         kwargs = dict(
@@ -217,7 +201,7 @@ def attentions(family: BiasFamily) -> dict:
         "reference": _reference(family),
         "compiled": _reference(family, compiled=True),
         "sdpa": _sdpa(family),
-        "flex": _flex(family),
+        "flex": flex_attention_of(family),
         "triton": _triton(family),
     }
 
@@ -295,12 +279,7 @@ def _case(family: BiasFamily) -> Case:
             supports=either(_default_tiles, plain_softmax),
             note="no bias: the ceiling",
         ),
-        "flex": Impl(
-            on_qkv(_flex(family)),
-            compiled=True,
-            note="torch.compile(flex_attention)",
-            supports=expressible,
-        ),
+        **flex_impls(family, on_qkv, _truth(family), expressible),
         "triton": Impl(
             on_qkv(_triton(family)),
             devices=TRITON_DEVICES,

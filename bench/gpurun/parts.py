@@ -131,7 +131,7 @@ PARTS = (
         40,
         _bench(
             "sweep=gpu",
-            "impls=[triton,flex]",
+            "impls=[triton,flex,flex_frozen]",
             "cases=[alibi_attention,t5_attention]",
             *BIAS_TARGETS,
             "hydra.run.dir={res}/sweep-flex",
@@ -146,7 +146,8 @@ PARTS = (
             *SMOKE,
             "hydra.run.dir={res}/sweep-flex",
         ),
-        "FlexAttention beside the kernel: ALiBi and T5 at the targets' shape",
+        "FlexAttention beside the kernel: ALiBi and T5 at the targets' shape (T5's table learned "
+        "and frozen)",
     ),
     Part(
         "compiled",
