@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--parts",
         default=None,
-        help="only these parts, comma-separated, in the run's order (default: every part; "
+        help="only these parts, comma-separated, in the order named (default: every part; "
         f"{','.join(p.name for p in PARTS)})",
     )
     parser.add_argument(

@@ -366,12 +366,14 @@ ENV_S = 10  # the env part (nvidia-smi, wheels, versions) before the first limit
 
 def chosen(names: str | None) -> tuple[Part, ...]:
     """The parts named (comma-separated, e.g. the ones an earlier run was cut in or skipped), in
-    the run's order; every part when names is None. ValueError, one line, for an unknown name."""
+    the order named (what decides a default first: tiles,profile-attention,...), each once;
+    every part in the run's order when names is None. ValueError, one line, for an unknown
+    name."""
     if names is None:
         return PARTS
-    wanted = [n.strip() for n in names.split(",") if n.strip()]
-    known = [p.name for p in PARTS]
+    wanted = list(dict.fromkeys(n.strip() for n in names.split(",") if n.strip()))
+    known = {p.name: p for p in PARTS}
     unknown = [n for n in wanted if n not in known] if wanted else [names]
     if unknown:
         raise ValueError(f"--parts: no part {unknown[0]!r}; the parts: {','.join(known)}")
-    return tuple(p for p in PARTS if p.name in wanted)
+    return tuple(known[n] for n in wanted)

@@ -126,6 +126,16 @@ def test_parts_named_run_alone_in_the_runs_order(tmp_path):
     assert (res / "audit" / "audit.csv").exists() and (res / "versions.txt").exists()
 
 
+def test_parts_named_run_in_the_order_named():
+    """--parts tiles,profile-attention,sweep: what decides the kernels' defaults first, as
+    named, each part once (the default order is the run's)."""
+    from bench.gpurun.parts import PARTS, chosen
+
+    order = [p.name for p in chosen("tiles,profile-attention,sweep,tiles")]
+    assert order == ["tiles", "profile-attention", "sweep"]
+    assert chosen(None) == PARTS
+
+
 @pytest.mark.parametrize("names", ["nope", "tests,sweeps", ","])
 def test_an_unknown_part_is_an_error_naming_the_option(names, capsys):
     from bench.gpurun.__main__ import main
