@@ -75,7 +75,7 @@ class Schema:
 SHAPE = ("batch", "seq_len", "d_model", "num_heads", "params")  # a point, with its knobs
 KEY = ("case", "impl", "mode", "device", "device_name", "dtype", *SHAPE)
 # 1: the rows before the column (read with it empty); 2: schema_version itself; 3: model
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 COLUMNS = (
     "run_id",
     "case",
@@ -130,6 +130,7 @@ COLUMNS = (
     "schema_version",
     "share_partner",
     "pe_share_best",
+    "wall_ms",
 )
 TEXT = {*COLUMNS[:8], "params", "share_partner"}  # run_id .. dtype, and these: text
 TEXT |= {"status", "message", "timestamp", "timing_method", "contended", "model"}

@@ -143,8 +143,31 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
     lines += share.section(df)
     lines += models.section(df)
     lines += serving.section(df)
-    lines += suspect_table(df) + not_ok_table(df)
+    lines += wall_table(df) + suspect_table(df) + not_ok_table(df)
     return "\n".join(lines) + "\n"
+
+
+def wall_table(df: pd.DataFrame) -> list[str]:
+    """CUDA rows' GPU time beside what a caller that waits for each call pays (wall_ms): where
+    the host's launch work, not the GPU, sets the pace."""
+    if "wall_ms" not in df:
+        return []
+    rows = df[(df["status"] == "ok") & df["wall_ms"].notna() & df["p50_ms"].notna()]
+    if rows.empty:
+        return []
+    header = ["case", "impl", "mode", "knobs", "shape", "GPU ms (p50)", "wall ms", "wall / GPU"]
+    body = [
+        [r["case"], r["impl"], r["mode"], knobs(r["params"]),
+         f"B={r['batch']} L={r['seq_len']}", f"{r['p50_ms']:.3g}", f"{r['wall_ms']:.3g}",
+         f"{r['wall_ms'] / r['p50_ms']:.2f}"]
+        for _, r in rows.iterrows()
+    ]  # fmt: skip
+    intro = (
+        "GPU time (CUDA events, the call queued behind a spin: what the GPU works) beside the "
+        "wall time of the call with one sync after it (what a caller that waits for each call "
+        "pays, the host's launch work included); a ratio well above 1: host-bound."
+    )
+    return ["## Host-inclusive time (CUDA)", "", intro, "", *markdown_table(header, body), ""]
 
 
 def _busiest(df: pd.DataFrame) -> str:

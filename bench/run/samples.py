@@ -23,6 +23,10 @@ class Timing:
     # cores' worth of CPU that other processes (and a VM's other guests) took while the group's
     # samples ran (bench/run/machine.py); above machine.CONTENDED_CORES the row is marked
     others_cpu: float | None = None
+    # on CUDA, what a caller that waits for each call pays: the median wall time of a call
+    # with one sync after it, the host's launch work included (timing.wall_ms); None on the
+    # CPU, whose samples are wall time already
+    wall_ms: float | None = None
 
     @property
     def n(self) -> int:

@@ -174,9 +174,24 @@ def measure_side_by_side(
             cpu[name][0] / cpu[name][1] if p[0] == "host" and cpu[name][1] > 0 else None,
             p[3],
             others,
+            wall_ms(fns[name], device, clock) if device.type == "cuda" else None,
         )
         for name, p in prepared.items()
     }
+
+
+def wall_ms(fn: Callable[[], object], device: torch.device, clock, n: int = 5) -> float:
+    """The median of n calls timed on the host clock from a synced device to the call's end
+    synced: what a caller that waits for each call pays, launch work included (a batch-1
+    decode step is host-bound where the GPU-time median says otherwise)."""
+    times = []
+    for _ in range(n):
+        _sync(device)
+        t0 = clock()
+        fn()
+        _sync(device)
+        times.append((clock() - t0) * 1e3)
+    return statistics.median(times)
 
 
 def _prepare_group(fns, device, warmup_s, graph_below_ms, clock, running=None) -> dict:

@@ -390,3 +390,19 @@ def test_unchecked_rows_show_their_median_marked_and_are_not_ok(tmp_path, monkey
     assert "| 1 (1.00x) | ?2 |" in text
     assert "`?` unchecked (1 rows)" in text
     assert f"| unchecked | {why} |" in text
+
+
+def test_cuda_rows_show_their_wall_time_beside_the_gpu_time(tmp_path, monkeypatch):
+    """A CUDA row's wall_ms (a call with one sync, host work included) beside its GPU-time
+    median, and their ratio: where the host sets the pace."""
+    monkeypatch.setitem(CASES, "toy", toy_case({"good": Impl(lambda i: None)}))
+    rows = [
+        dict(impl="good", mode="forward", p50_ms=0.05, wall_ms=0.2, device="cuda"),
+        dict(impl="cpu_row", mode="forward", p50_ms=1.0),
+    ]
+    read_rows(tmp_path / "a", _marked_rows(rows=rows))
+    report.build([tmp_path / "a"])
+    text = (tmp_path / "a" / "report.md").read_text()
+    assert "## Host-inclusive time (CUDA)" in text
+    assert "| toy | good | forward |  | B=1 L=8 | 0.05 | 0.2 | 4.00 |" in text
+    assert "cpu_row | forward |  | B=1 L=8" not in text

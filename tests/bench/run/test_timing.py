@@ -309,3 +309,30 @@ def test_one_timing_method_per_side_by_side_group(monkeypatch):
     assert {name: p[0] for name, p in group.items()} == {"fast": "events", "slow": "events"}
     group = timing._prepare_group({"slow": slow}, cuda, 0.0, GRAPH_BELOW_MS, FakeClock([]))
     assert group["slow"][0] == "events"  # nothing under the threshold
+
+
+def test_a_cuda_rows_wall_time_syncs_around_each_call(monkeypatch):
+    """wall_ms, the host-inclusive column of CUDA rows: each of its calls starts on a synced
+    device and ends synced, its time the host clock's (a fake clock and a counted sync stand in
+    for the GPU: 2 ms of host work, then 1 ms waiting for the device)."""
+    from bench.run import timing
+
+    now, events = [0.0], []
+
+    def sync(device):
+        events.append("sync")
+        now[0] += 0.001  # the device finishes the queued work
+
+    def call():
+        events.append("call")
+        now[0] += 0.002  # the host's launch work
+
+    monkeypatch.setattr(timing, "_sync", sync)
+    ms = timing.wall_ms(call, torch.device("cuda"), lambda: now[0], n=3)
+    assert ms == pytest.approx(3.0)
+    assert events == ["sync", "call", "sync"] * 3
+
+
+def test_cpu_rows_have_no_separate_wall_time():
+    t = measure(lambda: None, budget=Budget(warmup_s=0, min_reps=3, max_reps=3))
+    assert t.wall_ms is None
