@@ -79,6 +79,7 @@ def _launch_rope(spec: Spec) -> None:
             pos,
             0,
             rot,
+            0,  # the rotated dims' start, a runtime argument: a slice at D - R compiles alike
             spec.interleaved,
             backward,
         )
