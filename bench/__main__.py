@@ -28,7 +28,7 @@ from bench import exits
 from bench.config import cli, plugins, run_dir, schema
 from bench.config import plan as bench_config
 from bench.results import NO_SPACE, git_sha, read_rows, write_env
-from bench.run import profile
+from bench.run import gpu_state, profile
 from bench.run.runnable import unrunnable
 from bench.run.runner import Runner
 from bench.run.watchdog import Watchdog
@@ -167,6 +167,7 @@ def main(cfg: DictConfig) -> None:
         signal.signal(signal.SIGINT, _on_stop)
     again = " ".join(o for o in overrides if not o.startswith(("resume", "hydra.run.dir")))
     again = f"python -m bench {again} resume=true hydra.run.dir={out_dir}"
+    gpu_before = gpu_state.snapshot()  # clocks, power, throttling (env.json: gpu_state)
     try:
         summary = runner.run()
     except KeyboardInterrupt:
@@ -192,6 +193,8 @@ def main(cfg: DictConfig) -> None:
             file=sys.stderr,
         )
         sys.exit(NO_SPACE_EXIT)
+    if gpu_before is not None:
+        summary["gpu_state"] = {"start": gpu_before, "end": gpu_state.snapshot()}
     _record(out_dir, cfg, overrides, summary)
     print(
         f"{runner.done} rows in {summary['wall_s']:.1f} s "
