@@ -23,6 +23,7 @@ slice's place, a schedule, a key read elsewhere).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from dataclasses import dataclass, field
@@ -98,8 +99,7 @@ class Rotation:
                 turned = self.apply(q.transpose(1, 2), k.transpose(1, 2), out)
                 return tuple(x.transpose(1, 2) for x in turned)
             return tuple(self.apply(q, k, out))
-        params = list(inspect.signature(self.apply).parameters)
-        if params[:3] == ["tensor", "sin", "cos"]:  # GPT-J, CodeGen: (B, L, H, D), (sin, cos)
+        if self.params[:3] == ["tensor", "sin", "cos"]:  # GPT-J, CodeGen: (B, L, H, D), (sin, cos)
             sin, cos = out
             return tuple(self.apply(x.transpose(1, 2), sin, cos).transpose(1, 2) for x in (q, k))
         cos, sin = out
@@ -120,10 +120,16 @@ class Rotation:
             self.orders[dim] = second
         return self.orders[dim]
 
+    @functools.cached_property
+    def params(self) -> list[str]:
+        """Its apply function's parameter names, read once: apply_tables runs inside the
+        timed calls of the `hf` rows, which must not pay for reading a signature."""
+        return list(inspect.signature(self.apply).parameters)
+
     @property
     def one_at_a_time(self) -> bool:
         """Whether its apply function turns one tensor a call (DeepSeek-V4's, Gemma 4's)."""
-        return list(inspect.signature(self.apply).parameters)[:1] == ["x"]
+        return self.params[:1] == ["x"]
 
     def takes(self, dim: int, layer_type: str | None = None) -> bool:
         """Whether its apply function takes heads of dim dims whole (it slices the rotated
@@ -264,9 +270,11 @@ def rope_of_layers(config, params: dict, layer_types) -> dict[str, str]:
     if not per_layer(params) or any(k in layer_types for k in params):
         return {}
     module = modeling_module(config.get_text_config().model_type)
+    if module is None:
+        return {}
     attention = [
         cls
-        for name, cls in vars(module or {}).items()
+        for name, cls in vars(module).items()
         if name.endswith("Attention")
         and inspect.isclass(cls)
         and cls.__module__ == module.__name__

@@ -112,6 +112,11 @@ def _plain_only(point: Point) -> str | None:
     return None if point.rope_scaling == "none" else "the tutorial's RoPE has no scaling"
 
 
+def _heads(point: Point) -> dict[str, int]:
+    """The heads of each tensor a point may turn: q's, k's, and the output's (q's)."""
+    return {"q": point.num_heads, "k": point.kv_heads, "o": point.num_heads}
+
+
 def _target_tables(cos, sin, scale):
     """{name: (cos, sin)} of q, k and an output turned back (o: minus the angles); q's and
     k's the same but for xPos, which scales them apart."""
@@ -139,8 +144,7 @@ def _xpos(point: Point, dtype, device):
 
 def _build(point: Point, device, dtype):
     cos, sin, scale = _tables(point, torch.float32, device)
-    names = TARGETS[point.rope_targets]
-    heads = {"q": point.num_heads, "k": point.kv_heads, "o": point.num_heads}
+    names, heads = TARGETS[point.rope_targets], _heads(point)
     tables = _target_tables(cos, sin, scale)  # what an eager user precomputes
     truth = _target_tables(*_tables(point, torch.float64, device))
     inputs = {n: heads_tensor(point, heads[n], device, dtype) for n in names}
@@ -312,8 +316,7 @@ def _cost(point: Point, dtype, mode: str) -> Cost:
     cols = rotary_cols(point)
     if point.rope_variant == "p_rope":
         cols = F.rotating_frequencies(point.head_dim, P_ROPE)
-    heads = {"q": point.num_heads, "k": point.kv_heads, "o": point.num_heads}
-    turned = sum(heads[n] for n in TARGETS[point.rope_targets])
+    turned = sum(_heads(point)[n] for n in TARGETS[point.rope_targets])
     return rotation_cost(point, dtype, mode, point.seq_len, cols, turned)
 
 

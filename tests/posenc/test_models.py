@@ -251,3 +251,15 @@ def test_deepseek_v4s_layers_read_the_rope_their_attention_names():
     assert spec.layer_type() == "compress" and spec.schedule()[3] == 160000.0
     assert spec.layer_type("compressed_sparse_attention") == "compress"
     assert spec.layer_type("main") == "main" and spec.schedule("main")[3] == 10000.0
+
+
+def test_the_models_call_reads_no_signature_once_set_up(monkeypatch):
+    """apply_tables runs inside the timed calls of the rope case's hf rows: after the first
+    call it must not read the apply function's signature again (host work a model never pays)."""
+    config = models.hf_config("llama-3.2-1b")[1]
+    rotation = _hf_rotation.find(config)
+    q = torch.randn(1, 2, 4, 64, dtype=torch.float64)
+    tables = rotation.tables(torch.arange(4), None)
+    rotation.apply_tables(q, q, tables)
+    monkeypatch.setattr(inspect, "signature", lambda *a, **k: pytest.fail("read again"))
+    rotation.apply_tables(q, q, tables)
