@@ -4,9 +4,10 @@ scalar bias, and Shaw's key and value terms.
 Implementations, each called as its own documentation does:
   reference    posenc's eager attention (the (H, L, L) bias built inside the call);
   compiled     torch.compile of it;
-  sdpa         F.scaled_dot_product_attention with the bias materialized as attn_mask: once,
-               outside the timed call, when the table does not train (a cached bias, as a model
-               reuses across its layers); inside the call when it trains;
+  sdpa         F.scaled_dot_product_attention with the bias materialized as a (1, H, L, L)
+               attn_mask (four dims, the shape its fused kernels take): once, outside the timed
+               call, when the table does not train (a cached bias, as a model reuses across its
+               layers); inside the call when it trains (then SDPA's math path);
   sdpa_nobias  SDPA with no bias at all: the ceiling a biased kernel is measured against;
   flex         torch.compile(flex_attention), the bias as a score_mod reading a table (T5's
                bucket of each j - i from a table built once), the mask a block mask built once;
@@ -135,12 +136,15 @@ def _truth(family: BiasFamily):
 
 
 def _mask(family: BiasFamily, inputs: dict):
-    """-> () -> the (H, L, L) additive mask in q's dtype, -inf where `hidden`."""
+    """-> () -> the (1, H, L, L) additive mask in q's dtype, -inf where `hidden`. Four dims, as
+    SDPA's fused kernels take a mask (2-D or 4-D, torch's check_attn_mask_shape): a 3-D
+    (H, L, L) mask broadcasts to the same scores but sends every call to the math path, 2.3x
+    slower on an H200 (docs/gpu.md)."""
     module, q = family.module(inputs), inputs["q"]
     n, upper = q.shape[2], hidden(inputs, q.shape[2], q.device)
 
     def build():
-        bias = module.bias(n, n).to(q.dtype)
+        bias = module.bias(n, n).to(q.dtype)[None]
         return bias if upper is None else bias.masked_fill(upper, float("-inf"))
 
     return build
@@ -257,6 +261,14 @@ PEERS = {  # family -> implementations outside the project that compute the same
 }
 
 
+def _sdpa_note(family: BiasFamily) -> str:
+    """Which of SDPA's paths the row times: a mask that needs its gradient (a learned table in
+    training) is refused by every fused kernel (check_attn_mask_shape), so it runs the math
+    path, materializing the (B, H, L, L) scores."""
+    note = "bias materialized as a (1, H, L, L) attn_mask"
+    return note + ("; its backward trains the table: math path" if family.trains else "")
+
+
 def _case(family: BiasFamily) -> Case:
     expressible = either(either(family.expressible, _default_tiles), plain_softmax)
     impls = {
@@ -269,7 +281,7 @@ def _case(family: BiasFamily) -> Case:
         ),
         "sdpa": Impl(
             on_qkv(_sdpa(family)),
-            note="bias materialized as attn_mask",
+            note=_sdpa_note(family),
             holds=3,
             supports=expressible,
         ),
