@@ -74,8 +74,9 @@ class Schema:
 
 SHAPE = ("batch", "seq_len", "d_model", "num_heads", "params")  # a point, with its knobs
 KEY = ("case", "impl", "mode", "device", "device_name", "dtype", *SHAPE)
-# 1: the rows before the column (read with it empty); 2: schema_version itself; 3: model
-SCHEMA_VERSION = 5
+# 1: the rows before the column (read with it empty); 2: schema_version itself; 3: model;
+# 4: share_partner, pe_share_best; 5: wall_ms; 6: gpu_held
+SCHEMA_VERSION = 6
 COLUMNS = (
     "run_id",
     "case",
@@ -131,9 +132,10 @@ COLUMNS = (
     "share_partner",
     "pe_share_best",
     "wall_ms",
+    "gpu_held",
 )
 TEXT = {*COLUMNS[:8], "params", "share_partner"}  # run_id .. dtype, and these: text
-TEXT |= {"status", "message", "timestamp", "timing_method", "contended", "model"}
+TEXT |= {"status", "message", "timestamp", "timing_method", "contended", "model", "gpu_held"}
 STATUSES = ("ok", "wrong", "oom", "skipped", "error", "timeout", "unchecked")  # registry.Status
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a write refused for want of room
 RESULTS = Schema(COLUMNS, KEY, SCHEMA_VERSION, frozenset(COLUMNS) - TEXT, STATUSES)

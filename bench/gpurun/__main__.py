@@ -41,6 +41,14 @@ for name in ("hydra", "omegaconf", "liger_kernel", "pandas", "matplotlib", "xdis
 """
 
 
+# The GPU's state around each part, from nvidia-smi (the driver imports nothing but the standard
+# library): clocks, power and its limit, temperature, and the mask of reasons holding the clocks
+# down (NVML's bits, bench/run/gpu_state.py names them); the older field name where the driver
+# lacks the newer
+GPU_QUERY = "clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu,{reasons}"
+GPU_REASONS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
+
+
 class GpuRun:
     def __init__(
         self,
@@ -133,6 +141,25 @@ class GpuRun:
         self.say(text.rstrip())
         return text
 
+    def gpu_state(self) -> str | None:
+        """One line of the GPU's state now, e.g. "1980 MHz, 2619 MHz, 96.5 W, 700.0 W, 37,
+        0x0000000000000000"; None without nvidia-smi (the smoke rehearsal on a CPU)."""
+        for reasons in GPU_REASONS:
+            query = GPU_QUERY.format(reasons=reasons)
+            try:
+                proc = subprocess.run(
+                    ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                    env=self.env,
+                )
+            except (OSError, subprocess.SubprocessError):
+                return None
+            if proc.returncode == 0 and proc.stdout.strip():
+                return proc.stdout.strip().splitlines()[0]
+        return None
+
     def argv(self, part: Part) -> list[str]:
         args = part.argv if not self.smoke else (part.smoke_argv or (*part.argv, *SMOKE))
         device = "cpu" if self.smoke else "cuda"
@@ -159,7 +186,7 @@ class GpuRun:
         self.say(
             f"== {part.name} (limit {limit}s, {self.elapsed()}s into the GPU run): {part.what}"
         )
-        before = self._cached_kernels()
+        before, gpu_before = self._cached_kernels(), self.gpu_state()
         t0 = time.monotonic()
         rc = self._stream(self.argv(part), limit)
         compiled = self._cached_kernels() - before
@@ -167,6 +194,8 @@ class GpuRun:
             f"== {part.name}: exit {rc} after {int(time.monotonic() - t0)}s "
             f"(limit {limit}s; Triton kernels compiled: {compiled})"
         )
+        if gpu_before is not None:  # sm, mem clocks, power, limit, temperature, reasons
+            self.status(f"   gpu before: {gpu_before}; after: {self.gpu_state()}")
         self.pack()
 
     def _stream(self, argv: list[str], limit: int) -> int:

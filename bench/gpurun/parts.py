@@ -63,35 +63,40 @@ def _bench(*args: str) -> tuple[str, ...]:
     return ("-m", "bench", "device={device}", *args)
 
 
+# The order: what decides the kernels' defaults first (the tile sweep, then where the
+# attention kernel's time goes), then the sweep's rows and the independent audit (the limits
+# reserved so far fit the budget), then in what is left: the compiled and paged peers, the
+# box's CPU against its GPU, decode and packing, the kernel tests, the rest.
 PARTS = (
     Part(
-        "tests",
-        90,
-        30,
-        (
-            "-m",
-            "pytest",
-            "-v",
-            "-p",
-            "no:cacheprovider",
-            "-n",
-            "{workers}",
-            "tests/posenc_kernels",
-            "tests/bench/run/test_timing.py",
-            "--junitxml={res}/tests.xml",
+        "tiles",
+        120,
+        40,
+        _bench("sweep=gpu_tiles", "hydra.run.dir={res}/sweep-tiles"),
+        _bench(
+            "sweep=gpu_tiles",
+            "cases=[alibi_attention]",
+            "fwd_tiles=[64x64x4x3]",
+            "bwd_tiles=[32x32x4x1]",
+            *SMOKE,
+            "hydra.run.dir={res}/sweep-tiles",
         ),
-        (
-            "-m",
-            "pytest",
-            "-v",
-            "-p",
-            "no:cacheprovider",
-            "tests/posenc_kernels/test_rope.py",
-            "-k",
-            "llama-like",
-            "--junitxml={res}/tests.xml",
+        "the attention kernel over candidate tiles",
+    ),
+    Part(
+        "profile-attention",
+        20,
+        10,
+        _bench(
+            "profile=true",
+            "sweep=gpu",
+            "cases=[alibi_attention]",
+            "impls=[triton]",
+            "seq_len=4096",
+            "hydra.run.dir={res}/profile-attention",
         ),
-        "the kernel tests on the GPU, each outcome printed as it finishes",
+        None,
+        "torch.profiler at one attention point: top operators, kernel registers",
     ),
     Part(
         "sweep",
@@ -119,7 +124,7 @@ PARTS = (
     ),
     Part(
         "audit",
-        85,
+        70,
         50,
         ("{audit}", "--out", "{res}/audit"),
         ("{audit}", "--dry", "--out", "{res}/audit"),
@@ -127,7 +132,7 @@ PARTS = (
     ),
     Part(
         "flex",
-        145,
+        110,
         40,
         _bench(
             "sweep=gpu",
@@ -199,7 +204,7 @@ PARTS = (
         ),
         "the serving step's compiled baselines: torch.compile of the eager step, FlexAttention's "
         "paged attention, beside the kernels",
-        reserved=False,  # after the kernels' own figures: in what is left
+        reserved=False,
     ),
     Part(
         "cpu_cuda",
@@ -252,7 +257,37 @@ PARTS = (
             "hydra.run.dir={res}/sweep-sequences",
         ),
         "decoding against ragged KV caches and packed documents: the kernel beside eager, SDPA",
-        reserved=False,  # after the kernels' own figures: in what is left
+        reserved=False,
+    ),
+    Part(
+        "tests",
+        90,
+        30,
+        (
+            "-m",
+            "pytest",
+            "-v",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "{workers}",
+            "tests/posenc_kernels",
+            "tests/bench/run/test_timing.py",
+            "--junitxml={res}/tests.xml",
+        ),
+        (
+            "-m",
+            "pytest",
+            "-v",
+            "-p",
+            "no:cacheprovider",
+            "tests/posenc_kernels/test_rope.py",
+            "-k",
+            "llama-like",
+            "--junitxml={res}/tests.xml",
+        ),
+        "the kernel tests on the GPU, each outcome printed as it finishes",
+        reserved=False,
     ),
     Part(
         "multimodal",
@@ -315,23 +350,7 @@ PARTS = (
             "hydra.run.dir={res}/profile-rope",
         ),
         None,
-        "torch.profiler at one RoPE point: top operators, kernel registers",
-        reserved=False,
-    ),
-    Part(
-        "profile-attention",
-        20,
-        10,
-        _bench(
-            "profile=true",
-            "sweep=gpu",
-            "cases=[alibi_attention]",
-            "impls=[triton]",
-            "seq_len=4096",
-            "hydra.run.dir={res}/profile-attention",
-        ),
-        None,
-        "the same at one attention point",
+        "the same at one RoPE point",
         reserved=False,
     ),
     Part(
@@ -341,22 +360,6 @@ PARTS = (
         ("-m", "bench.probe", "probe=tiny", "device={device}", "hydra.run.dir={res}/probe-tiny"),
         ("-m", "bench.probe", "probe=tiny", "device={device}", "hydra.run.dir={res}/probe-tiny"),
         "the length-generalization probe's CUDA path, at its tiny size",
-        reserved=False,
-    ),
-    Part(
-        "tiles",
-        200,
-        40,
-        _bench("sweep=gpu_tiles", "hydra.run.dir={res}/sweep-tiles"),
-        _bench(
-            "sweep=gpu_tiles",
-            "cases=[alibi_attention]",
-            "fwd_tiles=[64x64x4x3]",
-            "bwd_tiles=[32x32x4x1]",
-            *SMOKE,
-            "hydra.run.dir={res}/sweep-tiles",
-        ),
-        "the attention kernel over candidate tiles",
         reserved=False,
     ),
 )

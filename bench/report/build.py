@@ -39,7 +39,7 @@ def build(dirs: list[Path], out: Path | None = None) -> Path:
     df.attrs["duplicates"] = dup
     df.attrs["runs"] = sorted(str(d) for d in dirs)
     df["uncertain"], df["contended"] = flags.uncertain(df), flags.contended(df)
-    df["interpreted"] = flags.interpreted(df)
+    df["interpreted"], df["throttled"] = flags.interpreted(df), flags.throttled(df)
     df["speedup_suspect"] = flags.speedup_suspect(df)
     df["cell"] = df.apply(cell, axis=1)
     (out / "report.md").write_text(markdown(df, envs))

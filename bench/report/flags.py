@@ -3,6 +3,8 @@
 - contended: measured while other processes held the CPU (the `contended` column, measured
   by the runner: bench/run/machine.py; in rows from before that column, the process got under half
   a core while it was timed).
+- throttled: timed on a GPU whose clocks NVML said were held down (a power cap, thermal
+  slowdown: the `gpu_held` column, bench/run/gpu_state.py): slower than the same GPU free.
 - uncertain: the median's 95% interval is wider than +-UNCERTAIN_CI of it.
 - interpreted: a Triton kernel run under Triton's interpreter on a CPU (TRITON_INTERPRET=1): its
   time checks the plumbing, it is not the kernel's speed (its row's message says so).
@@ -60,6 +62,13 @@ def contended(df: pd.DataFrame) -> pd.Series:
     if "cpu_util" in df and ("contended" not in df or df["contended"].isna().all()):
         flag |= (df["device"] == "cpu") & (df["cpu_util"] < 0.5)  # rows from before the column
     return flag & _ok(df)
+
+
+def throttled(df: pd.DataFrame) -> pd.Series:
+    if "gpu_held" not in df:
+        return pd.Series(False, index=df.index)
+    held = df["gpu_held"].astype(object).where(df["gpu_held"].notna(), "")
+    return held.astype(str).str.strip().ne("") & _ok(df)
 
 
 def suspect(df: pd.DataFrame) -> pd.Series:

@@ -15,14 +15,15 @@ from bench.tables import markdown_table
 
 
 def cell(row) -> str:
-    """The median with its marks (`!` suspect, `#` contended, `i` interpreted, `~` uncertain) and
-    its speedup (`!` when it rests on a suspect row); an unchecked row's median behind `?`, with
-    no speedup."""
+    """The median with its marks (`!` suspect, `#` contended, `t` throttled, `i` interpreted,
+    `~` uncertain) and its speedup (`!` when it rests on a suspect row); an unchecked row's
+    median behind `?`, with no speedup."""
     if row["status"] == "unchecked" and pd.notna(row.get("p50_ms")):
         return f"?{row['p50_ms']:.3g}"
     if row["status"] != "ok":
         return row["status"]
     marks = ("!" if row.get("suspect") else "") + ("#" if row.get("contended") else "")
+    marks += "t" if bool(row.get("throttled", False)) else ""
     marks += "i" if bool(row.get("interpreted", False)) else ""
     text = marks + ("~" if row.get("uncertain") else "") + f"{row['p50_ms']:.3g}"
     if pd.notna(row.get("speedup")):
@@ -104,6 +105,13 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
             f"`?` unchecked ({int((df['status'] == 'unchecked').sum())} rows): timed, but its "
             "float64 truth could not be computed (out of memory, say), so not verified: no "
             "speedup, and listed under 'Rows not ok'.",
+        ]
+    if "throttled" in df and df["throttled"].any():
+        held = sorted({r for v in df.loc[df["throttled"], "gpu_held"] for r in str(v).split(",")})
+        lines += [
+            f"`t` throttled ({int(df['throttled'].sum())} of {ok}): NVML said the GPU held its "
+            f"clocks down while it was timed ({', '.join(held)}; results.csv's gpu_held): "
+            "slower than the same GPU free.",
         ]
     if "interpreted" in df and df["interpreted"].any():
         lines += [

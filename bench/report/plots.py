@@ -3,7 +3,7 @@
 - time_vs_seq_len_<mode>_<dtype>.png: one panel per case and knob combination (a sweep of
   RoPE's schedules gets one per schedule), median ms vs L at its most common (B, d_model, H),
   one line per impl @ device with its p20-p80 band; one colour per impl @ device in every
-  panel; hollow markers for uncertain, contended or suspect medians (bench.report.flags).
+  panel; hollow markers for uncertain, contended, throttled or suspect medians (bench.report.flags).
 - speedup_<mode>_<dtype>.png: each case's implementations against its baseline, named on each
   bar (left out: it is the 1.0 line) at the panel's largest L, values on the bars.
 - pct_copy_bw_<mode>_<dtype>.png: the encoders' time as % of a same-size copy timed beside
@@ -60,10 +60,12 @@ def _point(case: str, common: tuple) -> str:
 
 
 def _marked(df: pd.DataFrame) -> pd.Series:
-    """Points not to be read as plain results: uncertain, contended or suspect (flags.py)."""
+    """Points not to be read as plain results: uncertain, contended, throttled or suspect
+    (flags.py)."""
     flag = df["uncertain"].astype(bool)
-    if "contended" in df:
-        flag |= df["contended"].astype(bool)
+    for column in ("contended", "throttled"):
+        if column in df:
+            flag |= df[column].astype(bool)
     if "suspect" in df:
         flag |= df["suspect"].fillna("") != ""
     return flag
@@ -123,8 +125,8 @@ def _time_vs_seq_len(df: pd.DataFrame, colors: dict, path: Path, title: str) -> 
         shown.values(), shown.keys(), loc="outside lower center", fontsize=LEGEND_PT,
         ncols=min(4, len(shown)), frameon=False,
     )  # fmt: skip
-    fig.suptitle(wrap(f"{title}; hollow: uncertain, contended or suspect (report.md)", 90),
-                 fontsize=9)  # fmt: skip
+    marked = "hollow: uncertain, contended, throttled or suspect (report.md)"
+    fig.suptitle(wrap(f"{title}; {marked}", 90), fontsize=9)
     save(fig, path)
 
 
@@ -256,7 +258,7 @@ def write_all(df: pd.DataFrame, out: Path) -> list[Path]:
             path = out / f"{name}_{tag}.png"
             title = (
                 f"{mode}, {dtype}, each case at its largest L; hatched: uncertain, "
-                "contended or suspect"
+                "contended, throttled or suspect"
             )
             if _bars(values, column, colors, path, title, xlabel, ref):
                 written.append(path)

@@ -41,6 +41,7 @@ def row_metrics(
         first_call_ms=t.first_ms,
         others_cpu=t.others_cpu,
         wall_ms=t.wall_ms,
+        gpu_held=t.gpu_held,
         contended=contended(t, threads),
         pct_peak_bw=100 * gbps / calib["calib_copy_gbps"] if calib and gbps else None,
         pct_peak_flops=100 * tflops / calib["calib_matmul_tflops"] if calib and tflops else None,

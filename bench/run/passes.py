@@ -9,6 +9,7 @@ inputs give the same result): later passes reuse its check's fields and skip the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -37,13 +38,14 @@ class Pool:
                 f"with timing.passes={state['passes']}: resume with that"
             )
         for key, row, copy, fields, *more in state["rows"]:
-            first, others = (more + [None, None])[:2]
+            first, others, held = (more + [None, None, None])[:3]
             self.rows[tuple(key)] = {
                 "row": row,
                 "copy": copy,
                 "fields": fields,
                 "first_ms": first,
                 "others_cpu": others,
+                "gpu_held": held,
             }
         return state["passes_done"]
 
@@ -56,6 +58,7 @@ class Pool:
                 p.get("fields", {}),
                 p.get("first_ms"),
                 p.get("others_cpu"),
+                p.get("gpu_held"),
             ]
             for key, p in self.rows.items()
         ]
@@ -82,14 +85,21 @@ class Pool:
         pooled.setdefault("first_ms", t.first_ms)  # the first pass's: the compile, if any
         if t.others_cpu is not None:  # the busiest pass's: a row is marked if any pass was
             pooled["others_cpu"] = max(pooled.get("others_cpu") or 0.0, t.others_cpu)
+        if t.gpu_held is not None:  # what held the GPU in any pass
+            held = set(filter(None, (pooled.get("gpu_held") or "").split(",")))
+            pooled["gpu_held"] = ",".join(sorted(held | set(filter(None, t.gpu_held.split(",")))))
         pooled["row"].extend(t.samples_ms)
         if copy_t is not None:
             pooled["copy"].extend(copy_t.samples_ms)
         method = copy_t.method if copy_t is not None else t.method
         copy = Timing(tuple(pooled["copy"]), method) if pooled["copy"] else None
-        timing = Timing(
-            tuple(pooled["row"]), t.method, t.cpu_util, pooled["first_ms"], pooled.get("others_cpu")
-        )
+        timing = dataclasses.replace(
+            t,
+            samples_ms=tuple(pooled["row"]),
+            first_ms=pooled["first_ms"],
+            others_cpu=pooled.get("others_cpu"),
+            gpu_held=pooled.get("gpu_held"),
+        )  # this pass's method, cpu_util and wall_ms
         return timing, copy
 
     def written(self, key: tuple) -> None:

@@ -27,6 +27,9 @@ class Timing:
     # with one sync after it, the host's launch work included (timing.wall_ms); None on the
     # CPU, whose samples are wall time already
     wall_ms: float | None = None
+    # on CUDA, what held the GPU's clocks down while the group was timed (gpu_state.Window):
+    # NVML's reasons, comma-separated, "" for nothing; None where it was not read
+    gpu_held: str | None = None
 
     @property
     def n(self) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.run import machine
+from bench.run import gpu_state, machine
 from bench.run.samples import Timing
 
 GRAPH_BELOW_MS = 0.01  # CUDA calls shorter than 10 us are timed through a CUDA graph
@@ -110,7 +110,8 @@ def measure_side_by_side(
     budget (budget_s per call) has passed. Per sample as in `measure` (events, graphs,
     before_each), which is this with one call. A call that raises leaves the group; its
     exception is returned in its place. `monitor` (bench/run/machine.py) measures what other
-    processes took meanwhile, over at least its window (the runner keeps one for the run).
+    processes took meanwhile, over at least its window (the runner keeps one for the run); on
+    CUDA, gpu_state.Window what held the GPU's clocks down (each Timing's gpu_held).
     `running(name)` is told which call warms up or takes its slice (the row watchdog's), never
     inside a sample."""
     if rounds < 1:
@@ -143,6 +144,7 @@ def measure_side_by_side(
     turn = 0  # rounds done so far
     monitor = monitor or machine.Monitor()
     monitor.mark()
+    gpu = gpu_state.window(device)
     while active := [name for name in fns if not finished(name)]:
         first = turn % len(active)
         turn += 1
@@ -164,7 +166,7 @@ def measure_side_by_side(
                         break
             except Exception as exc:  # one failing call never stops the others
                 prepared[name] = exc
-    others = monitor.others()
+    others, held = monitor.others(), gpu.held() if gpu is not None else None
     return {
         name: p
         if isinstance(p, Exception)
@@ -175,6 +177,7 @@ def measure_side_by_side(
             p[3],
             others,
             wall_ms(fns[name], device, clock) if device.type == "cuda" else None,
+            held,
         )
         for name, p in prepared.items()
     }

@@ -26,7 +26,7 @@ a = p.parse_args(); assert a.dry
 """
 
 
-def _smoke_run(tmp_path, *args, audit=None):
+def _smoke_run(tmp_path, *args, audit=None, env=None):
     """The smoke run, on the box's stack under make rehearse (REHEARSE_PYTHON: Python 3.12,
     torch 2.11, Triton 3.6, the carried wheels), else this interpreter; the audit a stand-in
     that writes its CSV (the shared one is not in the repository), or absent."""
@@ -45,7 +45,9 @@ def _smoke_run(tmp_path, *args, audit=None):
         str(audit),
         *args,
     ]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800, env=env or os.environ
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with tarfile.open(out / "results.tgz") as tar:
         tar.extractall(tmp_path / "x", filter="data")
@@ -126,6 +128,28 @@ def test_parts_named_run_alone_in_the_runs_order(tmp_path):
     assert (res / "audit" / "audit.csv").exists() and (res / "versions.txt").exists()
 
 
+FAKE_SMI = """#!/bin/sh
+case "$*" in
+  *clocks_event_reasons*) echo "Field is not a valid field to query." >&2; exit 2;;
+  *) echo "1980 MHz, 2619 MHz, 96.50 W, 700.00 W, 37, 0x0000000000000004";;
+esac
+"""
+
+
+def test_each_part_says_the_gpus_state_before_and_after(tmp_path):
+    """status.txt gives the clocks, power and the reasons holding them down around each part,
+    from nvidia-smi (a stand-in here, with a driver that knows only the older field name)."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "nvidia-smi").write_text(FAKE_SMI)
+    (bin_ / "nvidia-smi").chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_}{os.pathsep}{os.environ['PATH']}")
+    _out, res, _ = _smoke_run(tmp_path, "--parts", "audit", "--budget", "120", env=env)
+    status = (res / "status.txt").read_text()
+    state = "1980 MHz, 2619 MHz, 96.50 W, 700.00 W, 37, 0x0000000000000004"
+    assert f"   gpu before: {state}; after: {state}" in status, status
+
+
 def test_parts_named_run_in_the_order_named():
     """--parts tiles,profile-attention,sweep: what decides the kernels' defaults first, as
     named, each part once (the default order is the run's)."""
@@ -136,6 +160,14 @@ def test_parts_named_run_in_the_order_named():
     assert chosen(None) == PARTS
 
 
+def test_the_default_order_measures_what_decides_the_defaults_first():
+    """The tile sweep and the attention kernel's profile choose the kernels' defaults: they run
+    first, with their limits reserved, so a run cut short still has them."""
+    names = [p.name for p in PARTS]
+    assert names[:3] == ["tiles", "profile-attention", "sweep"]
+    assert all(p.reserved for p in PARTS[:3])
+
+
 @pytest.mark.parametrize("names", ["nope", "tests,sweeps", ","])
 def test_an_unknown_part_is_an_error_naming_the_option(names, capsys):
     from bench.gpurun.__main__ import main
@@ -143,7 +175,8 @@ def test_an_unknown_part_is_an_error_naming_the_option(names, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--parts", names, "--out", "unused"])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and "--parts: no part" in err and "tests,sweep,audit" in err
+    assert exit_.value.code == 2 and "--parts: no part" in err
+    assert "tiles,profile-attention,sweep" in err
     assert not Path("unused").exists()
 
 

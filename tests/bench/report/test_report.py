@@ -406,3 +406,19 @@ def test_cuda_rows_show_their_wall_time_beside_the_gpu_time(tmp_path, monkeypatc
     assert "## Host-inclusive time (CUDA)" in text
     assert "| toy | good | forward |  | B=1 L=8 | 0.05 | 0.2 | 4.00 |" in text
     assert "cpu_row | forward |  | B=1 L=8" not in text
+
+
+def test_rows_timed_on_a_held_gpu_are_marked_throttled(tmp_path, monkeypatch):
+    """A row whose GPU NVML said was held down while it was timed (gpu_held) shows with t and
+    the legend names the reasons; a row of the same run with nothing held ("") is plain."""
+    monkeypatch.setitem(CASES, "toy", toy_case({"good": Impl(lambda i: None)}))
+    rows = [
+        dict(run_id="a", impl="good", p50_ms=1.0, gpu_held="", timestamp="t"),
+        dict(run_id="a", impl="held", p50_ms=2.0, gpu_held="power_violation", timestamp="t"),
+    ]
+    read_rows(tmp_path / "a", rows)
+    report.build([tmp_path / "a"])
+    text = (tmp_path / "a" / "report.md").read_text()
+    assert "| 1 (1.00x) | t2 (0.50x) |" in text
+    assert "`t` throttled (1 of 2): NVML said the GPU held its clocks down" in text
+    assert "(power_violation; results.csv's gpu_held)" in text
