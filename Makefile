@@ -25,7 +25,7 @@ help:
 	@echo "make gpu-run   the whole GPU run in one call: python3 -m bench.gpurun (docs/gpu.md)"
 	@echo "make gpu-prep  what that call carries: .whl/ (make gpu-wheels), .triton-cache/ (make gpu-cache), .audit/"
 	@echo "make gpu-cache  the GPU run's harness kernels compiled for sm_90a on the box's stack (a warm Triton cache)"
-	@echo "make gpu-wheels  wheels of hydra-core, omegaconf, antlr4, liger-kernel (Python 3.12) into .whl/"
+	@echo "make gpu-wheels  wheels of hydra-core, omegaconf, antlr4, liger-kernel, nvidia-ml-py (Python 3.12) into .whl/"
 	@echo "make regress BASE=<ref>  the CPU timing gate: <ref>'s library against this tree's, side by side"
 	@echo "make regress  the same suite against the stored results/baselines/cpu.json (exit 1 on regression)"
 	@echo "make regress-update  re-measure the baseline (review the diff before committing it)"
@@ -124,7 +124,7 @@ gpu-cache: $(COMPAT_VENV)/.installed gpu-wheels
 # lacks for `python -m bench`, as pure-Python wheels in .whl/ (ignored by git); there:
 #   pip install --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 # antlr4-python3-runtime 4.9.3 (omegaconf's pin) is published as a source archive only: built here.
-GPU_WHEELS ?= hydra-core==1.3.8 omegaconf==2.3.1 liger-kernel==0.8.5
+GPU_WHEELS ?= hydra-core==1.3.8 omegaconf==2.3.1 liger-kernel==0.8.5 nvidia-ml-py==13.615.71
 GPU_PYTHON ?= 3.12
 
 gpu-wheels:
