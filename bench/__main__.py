@@ -307,7 +307,23 @@ def entry() -> None:
     if problem:
         print(f"invalid configuration: {problem}", file=sys.stderr)
         sys.exit(2)
+    sys.argv[1:] = _default_sweep(argv)
     main()
+
+
+def _default_sweep(argv: list[str]) -> list[str]:
+    """The GPU default where no sweep is named and CUDA is there (cli.with_default_sweep),
+    said in one line."""
+    if cli.value(argv, "sweep") is not None:  # torch is not loaded for a named sweep
+        return argv
+    import torch
+
+    chosen = cli.with_default_sweep(argv, torch.cuda.is_available())
+    if chosen != argv:
+        print(
+            f"a GPU is here and no sweep is named: sweep={cli.GPU_DEFAULT} (sweep=quick: the CPU's)"
+        )
+    return chosen
 
 
 if __name__ == "__main__":

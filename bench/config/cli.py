@@ -217,6 +217,22 @@ def value(argv: list[str], key: str) -> str | None:
     return None
 
 
+GPU_DEFAULT = "quick_gpu"  # the default sweep where a GPU runs it (configs/sweep/quick_gpu.yaml)
+
+
+def with_default_sweep(argv: list[str], cuda: bool) -> list[str]:
+    """argv with sweep=quick_gpu added where no sweep is named, the device is the default's
+    (auto) or CUDA, and a GPU is there (`cuda`): a GPU user's `python -m bench` measures a GPU's
+    shapes, not the CPU default's. A resume keeps the sweep its run was made with."""
+    device = value(argv, "device")
+    gpu_device = device is None or device == "auto" or device.startswith("cuda")
+    if not cuda or not gpu_device or value(argv, "sweep") is not None:
+        return argv
+    if (value(argv, "resume") or "").lower() == "true":
+        return argv
+    return [*argv, f"sweep={GPU_DEFAULT}"]
+
+
 def sweep_problem(argv: list[str]) -> str | None:
     """A sweep=NAME that configs/sweep/ does not have, with the nearest one."""
     name = value(argv, "sweep")

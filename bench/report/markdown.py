@@ -9,6 +9,7 @@ import pandas as pd
 from bench.cases import CASES
 from bench.registry import MODES
 from bench.report import flags, models, serving, share
+from bench.report.headline import headline
 from bench.report.rows import SHAPE, knobs
 from bench.results import CONTENDED_CORES
 from bench.tables import markdown_table
@@ -85,8 +86,10 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
     runs = df.attrs.get("runs", [])
     if len(runs) > 1:
         lines += ["", f"Merged from {len(runs)} runs: " + ", ".join(f"`{r}`" for r in runs) + "."]
+    lines += ["", *headline(df)]
     ok = int((df["status"] == "ok").sum())
     lines += [
+        "## Tables",
         "",
         "Cells: median ms per call (speedup vs the baseline on the same device, timed side by",
         "side in the same run: transformers' own code (`hf`) where it ran, else the case's",

@@ -422,3 +422,29 @@ def test_rows_timed_on_a_held_gpu_are_marked_throttled(tmp_path, monkeypatch):
     assert "| 1 (1.00x) | t2 (0.50x) |" in text
     assert "`t` throttled (1 of 2): NVML said the GPU held its clocks down" in text
     assert "(power_violation; results.csv's gpu_held)" in text
+
+
+def test_the_report_opens_with_the_answer(tmp_path, monkeypatch):
+    """The headline: per case and mode at its longest length, the fastest checked implementation
+    that computes the encoding (not SDPA without a bias, whose semantics are its own, nor a
+    wrong row), with its speedup and its time over that floor; a GPU's rows first."""
+    monkeypatch.setitem(CASES, "toy", toy_case({"good": Impl(lambda i: None)}))
+    own = "no bias: the ceiling; own semantics"
+    rows = [
+        dict(run_id="a", impl="good", p50_ms=4.0, seq_len=8, timestamp="t"),
+        dict(run_id="a", impl="fast", p50_ms=2.0, seq_len=8, timestamp="t"),
+        dict(run_id="a", impl="fast", p50_ms=0.1, seq_len=4, timestamp="t"),  # not the longest
+        dict(run_id="a", impl="broken", p50_ms=0.5, seq_len=8, status="wrong", timestamp="t"),
+        dict(run_id="a", impl="sdpa_nobias", p50_ms=1.0, seq_len=8, message=own, timestamp="t"),
+        dict(run_id="a", impl="good", p50_ms=0.4, seq_len=8, device="cuda", timestamp="t"),
+    ]
+    rows[-1]["device_name"] = "H200"
+    read_rows(tmp_path / "a", rows)
+    report.build([tmp_path / "a"])
+    text = (tmp_path / "a" / "report.md").read_text()
+    head = text[text.index("## Headline") : text.index("## Tables")]
+    lines = [x for x in head.splitlines() if x.startswith("| toy")]
+    assert lines[0].startswith("| toy | forward | float32 | H200 | 8 | good | 0.4 |"), lines
+    fields = "| toy | forward | float32 | cpu | 8 | fast | 2 | good 4 | 2.00x |"
+    assert lines[1] == f"{fields} 2.00x SDPA without a bias |", lines
+    assert text.index("## Headline") < text.index("## toy")
