@@ -28,7 +28,7 @@ help:
 	@echo "make gpu-wheels  wheels of hydra-core, omegaconf, antlr4, liger-kernel, nvidia-ml-py (Python 3.12) into .whl/"
 	@echo "make regress BASE=<ref>  the CPU timing gate: <ref>'s library against this tree's, side by side"
 	@echo "make regress  the same suite against the stored results/baselines/cpu.json (exit 1 on regression)"
-	@echo "make regress-update  re-measure the baseline (review the diff before committing it)"
+	@echo "make regress-update  re-measure the baseline (DEVICE=cuda: this GPU's; review the diff before committing it)"
 	@echo "make compat  the kernel tests on the GPU box's stack (torch 2.11, Triton $(COMPAT_TRITON)), interpreted"
 	@echo "make lint    ruff check + format check"
 	@echo "make clean   remove the venv, caches and scratch outputs (keeps committed results)"
@@ -148,12 +148,15 @@ probe: $(STAMP)
 # stored baseline, for the kind of machine that measured it (exit 1 on a regression either way).
 REGRESS_OUT ?= results/regress
 BASE ?=
+# DEVICE=cuda: the suite's GPU points against the baseline of this GPU (results/baselines/
+# cuda-<gpu>.json; measured into $(REGRESS_OUT) and said where none is committed)
+DEVICE ?= cpu
 regress: $(STAMP)
-	$(PY) -m bench.regress $(if $(BASE),--base-ref $(BASE),--baseline results/baselines/cpu.json) \
+	$(PY) -m bench.regress $(if $(BASE),--base-ref $(BASE),--baseline auto) --device $(DEVICE) \
 		--out $(REGRESS_OUT) --confirm
 
 regress-update: $(STAMP)
-	$(PY) -m bench.regress --baseline results/baselines/cpu.json --update
+	$(PY) -m bench.regress --baseline auto --device $(DEVICE) --update
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

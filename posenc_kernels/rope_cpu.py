@@ -35,7 +35,9 @@ FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC", "-std=c11"
 _I64 = ctypes.c_int64
 _P = ctypes.c_void_p
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
-MIN_ROWS_PER_THREAD = 64  # below this a thread costs more than it saves
+# below this many elements a thread costs more than it saves: 64 rows of 8 heads of 128 (the
+# split's unit is one row of D, so every layout, bshd or bhsd, splits over every thread)
+MIN_ELEMENTS_PER_THREAD = 65536
 
 
 def _compiler() -> str:
@@ -122,9 +124,8 @@ def rotate(
     pb = pl = 0
     if positions is not None:
         pb, pl = positions.stride()
-    l_outer = x.stride(1) <= x.stride(2)
-    rows = b * (n if l_outer else h)
-    threads = max(1, min(torch.get_num_threads(), rows // MIN_ROWS_PER_THREAD))
+    rows = b * h * n  # of D elements each, in the kernel's (b, outer, inner) order
+    threads = max(1, min(torch.get_num_threads(), rows * d // MIN_ELEMENTS_PER_THREAD))
     args = (
         _DTYPES[x.dtype],
         x.data_ptr(),

@@ -16,6 +16,7 @@ whose posenc or posenc_kernels came from the other tree stops the run (exit 2).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -60,7 +61,9 @@ def extract(tree: Path, sha: str, dest: Path) -> None:
 class Side:
     """One worker process: a library (LIBRARY's folder) under the tree's suite."""
 
-    def __init__(self, name: str, library: Path, tree: Path, slowdown: str | None, log: Path):
+    def __init__(
+        self, name: str, library: Path, tree: Path, slowdown: str | None, log: Path, device: str
+    ):
         self.name, self.library, self.log = name, library, log
         boot = worker.BOOT.format("bench.regress.worker")
         argv = [sys.executable, "-c", boot, str(library), str(tree)]
@@ -70,6 +73,7 @@ class Side:
             stdout=subprocess.PIPE,
             stderr=log.open("w"),
             text=True,
+            env=dict(os.environ, **{suite.DEVICE_ENV: device}),
         )
 
     def ask(self, **request) -> dict:
@@ -108,10 +112,11 @@ def run(
     slowdown: str | None = None,
     logs: Path | None = None,
     keys: list[tuple[str, str]] | None = None,
+    device: str = "cpu",
 ) -> dict:
-    """Times the suite's case-modes (or `keys`) on both sides; -> the A/B record."""
+    """Times the suite's case-modes on `device` (or `keys`) on both sides; -> the A/B record."""
     sha = resolve(tree, ref)
-    keys = keys or suite.KEYS
+    keys = keys or suite.keys(device)
     with tempfile.TemporaryDirectory(prefix="regress-ab-") as tmp:
         library = Path(tmp)
         logs = logs or library
@@ -121,8 +126,10 @@ def run(
         for block in range(blocks):
             with ExitStack() as stack:  # a fresh pair of processes per block (module docstring)
                 sides = {
-                    "base": Side("base", library, tree, None, logs / "ab-base.log"),
-                    "current": Side("current", tree, tree, slowdown, logs / "ab-current.log"),
+                    "base": Side("base", library, tree, None, logs / "ab-base.log", device),
+                    "current": Side(
+                        "current", tree, tree, slowdown, logs / "ab-current.log", device
+                    ),
                 }
                 for side in sides.values():
                     stack.callback(side.close)
@@ -140,7 +147,7 @@ def run(
                 for side in sides.values():
                     side.check_library()
     return {
-        "suite": suite.SUITE,
+        "suite": suite.SUITES[device],
         "threads": suite.THREADS,
         "cpus": list(cpus.pop()),
         "base_ref": ref,

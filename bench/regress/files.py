@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SUITE_FILE = "bench/regress/suite.py"
+STACK = ("gpu", "torch", "triton")  # what a GPU suite's rounds are keyed by (suite.stack)
 MIN_BLOCKS = 3  # fewer blocks than this: test the pooled rounds instead
 
 
@@ -82,7 +83,7 @@ def load(path: Path) -> dict:
     data = _read(path)
     rounds: dict[tuple[str, str], dict[int, list[float]]] = {}
     anchors: dict[str, dict[int, list[float]]] = {}
-    suites, threads = set(), set()
+    suites, threads, stacks = set(), set(), set()
     for bench in data["benchmarks"]:
         info, name = bench.get("extra_info", {}), bench.get("name")
         if not {"case", "kind", "suite", "repeat"} <= set(info):
@@ -92,6 +93,7 @@ def load(path: Path) -> dict:
         times = check_times(bench["stats"]["data"], f"{path}: {name}")
         suites.add(info["suite"])
         threads.add(info.get("threads"))
+        stacks.add(tuple(info.get(k) for k in STACK))
         kind, block = info["kind"], int(info["repeat"])
         key = info["case"] if kind == "calibration" else f"{info['case']}-{info['mode']}"
         rounds.setdefault((kind, key), {})[block] = times
@@ -102,6 +104,8 @@ def load(path: Path) -> dict:
             anchors.setdefault(key, {})[block] = anchor
     if len(suites) != 1:
         raise Unusable(f"{path}: mixes suites {sorted(suites)}")
+    if len(stacks) != 1:
+        raise Unusable(f"{path}: mixes GPUs or versions {sorted(stacks, key=str)}")
     cases = {k: _series(r, anchors[k]) for (kind, k), r in rounds.items() if kind == "case"}
     calibs = {k: _series(r, None) for (kind, k), r in rounds.items() if kind == "calibration"}
     return {
@@ -111,6 +115,7 @@ def load(path: Path) -> dict:
         "threads": threads.pop() if len(threads) == 1 else sorted(threads, key=str),
         "machine": data.get("machine_info", {}),
         "commit": data.get("commit_info", {}),
+        "stack": dict(zip(STACK, stacks.pop(), strict=True)),
     }
 
 
@@ -135,7 +140,14 @@ def check_comparable(base: dict, cur: dict) -> None:
         raise Unusable(
             f"machines cannot be compared: {base['threads']} vs {cur['threads']} threads"
         )
-    if cpu(base["machine"]) != cpu(cur["machine"]):
+    if base["stack"] != cur["stack"]:
+        said = [", ".join(f"{k} {v}" for k, v in f["stack"].items()) for f in (base, cur)]
+        raise Unusable(
+            f"baseline measured with {said[0]}, this run with {said[1]}: a kernel's speed "
+            "changes with each; make regress-update DEVICE=cuda, or compare two commits here "
+            "(make regress BASE=<ref> DEVICE=cuda)"
+        )
+    if not base["stack"].get("gpu") and cpu(base["machine"]) != cpu(cur["machine"]):
         raise Unusable(
             f"baseline measured on {cpu(base['machine'])}, this run on {cpu(cur['machine'])}: "
             "compare two commits here (make regress BASE=<ref>) or make regress-update"

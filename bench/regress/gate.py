@@ -4,7 +4,13 @@
                      side by one suite in this environment (bench.regress.ab). CI's mode.
     --baseline FILE  a stored pytest-benchmark file of the suite (results/baselines/cpu.json),
                      for a machine of the kind that measured it; the suite is run now into
-                     OUT/current.json (or --current FILE is judged).
+                     OUT/current.json (or --current FILE is judged). `auto`: the device's
+                     committed baseline, results/baselines/cpu.json or, on a GPU,
+                     results/baselines/cuda-<its name>.json; where that GPU has none, the run
+                     measures one into OUT and says so (nothing is judged).
+
+--device cuda times the suite's GPU points (the fused kernels, bfloat16); a GPU baseline is
+keyed by the GPU's name and torch's and Triton's versions, and another GPU's is refused.
 
 Both judge each case-mode of bench/regress/suite.py (bench.regress.judge): slower than its
 threshold and significant at --alpha is a regression. With --confirm a flagged case must be
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -28,6 +35,8 @@ from bench.regress.runs import run_suite
 
 DEFAULTS = {"ab": 0.10, "stored": 0.15}  # thresholds; docs/regress.md has the trials behind them
 REFRESH = "make regress-update"
+AUTO = "auto"  # --baseline auto: the device's committed baseline (baseline_for)
+BASELINES = Path("results/baselines")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -64,9 +73,22 @@ def _count(text: str) -> int:
 
 
 def _case(text: str) -> str:
-    if text not in suite.POINTS:
-        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(suite.POINTS)}")
+    cases = dict.fromkeys(c for points in suite.ALL_POINTS.values() for c in points)
+    if text not in cases:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(cases)}")
     return text
+
+
+def baseline_for(device: str) -> Path:
+    """The device's committed baseline: cpu.json, or cuda-<the GPU's name>.json."""
+    if device == "cpu":
+        return BASELINES / "cpu.json"
+    import torch
+
+    if not torch.cuda.is_available():
+        raise Unusable("--device cuda: no CUDA device here")
+    name = re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name().lower()).strip("-")
+    return BASELINES / f"cuda-{name}.json"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -75,7 +97,10 @@ def parser() -> argparse.ArgumentParser:
     which.add_argument(
         "--base-ref", metavar="REF", help="A/B against commit REF (make regress BASE=REF)"
     )
-    which.add_argument("--baseline", type=Path, metavar="FILE", help="a stored baseline file")
+    which.add_argument(
+        "--baseline", metavar="FILE", help="a stored baseline file, or auto: the device's"
+    )
+    p.add_argument("--device", choices=suite.DEVICES, default="cpu", help="where the suite runs")
     p.add_argument("--current", type=Path, metavar="FILE", help="with --baseline: judge FILE")
     p.add_argument("--update", action="store_true", help="measure the suite into --baseline")
     p.add_argument("--out", type=Path, default=Path("results/regress"), help="where runs go")
@@ -105,16 +130,17 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def thresholds(items: list[str]) -> dict[str, float]:
-    """CASE=FRACTION items, each naming a case or case-mode the suite has."""
-    known = set(suite.POINTS) | {f"{c}-{m}" for c, m in suite.KEYS}
+def thresholds(items: list[str], device: str = "cpu") -> dict[str, float]:
+    """CASE=FRACTION items, each naming a case or case-mode the device's suite has."""
+    points = suite.ALL_POINTS[device]
+    known = set(points) | {f"{c}-{m}" for c, m in suite.keys(device)}
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or key not in known:
             raise Unusable(
                 f"--threshold: {item!r} names no case or case-mode of the suite "
-                f"(cases {', '.join(suite.POINTS)}; modes {', '.join(suite.MODES)})"
+                f"(cases {', '.join(points)}; modes {', '.join(suite.MODES)})"
             )
         try:
             out[key] = _fraction(value)
@@ -134,25 +160,36 @@ def machine_line(base: dict, cur: dict) -> str:
     return "machine speed (raw calibration time change): " + (", ".join(parts) or "n/a")
 
 
-def _stored(args, limits: dict, default: float) -> list[str]:
+def _stored(args, limits: dict, default: float) -> list[str] | None:
+    """The flagged case-modes against the stored baseline; None where a GPU has no baseline
+    yet (one is measured into OUT instead)."""
     args.out.mkdir(parents=True, exist_ok=True)  # a clean clone has no results/regress
-    base = load(args.baseline)
+    if args.baseline == AUTO and not args.path.exists() and args.device == "cuda":
+        fresh = args.out / args.path.name
+        run_suite(fresh, args.out / "baseline.log", args.perf_slowdown, args.device)
+        print(
+            f"no baseline for this GPU ({args.path} is not committed): measured one into "
+            f"{fresh}; commit it as {args.path} to gate later runs. Nothing judged."
+        )
+        return None
+    base = load(args.path)
     current = args.current
     if current is None:
         current = args.out / "current.json"
-        run_suite(current, args.out / "current.log", args.perf_slowdown)
+        run_suite(current, args.out / "current.log", args.perf_slowdown, args.device)
     cur = load(current)
     check_comparable(base, cur)
     verdicts = judge.stored(base, cur, limits, default, args.alpha)
     commit = base["commit"].get("id", "?")[:12]
-    print(f"stored baseline {args.baseline} (measured at {commit} on {cpu(base['machine'])})")
+    on = base["stack"].get("gpu") or cpu(base["machine"])
+    print(f"stored baseline {args.path} (measured at {commit} on {on})")
     print(judge.table(verdicts))
     print(machine_line(base, cur))
     flagged = [v.case for v in verdicts if v.verdict == "regression"]
     if flagged and args.confirm:
         print(f"\nconfirming {', '.join(flagged)}: the whole suite again, as the first pass ran it")
         again = args.out / "confirm.json"
-        run_suite(again, args.out / "confirm.log", args.perf_slowdown)
+        run_suite(again, args.out / "confirm.log", args.perf_slowdown, args.device)
         rerun = load(again)
         check_comparable(base, rerun)
         verdicts = judge.stored(base, rerun, limits, default, args.alpha)
@@ -161,7 +198,7 @@ def _stored(args, limits: dict, default: float) -> list[str]:
     stale = [v.case for v in verdicts if v.verdict == "stale"]
     if stale:
         print(
-            f"stale baseline: {', '.join(stale)} read faster than {args.baseline} by more than "
+            f"stale baseline: {', '.join(stale)} read faster than {args.path} by more than "
             f"the threshold, so a slowdown of up to that much would pass: refresh it ({REFRESH})"
         )
     return flagged
@@ -175,6 +212,7 @@ def _ab_pass(args, name: str) -> dict:
         rounds=args.rounds,
         slowdown=args.perf_slowdown,
         logs=args.out,
+        device=args.device,
     )
     ab.save(record, args.out / f"{name}.json")
     return record
@@ -199,19 +237,30 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     mode = "ab" if args.base_ref else "stored"
     try:
+        if args.perf_slowdown and args.perf_slowdown not in suite.ALL_POINTS[args.device]:
+            raise Unusable(
+                f"--perf-slowdown: {args.perf_slowdown!r} is not a case of the {args.device} "
+                f"suite ({', '.join(suite.ALL_POINTS[args.device])})"
+            )
         if args.current is not None and mode == "ab":
             raise Unusable("--current: only with --baseline (A/B times both sides itself)")
+        if mode == "stored":
+            auto = args.baseline == AUTO
+            args.path = baseline_for(args.device) if auto else Path(args.baseline)
         if args.update:
             if mode == "ab" or args.current is not None:
                 raise Unusable("--update: only with --baseline FILE (no --base-ref, no --current)")
-            run_suite(args.baseline, args.out / "baseline.log", args.perf_slowdown)
-            print(f"measured {args.baseline}: review the change (make regress) before committing")
+            run_suite(args.path, args.out / "baseline.log", args.perf_slowdown, args.device)
+            print(f"measured {args.path}: review the change (make regress) before committing")
             return 0
-        limits = thresholds(args.threshold)
+        limits = thresholds(args.threshold, args.device)
         default = args.default_threshold or DEFAULTS[mode]
         flagged = (_ab if mode == "ab" else _stored)(args, limits, default)
     except Unusable as exc:
         print(f"unusable input: {exc}", file=sys.stderr)
         return 2
+    if flagged is None:
+        print("\nverdict: no baseline (measured one)")
+        return 0
     print(f"\nverdict: {'REGRESSION in ' + ', '.join(flagged) if flagged else 'ok'}")
     return 1 if flagged else 0

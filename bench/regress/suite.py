@@ -1,5 +1,6 @@
-"""The CI timing suite: fixed CPU points of the harness's declared cases, timed by one file in
-both of the gate's modes (bench.regress.gate).
+"""The CI timing suite: fixed points of the harness's declared cases, timed by one file in
+both of the gate's modes (bench.regress.gate), on a CPU (the eager references, float32) or on a
+GPU (--device cuda: the fused kernels, bfloat16, each round waited for).
 
 - Stored-baseline mode: pytest-benchmark runs `test_perf` below; the gate runs one pytest
   process per block (bench.regress.runs) and merges their JSON, so `pytest-benchmark compare`
@@ -37,38 +38,86 @@ from bench.run import check, heap
 from bench.run.tasks import leaves_of, timed_call
 from posenc import functional as F
 
+# The suite's device: the gate sets it for the processes it starts (--device); cpu by default.
+DEVICE_ENV = "POSENC_REGRESS_DEVICE"
+DEVICES = ("cpu", "cuda")
 # bump when points, anchors, threads or what a mode times change: other suites are refused
-# (v3: backward modes time torch.autograd.grad of every trainable leaf, tables included;
-# v4: one pinned CPU, the kept heap, a process per block)
-SUITE = "posenc-cpu-v4"
+# (cpu v3: backward modes time torch.autograd.grad of every trainable leaf, tables included;
+# cpu v4: one pinned CPU, the kept heap, a process per block)
+SUITES = {"cpu": "posenc-cpu-v4", "cuda": "posenc-cuda-v1"}
 THREADS = 1
 HEAP = "keep"  # the harness's default timing.cpu_heap: freed memory stays, no fresh pages per call
 REPEATS, ROUNDS, WARMUP = 10, 9, 5  # blocks (one process each), rounds, untimed calls
-POINTS = {  # case -> (impl, point): a few ms per call on one core
-    "rope": ("reference", Point(8, 512, 256, 4)),
-    "sinusoidal": ("reference", Point(16, 512, 256, 4)),
-    "shaw_attention": ("reference", Point(2, 256, 128, 4)),
-    "alibi_attention": ("reference", Point(4, 256, 256, 4)),
-    "t5_attention": ("reference", Point(4, 256, 256, 4)),
+DTYPES = {"cpu": torch.float32, "cuda": torch.bfloat16}
+ALL_POINTS = {  # device -> case -> (impl, point)
+    "cpu": {  # the eager references, a few ms per call on one core
+        "rope": ("reference", Point(8, 512, 256, 4)),
+        "sinusoidal": ("reference", Point(16, 512, 256, 4)),
+        "shaw_attention": ("reference", Point(2, 256, 128, 4)),
+        "alibi_attention": ("reference", Point(4, 256, 256, 4)),
+        "t5_attention": ("reference", Point(4, 256, 256, 4)),
+    },
+    "cuda": {  # the fused kernels at sweep=gpu's shapes, bfloat16: 0.2-10 ms per call on an H200
+        "rope": ("triton", Point(8, 4096, 4096, 32, num_kv_heads=8, layout="bshd")),
+        "alibi_attention": ("triton", Point(4, 4096, 2048, 16)),
+        "t5_attention": ("triton", Point(4, 4096, 2048, 16)),
+        "shaw_kv_attention": ("triton", Point(4, 2048, 2048, 16)),
+    },
 }
 MODES = ("forward", "forward+backward")
-KEYS = [(case, mode) for case in POINTS for mode in MODES]  # the case-modes, in timing order
 CALIBRATIONS = ("copy", "matmul")
+
+
+def keys(device: str) -> list[tuple[str, str]]:
+    """The device's case-modes, in timing order."""
+    return [(case, mode) for case in ALL_POINTS[device] for mode in MODES]
+
+
+def ids(device: str) -> list[str]:
+    """Block r: the two calibrations, then every case-mode; pytest runs parameters in this
+    order."""
+    return [_id(r, name, mode) for r, name, mode in _order(device)]
+
+
+def _order(device: str) -> list[tuple[int, str, str]]:
+    order = [(r, name, "-") for r in range(REPEATS) for name in CALIBRATIONS]
+    order += [(r, c, m) for r in range(REPEATS) for c, m in keys(device)]
+    return sorted(order, key=lambda item: item[0])  # stable: within a block, calibrations first
+
+
+def _id(r: int, name: str, mode: str) -> str:
+    return f"r{r}-{name}" if mode == "-" else f"r{r}-{name}-{mode}"
+
+
+DEVICE = os.environ.get(DEVICE_ENV, "cpu")  # this process's (a worker's, a block's)
+SUITE, POINTS, KEYS = SUITES[DEVICE], ALL_POINTS[DEVICE], keys(DEVICE)
 
 
 def _inputs(case_name: str, mode: str, point: Point) -> dict:
     case = CASES[case_name]
     torch.manual_seed(0)
-    inputs = case.build(point, torch.device("cpu"), torch.float32)
+    inputs = case.build(point, torch.device(DEVICE), DTYPES[DEVICE])
     for t in check.leaves(inputs, case.grad_inputs).values():
         t.requires_grad_(mode != "forward")
     return inputs
 
 
+def synced(fn):
+    """fn, and on CUDA its queued work waited for: what a round's wall clock then measures."""
+    if DEVICE != "cuda":
+        return fn
+
+    def call():
+        fn()
+        torch.cuda.synchronize()
+
+    return call
+
+
 def _timed(case_name: str, make, inputs: dict, mode: str):
-    """The harness's timed call of `mode` (bench.run.tasks.timed_call)."""
+    """The harness's timed call of `mode` (bench.run.tasks.timed_call), synced."""
     call = as_call(make(inputs))
-    return timed_call(call, leaves_of(call, inputs, CASES[case_name]), mode)
+    return synced(timed_call(call, leaves_of(call, inputs, CASES[case_name]), mode))
 
 
 def _call(case_name: str, mode: str, point: Point):
@@ -99,7 +148,8 @@ def _sinusoidal_anchor(inputs):
 def _bias_anchor(inputs):
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     n = q.shape[-2]
-    bias = -(torch.arange(n)[None, :] - torch.arange(n)[:, None]).abs().float() / 8  # (L, L)
+    at = torch.arange(n, device=q.device)
+    bias = (-(at[None, :] - at[:, None]).abs().float() / 8).to(q.dtype)  # (L, L)
     return lambda: tf.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 
 
@@ -116,6 +166,7 @@ ANCHORS = {
     "shaw_attention": _mha_anchor,
     "alibi_attention": _bias_anchor,
     "t5_attention": _bias_anchor,
+    "shaw_kv_attention": _bias_anchor,
 }
 
 
@@ -124,12 +175,16 @@ def _anchor(case: str, mode: str):
 
 
 def _calibration(kind: str):
-    """The machine as a whole: a 16 MiB copy (bandwidth) and a 256^3 matmul (FLOP/s)."""
+    """The machine as a whole: a copy (bandwidth) and a matmul (FLOP/s): 16 MiB and 256^3 in
+    float32 on a CPU, 1 GiB and 8192^3 in bfloat16 on a GPU."""
+    gpu = DEVICE == "cuda"
+    n, m, dtype = (256 << 20, 8192, torch.bfloat16) if gpu else (4 << 20, 256, torch.float32)
     if kind == "copy":
-        src, dst = torch.randn(4 << 20), torch.empty(4 << 20)
-        return lambda: dst.copy_(src)
-    a, b = torch.randn(256, 256), torch.randn(256, 256)
-    return lambda: a @ b
+        src = torch.randn(n, device=DEVICE)
+        dst = torch.empty_like(src)
+        return synced(lambda: dst.copy_(src))
+    a, b = (torch.randn(m, m, device=DEVICE).to(dtype) for _ in range(2))
+    return synced(lambda: a @ b)
 
 
 def work(case: str, mode: str, slowdown: str | None = None):
@@ -138,7 +193,8 @@ def work(case: str, mode: str, slowdown: str | None = None):
     call = _call(case, mode, point)
     if slowdown != case:
         return call
-    quarter = Point(max(1, point.batch // 4), point.seq_len, point.d_model, point.num_heads)
+    b, knobs = max(1, point.batch // 4), dict(point.knobs)
+    quarter = Point(b, point.seq_len, point.d_model, point.num_heads, **knobs)
     extra = _call(case, mode, quarter)  # the same op again on B/4 sequences: 25% more work
 
     def both():
@@ -148,16 +204,23 @@ def work(case: str, mode: str, slowdown: str | None = None):
     return both
 
 
-# Block r: the two calibrations, then every case-mode; pytest runs parameters in this order.
-ORDER = [(r, name, "-") for r in range(REPEATS) for name in CALIBRATIONS]
-ORDER = [*ORDER, *((r, c, m) for r in range(REPEATS) for c in POINTS for m in MODES)]
-ORDER.sort(key=lambda item: item[0])  # stable: within a block, calibrations first
-IDS = [f"r{r}-{name}" if mode == "-" else f"r{r}-{name}-{mode}" for r, name, mode in ORDER]
+ORDER, IDS = _order(DEVICE), ids(DEVICE)
 
 
 @pytest.fixture
 def slowdown(request) -> str | None:
     return request.config.getoption("--perf-slowdown")
+
+
+def stack() -> dict:
+    """On CUDA, what a GPU baseline is keyed by: the GPU's name, torch's and Triton's versions
+    (a kernel's speed changes with each); nothing on a CPU (pytest-benchmark's machine_info
+    names it)."""
+    if DEVICE != "cuda":
+        return {}
+    import triton
+
+    return dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__)
 
 
 def prepare() -> None:
@@ -181,7 +244,7 @@ def one_thread():
 def test_perf(benchmark, one_thread, repeat, case, mode, slowdown):
     """A case's rounds each come right after one untimed-by-pytest-benchmark round of its anchor
     (pedantic's setup), whose time is kept in extra_info["anchor"]: one per timed round."""
-    info = dict(suite=SUITE, case=case, mode=mode, repeat=repeat, threads=THREADS)
+    info = dict(suite=SUITE, case=case, mode=mode, repeat=repeat, threads=THREADS, **stack())
     if case in CALIBRATIONS:
         benchmark.extra_info.update(info, kind="calibration")
         benchmark.pedantic(_calibration(case), rounds=ROUNDS, warmup_rounds=WARMUP, iterations=1)

@@ -97,8 +97,9 @@ static void row(const void *x, void *out, int64_t D, int64_t start, int64_t half
         row_bf16_pairs(x, out, half, n_freq, c, s, sc, divide, sign);
 }
 
-/* Rows [begin, end) of the collapsed (b, outer) range; bshd (l outer, h inner) walks memory in
- * order when the heads' stride is the smaller, bhsd (h outer) otherwise. */
+/* Rows [begin, end) of D elements in the collapsed (b, outer, inner) order: bshd (l outer, h
+ * inner) walks memory in order when the heads' stride is the smaller, bhsd (h outer)
+ * otherwise. Any range splits the work, at every layout, into pieces of whole rows. */
 void rope_rows(int dtype, const void *x, void *out, const int64_t *shape, const int64_t *xs,
                const int64_t *os, const float *cos, const float *sin, const float *scale,
                int divide, int64_t tb, int64_t tl, const int64_t *positions, int64_t pb,
@@ -110,15 +111,13 @@ void rope_rows(int dtype, const void *x, void *out, const int64_t *shape, const 
     int64_t size = dtype == 0 ? 4 : 2;
     int same = x == out && xs[0] == os[0] && xs[1] == os[1] && xs[2] == os[2];
     for (int64_t r = begin; r < end; ++r) {
-        int64_t b = r / n_outer, o = r % n_outer;
-        for (int64_t j = 0; j < n_inner; ++j) {
-            int64_t h = l_outer ? j : o, l = l_outer ? o : j;
-            int64_t p = positions ? positions[b * pb + l * pl] : offset + l;
-            int64_t t = b * tb + p * tl;
-            const char *xr = (const char *)x + (b * xs[0] + h * xs[1] + l * xs[2]) * size;
-            char *orow = (char *)out + (b * os[0] + h * os[1] + l * os[2]) * size;
-            row(xr, orow, D, start, half, n_freq, interleaved, cos + t, sin + t,
-                scale ? scale + t : 0, divide, sign, dtype, same);
-        }
+        int64_t j = r % n_inner, o = (r / n_inner) % n_outer, b = r / (n_inner * n_outer);
+        int64_t h = l_outer ? j : o, l = l_outer ? o : j;
+        int64_t p = positions ? positions[b * pb + l * pl] : offset + l;
+        int64_t t = b * tb + p * tl;
+        const char *xr = (const char *)x + (b * xs[0] + h * xs[1] + l * xs[2]) * size;
+        char *orow = (char *)out + (b * os[0] + h * os[1] + l * os[2]) * size;
+        row(xr, orow, D, start, half, n_freq, interleaved, cos + t, sin + t,
+            scale ? scale + t : 0, divide, sign, dtype, same);
     }
 }

@@ -70,23 +70,44 @@ def test_multi_axis_forms(dtype, native):
     assert native and True in native
 
 
-def test_threads_split_the_rows_and_agree(monkeypatch):
-    """Several threads, each its range of rows (bshd: l outer, bhsd: h outer): the same bits."""
-    q = torch.randn(2, 300, 4, 64)
-    cos, sin = F.rope_cos_sin(300, 64)
-    monkeypatch.setattr(rope_cpu, "MIN_ROWS_PER_THREAD", 1)
+def _ranges(monkeypatch) -> list:
+    """The (begin, end) row range of each call into the C library, recorded."""
+    lib, seen = rope_cpu.library(), []
+
+    class Spy:
+        def rope_rows(self, *args):
+            seen.append(args[-2:])
+            return lib.rope_rows(*args)
+
+    monkeypatch.setattr(rope_cpu, "library", lambda: Spy())
+    return seen
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_threads_split_every_layout_and_agree(monkeypatch, layout):
+    """Every thread a range of whole rows of D in both memory orders, a few heads of one
+    sequence (bhsd: h outer) included: 3 threads make 3 ranges covering all B H L rows, with
+    the same bits as one thread."""
+    b, n, h, d = 1, 300, 2, 64
+    q = torch.randn(b, n, h, d)
+    qs = q if layout == "bshd" else q.transpose(1, 2).contiguous()
+    cos, sin = F.rope_cos_sin(n, d)
+    monkeypatch.setattr(rope_cpu, "MIN_ELEMENTS_PER_THREAD", 1)
+    threads = torch.get_num_threads()
     with native_cpu():
-        one = posenc_kernels.apply_rope(q, q, cos, sin)[0]
-        threads = torch.get_num_threads()
-        torch.set_num_threads(3)
         try:
-            three = posenc_kernels.apply_rope(q, q, cos, sin)[0]
-            qt = q.transpose(1, 2)
-            bhsd = posenc_kernels.apply_rope(qt, qt, cos, sin, layout="bhsd")
+            torch.set_num_threads(1)
+            one = posenc_kernels.apply_rope(qs, qs, cos, sin, layout=layout)[0]
+            seen = _ranges(monkeypatch)
+            torch.set_num_threads(3)
+            three = posenc_kernels.apply_rope(qs, qs, cos, sin, layout=layout)[0]
         finally:
             torch.set_num_threads(threads)
     assert torch.equal(one, three)
-    assert_close(bhsd[0].transpose(1, 2), one, atol=0, rtol=0)
+    per_call = len(seen) // 2  # q's calls, then k's
+    assert per_call == 3, seen
+    starts, ends = zip(*seen[:per_call], strict=True)
+    assert starts[0] == 0 and ends[-1] == b * h * n and list(starts[1:]) == list(ends[:-1])
 
 
 def test_in_place_on_an_expanded_view_is_refused():

@@ -108,7 +108,7 @@ def _fake_runs(monkeypatch, factors):
     """gate's A/B passes return records with these factors in turn; -> the calls' keys."""
     calls = []
 
-    def fake_run(tree, ref, *, blocks, rounds, slowdown=None, logs=None, keys=None):
+    def fake_run(tree, ref, *, blocks, rounds, slowdown=None, logs=None, keys=None, device="cpu"):
         calls.append(keys)
         return _record(factor=factors[len(calls) - 1], seed=len(calls))
 
@@ -177,7 +177,7 @@ def test_a_side_that_imports_the_other_library_is_refused(tmp_path):
     """A library folder without posenc: the worker finds the tree's, and the check says so."""
     empty = tmp_path / "lib"
     empty.mkdir()
-    side = ab.Side("base", empty, ROOT, None, tmp_path / "base.log")
+    side = ab.Side("base", empty, ROOT, None, tmp_path / "base.log", "cpu")
     try:
         side.ask(op="hello")
         with pytest.raises(Unusable, match="the base side imported posenc from"):

@@ -28,6 +28,7 @@ def _json(
     hiccup=None,
     cpu="AMD EPYC",
     nan=False,
+    stack=None,
 ):
     """Rounds ~ N(10 ms, 2%) per case, anchors ~ N(2 ms, 2%), calibrations ~ N(1 ms, 2%), all
     times `scale` (the machine's speed) and times 3 in block `hiccup` (a busy moment); the
@@ -48,6 +49,7 @@ def _json(
                 "kind": "calibration",
                 "repeat": block,
                 "threads": threads,
+                **(stack or {}),
             }
             benches.append(
                 {
@@ -71,6 +73,7 @@ def _json(
                 "repeat": block,
                 "threads": threads,
                 "anchor": times(2, speed),
+                **(stack or {}),
             }
             benches.append(
                 {"name": f"test_perf[r{block}-{key}]", "extra_info": info, "stats": {"data": data}}
@@ -246,7 +249,7 @@ def test_a_stored_run_is_one_process_per_block_merged(tmp_path, monkeypatch):
 
     seen = []
 
-    def fake_block(block, out, log, slowdown):
+    def fake_block(block, out, log, slowdown, device):
         seen.append(block)
         _json(out, blocks=1, seed=block, cpu=f"cpu of block {block}")
 
@@ -259,3 +262,59 @@ def test_a_stored_run_is_one_process_per_block_merged(tmp_path, monkeypatch):
     assert len(data["benchmarks"]) == suite.REPEATS * (2 + len(CASES))
     ids = [i for i in suite.IDS if i.startswith("r3-")]
     assert ids and all(i.startswith("r3-") for i in ids)
+
+
+H100 = {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130", "triton": "3.6.0"}
+
+
+@pytest.mark.parametrize(
+    ("current", "text"),
+    [
+        (dict(H100, gpu="NVIDIA H200"), "gpu NVIDIA H100 80GB HBM3, torch 2.11.0+cu130"),
+        (dict(H100, triton="3.7.0"), "this run with gpu NVIDIA H100 80GB HBM3, torch 2.11.0"),
+    ],
+)
+def test_a_gpu_baseline_is_keyed_by_its_gpu_and_versions(tmp_path, capsys, current, text):
+    """Another GPU's, torch's or Triton's baseline is refused in one line; the same GPU on
+    another host CPU is judged (the host does not key a GPU suite)."""
+    code, out = _run(tmp_path, capsys, base={"stack": H100}, stack=current)
+    assert code == 2 and text in out.err and len(out.err.strip().splitlines()) == 1, out.err
+    code, out = _run(tmp_path, capsys, base={"stack": H100}, stack=H100, cpu="Intel Xeon")
+    assert code == 0 and "measured at ? on NVIDIA H100 80GB HBM3" in out.out, out
+
+
+def test_a_gpu_without_a_committed_baseline_measures_one_and_says_so(tmp_path, capsys, monkeypatch):
+    """--baseline auto on CUDA: this GPU's file when committed; where it is not, the suite is
+    measured into --out, the run says where to commit it, and nothing is judged (exit 0)."""
+    runs = []
+    monkeypatch.setattr(regress, "baseline_for", lambda device: tmp_path / "cuda-h100.json")
+    monkeypatch.setattr(regress, "run_suite", lambda out, *a: runs.append((out, a)))
+    out_dir = tmp_path / "o"
+    code = regress.main(["--baseline", "auto", "--device", "cuda", "--out", str(out_dir)])
+    said = capsys.readouterr().out
+    assert code == 0 and len(runs) == 1
+    measured, rest = runs[0]
+    assert measured == out_dir / "cuda-h100.json" and rest[-1] == "cuda"
+    assert f"commit it as {tmp_path / 'cuda-h100.json'}" in said and "Nothing judged" in said
+    assert said.strip().endswith("verdict: no baseline (measured one)")
+
+
+def test_the_devices_suites_and_their_arguments(tmp_path, capsys):
+    """The GPU suite times the fused kernels at real shapes (each point a case the kernel
+    supports); a case of the other device's suite is refused in one line; no CUDA: one line."""
+    from bench.cases import CASES as ALL
+    from bench.regress import suite
+
+    for case, (impl, point) in suite.ALL_POINTS["cuda"].items():
+        assert impl == "triton" and ALL[case].constraint(point) is None
+        assert ALL[case].impls[impl].supports(point) is None
+    assert suite.SUITES["cuda"] != suite.SUITES["cpu"]
+    assert [i for i in suite.ids("cuda") if i.startswith("r0-shaw_kv")]
+    base = str(_json(tmp_path / "b.json"))
+    args = ["--baseline", base, "--current", base, "--device", "cuda"]
+    assert regress.main([*args, "--perf-slowdown", "sinusoidal"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--perf-slowdown: 'sinusoidal' is not a case of the cuda suite" in err
+    if not __import__("torch").cuda.is_available():
+        assert regress.main(["--baseline", "auto", "--device", "cuda"]) == 2
+        assert "--device cuda: no CUDA device here" in capsys.readouterr().err
