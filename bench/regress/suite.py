@@ -220,7 +220,8 @@ def stack() -> dict:
         return {}
     import triton
 
-    return dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__)
+    gpu = torch.cuda.get_device_name()
+    return dict(gpu=gpu, torch=torch.__version__, triton=triton.__version__)
 
 
 def prepare() -> None:

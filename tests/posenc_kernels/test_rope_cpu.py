@@ -8,7 +8,6 @@ kernels' CPU path in CI)."""
 
 import pytest
 import torch
-from torch.testing import assert_close
 
 import posenc_kernels
 from posenc import functional as F
