@@ -41,10 +41,8 @@ for name in ("hydra", "omegaconf", "liger_kernel", "pandas", "matplotlib", "xdis
 """
 
 
-# The GPU's state around each part, from nvidia-smi (the driver imports nothing but the standard
-# library): clocks, power and its limit, temperature, and the mask of reasons holding the clocks
-# down (NVML's bits, bench/run/gpu_state.py names them); the older field name where the driver
-# lacks the newer
+# The GPU's state around each part from nvidia-smi (standard library only): clocks, power, its
+# limit, temperature, the mask of reasons holding the clocks down (older name where the newer fails)
 GPU_QUERY = "clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu,{reasons}"
 GPU_REASONS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
 

@@ -9,6 +9,7 @@ import pandas as pd
 from bench.cases import CASES
 from bench.registry import MODES
 from bench.report import flags, models, serving, share
+from bench.report.devices import devices
 from bench.report.headline import headline
 from bench.report.rows import SHAPE, knobs
 from bench.results import CONTENDED_CORES
@@ -86,7 +87,7 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
     runs = df.attrs.get("runs", [])
     if len(runs) > 1:
         lines += ["", f"Merged from {len(runs)} runs: " + ", ".join(f"`{r}`" for r in runs) + "."]
-    lines += ["", *headline(df)]
+    lines += ["", *headline(df), *devices(df)]
     ok = int((df["status"] == "ok").sum())
     lines += [
         "## Tables",

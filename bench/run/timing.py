@@ -106,14 +106,12 @@ def measure_side_by_side(
     the group, whether its budget or its max_reps ends it (a 2 ms copy beside a 70 ms call must
     not take its 200 samples in the first second). A call is finished at max_reps, or with
     min_reps once its spread is within rel_spread or its median's 95% interval within +-rel_ci
-    (both checked every 5 samples) or the group's
-    budget (budget_s per call) has passed. Per sample as in `measure` (events, graphs,
-    before_each), which is this with one call. A call that raises leaves the group; its
-    exception is returned in its place. `monitor` (bench/run/machine.py) measures what other
-    processes took meanwhile, over at least its window (the runner keeps one for the run); on
-    CUDA, gpu_state.Window what held the GPU's clocks down (each Timing's gpu_held).
-    `running(name)` is told which call warms up or takes its slice (the row watchdog's), never
-    inside a sample."""
+    (both checked every 5 samples) or the group's budget (budget_s per call) has passed. Per
+    sample as in `measure` (events, graphs, before_each), which is this with one call. A call
+    that raises leaves the group; its exception is returned in its place. `monitor`
+    (bench/run/machine.py) measures what other processes took meanwhile (the runner keeps one
+    for the run); gpu_state.window what held a GPU's clocks down (gpu_held). `running(name)` is
+    told which call warms up or takes its slice (the row watchdog's), never inside a sample."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     warmup_s, min_reps, max_reps = budget.warmup_s, budget.min_reps, budget.max_reps

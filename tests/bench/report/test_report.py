@@ -448,3 +448,23 @@ def test_the_report_opens_with_the_answer(tmp_path, monkeypatch):
     fields = "| toy | forward | float32 | cpu | 8 | fast | 2 | good 4 | 2.00x |"
     assert lines[1] == f"{fields} 2.00x SDPA without a bias |", lines
     assert text.index("## Headline") < text.index("## toy")
+
+
+def test_a_run_on_both_devices_sets_them_side_by_side(tmp_path, monkeypatch):
+    """CPU against CUDA: each implementation checked on both devices with CUDA's speedup, then
+    the fastest checked implementation of each device (a wrong row is neither)."""
+    monkeypatch.setitem(CASES, "toy", toy_case({"good": Impl(lambda i: None)}))
+    gpu = dict(device="cuda", device_name="H200", timestamp="t", run_id="a")
+    rows = [
+        dict(run_id="a", impl="good", p50_ms=8.0, timestamp="t"),
+        dict(run_id="a", impl="native", p50_ms=4.0, timestamp="t"),
+        dict(run_id="a", impl="fast", p50_ms=0.1, status="wrong", timestamp="t"),
+        dict(impl="good", p50_ms=0.5, **gpu),
+        dict(impl="triton", p50_ms=0.1, **gpu),
+    ]
+    read_rows(tmp_path / "a", rows)
+    report.build([tmp_path / "a"])
+    text = (tmp_path / "a" / "report.md").read_text()
+    part = text[text.index("## CPU against CUDA") : text.index("## Tables")]
+    assert "| 1 | 8 |  | good | 8 | 0.5 | 16.0x |" in part, part
+    assert "| 1 | 8 |  | best: native / triton | 4 | 0.1 | 40.0x |" in part, part
