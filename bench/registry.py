@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from bench import exits
+from bench.results import MODES
 
 Inputs = dict[str, Any]  # tensors (and parameter dicts) built once per point
 Output = torch.Tensor | tuple[torch.Tensor, ...]
@@ -27,11 +28,10 @@ BASE_AXES = ("batch", "seq_len", "d_model", "num_heads")
 
 
 class Mode(str, Enum):
-    """What a row times (bench/run/tasks.py). A str: the CSV keeps its values."""
+    """What a row times (bench/run/tasks.py). A str: the CSV keeps its values (bench.results
+    declares them, for the reader of rows)."""
 
-    FORWARD = "forward"
-    BACKWARD = "backward"
-    FORWARD_BACKWARD = "forward+backward"
+    FORWARD, BACKWARD, FORWARD_BACKWARD = MODES
 
     __str__ = str.__str__
 
@@ -56,7 +56,6 @@ class Level(str, Enum):
     __str__ = str.__str__
 
 
-MODES = tuple(m.value for m in Mode)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 

@@ -24,8 +24,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 # `contended`: others took over a quarter of a core while the row was timed (bench/run/machine.py)
 CONTENDED_CORES = 0.25
 
@@ -75,8 +73,9 @@ class Schema:
 SHAPE = ("batch", "seq_len", "d_model", "num_heads", "params")  # a point, with its knobs
 KEY = ("case", "impl", "mode", "device", "device_name", "dtype", *SHAPE)
 # 1: the rows before the column (read with it empty); 2: schema_version itself; 3: model;
-# 4: share_partner, pe_share_best; 5: wall_ms; 6: gpu_held
-SCHEMA_VERSION = 6
+# 4: share_partner, pe_share_best; 5: wall_ms; 6: gpu_held; 7: baseline (the case's, so that a
+# report needs no case registry)
+SCHEMA_VERSION = 7
 COLUMNS = (
     "run_id",
     "case",
@@ -133,9 +132,12 @@ COLUMNS = (
     "pe_share_best",
     "wall_ms",
     "gpu_held",
+    "baseline",
 )
 TEXT = {*COLUMNS[:8], "params", "share_partner"}  # run_id .. dtype, and these: text
 TEXT |= {"status", "message", "timestamp", "timing_method", "contended", "model", "gpu_held"}
+TEXT |= {"baseline"}
+MODES = ("forward", "backward", "forward+backward")  # the mode column's values (registry.Mode)
 STATUSES = ("ok", "wrong", "oom", "skipped", "error", "timeout", "unchecked")  # registry.Status
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a write refused for want of room
 RESULTS = Schema(COLUMNS, KEY, SCHEMA_VERSION, frozenset(COLUMNS) - TEXT, STATUSES)
@@ -313,6 +315,8 @@ def environment() -> dict:
     THP_MEM_ALLOC_ENABLE=1 makes torch's CPU allocator ask for huge pages (madvise): large
     fresh outputs then fault in 2 MiB pages instead of 4 KiB ones, 3-4x faster on this project's
     VM for allocating encoders (README, "CPU allocation"). It is read once per process."""
+    import torch  # here: a report reads rows without loading torch
+
     env = {
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),

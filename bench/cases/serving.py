@@ -396,4 +396,3 @@ def _paged_case(family: BiasFamily) -> Case:
 
 
 PAGED_DECODE = [_paged_case(family) for family in FAMILIES.values()]
-SERVING = (ROPE_CACHE.name, *(case.name for case in PAGED_DECODE))  # the report's section

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.cases import CASES
-from bench.registry import MODES
 from bench.report import flags, models, serving, share
 from bench.report.devices import devices
 from bench.report.headline import headline
 from bench.report.rows import SHAPE, knobs
-from bench.results import CONTENDED_CORES
+from bench.results import CONTENDED_CORES, MODES
 from bench.tables import markdown_table
 
 
@@ -141,7 +139,7 @@ def markdown(df: pd.DataFrame, envs: list[dict]) -> str:
         ]
     lines += precision(df)
     lines += tutorial_table(df)
-    order = {name: i for i, name in enumerate(CASES)}
+    order = {name: i for i, name in enumerate(dict.fromkeys(df["case"]))}  # as measured
     groups = df.groupby(["case", "mode", "dtype"], sort=False)
     keys = sorted(groups.groups, key=lambda k: (order.get(k[0], 99), MODES.index(k[1]), k[2]))
     for case, mode, dtype in keys:
@@ -251,7 +249,8 @@ def tutorial_table(df: pd.DataFrame) -> list[str]:
     rows = rows[rows["case"].isin(df.loc[df["tutorial_ms_per_100"].notna(), "case"])]
     order = {"seed": 0, "reference": 1}  # the tutorial's code first, then the corrected ones
     rows = rows.sort_values("impl", key=lambda s: s.map(order).fillna(2), kind="stable")
-    rows = rows.sort_values("case", key=lambda s: s.map(list(CASES).index), kind="stable")
+    cases = list(dict.fromkeys(df["case"]))  # in the order the run measured them
+    rows = rows.sort_values("case", key=lambda s: s.map(cases.index), kind="stable")
     lines = [
         "## Section 5.2: the tutorial's timing and proper timing",
         "",

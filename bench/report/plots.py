@@ -25,7 +25,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from bench.cases import CASES  # noqa: E402
 from bench.report import models, share  # noqa: E402
 from bench.report.figures import LEGEND_PT, save, wrap  # noqa: E402
 from bench.report.rows import knobs  # noqa: E402
@@ -229,9 +228,7 @@ def write_all(df: pd.DataFrame, out: Path) -> list[Path]:
     if ok.empty:
         return written
     colors = _colors(ok)
-    level = ok["case"].map(lambda c: CASES[c].level if c in CASES else "encoder")
-    own = ok["case"].map(lambda c: CASES[c].baseline if c in CASES else "reference")
-    baseline = ok.get("baseline", own)
+    level, baseline = ok["level"].fillna("encoder"), ok["baseline"]  # rows' own (build)
     for (mode, dtype), g in ok.groupby(["mode", "dtype"]):
         tag = f"{mode.replace('+', '_')}_{dtype}"
         path = out / f"time_vs_seq_len_{tag}.png"

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.cases import CASES
 from bench.results import COLUMNS, KEY, read_rows
 from bench.results import SHAPE as _SHAPE
 
@@ -85,8 +84,19 @@ def load(dirs: list[Path]) -> pd.DataFrame:
     return latest
 
 
-def baseline(case: str) -> str:
-    return CASES[case].baseline if case in CASES else "reference"
+# Rows from before the `baseline` column (results schema 7): every case's baseline was the
+# first of these that ran at its point (eager: the serving step's)
+EARLIER_BASELINES = ("reference", "eager")
+
+
+def declared(df: pd.DataFrame, key: list[str]) -> pd.Series:
+    """Each row's case baseline, from the rows alone: its `baseline` column, or in older rows
+    the first of EARLIER_BASELINES that ran at its point (key)."""
+    column = df["baseline"] if "baseline" in df else pd.Series(float("nan"), index=df.index)
+    ran = df.groupby(key, dropna=False, sort=False)["impl"].transform(
+        lambda impls: next((b for b in EARLIER_BASELINES if b in set(impls)), "reference")
+    )
+    return column.astype(object).where(column.notna() & (column.astype(str) != ""), ran)
 
 
 PREFERRED = "hf"  # transformers' own code, where it ran: what most users would otherwise run
@@ -103,7 +113,7 @@ def speedups(df: pd.DataFrame) -> pd.DataFrame:
     ran = marked[(marked["impl"] == PREFERRED) & marked["p50_ms"].notna()][key]
     ran = ran.drop_duplicates().assign(_hf=True)
     marked = marked.merge(ran, on=key, how="left")
-    marked["baseline"] = marked["case"].map(baseline).where(marked["_hf"].ne(True), PREFERRED)
+    marked["baseline"] = declared(marked, key).where(marked["_hf"].ne(True), PREFERRED)
     base = marked[marked["impl"] == marked["baseline"]][key + ["p50_ms", "suspect"]]
     base = base.rename(columns={"p50_ms": "base_ms", "suspect": "base_suspect"})
     base["base_suspect"] = base["base_suspect"] != ""

@@ -48,6 +48,7 @@ class Task:
             run_id=run_id,
             case=self.case.name,
             level=self.case.level,
+            baseline=self.case.baseline,
             impl=self.impl,
             mode=self.mode,
             device=dev.type,

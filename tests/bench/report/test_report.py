@@ -55,6 +55,8 @@ def _write_run(path, slow, fast_ms=0.5):
     rows = [
         dict(
             case="toy",
+            level="encoder",
+            baseline="good",  # the toy case's (tests/helpers.py), as a run writes it
             impl=impl,
             mode="forward",
             device="cpu",
@@ -149,6 +151,8 @@ def read_rows(path, rows):
     path.mkdir(parents=True, exist_ok=True)
     base = dict(
         case="toy",
+        level="encoder",
+        baseline="good",  # the toy case's (tests/helpers.py), as a run writes it
         mode="forward",
         device="cpu",
         device_name="cpu",
@@ -233,6 +237,8 @@ def _marked_rows(**extra):
     base = dict(
         run_id="a",
         case="toy",
+        level="encoder",
+        baseline="good",  # the toy case's (tests/helpers.py), as a run writes it
         device="cpu",
         device_name="cpu",
         dtype="float32",
@@ -308,6 +314,8 @@ def test_plots_colour_an_implementation_alike_and_match_each_case_to_its_bound()
         [
             dict(
                 case=c,
+                level="encoder" if c == "rope" else "attention",
+                baseline="reference",
                 impl=i,
                 device="cpu",
                 mode="forward",

@@ -11,6 +11,7 @@ INTERPRETED = "posenc_kernels.apply_rope_with_cache; Triton's interpreter on the
 def _row(case, impl, p50, message="", tokens=None, pct=None, status="ok"):
     return dict(
         case=case, impl=impl, mode="forward", dtype="float32", device="cpu", batch=16,
+        level="encoder" if case == "rope_cache" else "attention",
         seq_len=2048, params='{"chunk": 64, "prefill": 2, "rope_form": "mrope"}', status=status,
         p50_ms=p50, p50_ci_lo_ms=p50 and 0.9 * p50, p50_ci_hi_ms=p50 and 1.1 * p50,
         tokens_per_s=tokens, gbps=1.5, pct_copy_bw=pct, message=message,
@@ -23,7 +24,7 @@ def _rows():
             _row("rope_cache", "eager", 1.0, "posenc rotation, then index_copy_", 142e3, 20.0),
             _row("rope_cache", "triton", 2000.0, INTERPRETED, 71.0, 0.01),
             _row("t5_paged", "reference", 5.0, tokens=800.0, pct=3.0),
-            _row("t5_attention", "reference", 5.0),  # not a serving case
+            _row("t5_attention", "reference", 5.0),  # not a serving case: no tokens
             _row("rope_cache", "compiled", None, status="error"),
         ]
     )
