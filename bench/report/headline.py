@@ -7,6 +7,8 @@ speed is to a copy of the call's bytes. A GPU's rows come first."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from bench.tables import markdown_table
@@ -29,8 +31,7 @@ def _answer(g: pd.DataFrame) -> list | None:
     longest = g[g["seq_len"] == g["seq_len"].max()]
     point = longest.groupby(POINT, sort=False).size().idxmax()
     at = longest[(longest[POINT] == pd.Series(point, index=POINT)).all(axis=1)]
-    own = at["message"].astype(object).fillna("").astype(str).str.contains(OWN, regex=False)
-    doing = at[~own]
+    doing = at[~_own(at)]
     if doing.empty:
         return None
     best = doing.loc[doing["p50_ms"].idxmin()]
@@ -43,6 +44,67 @@ def _answer(g: pd.DataFrame) -> list | None:
         speedup,
         _without(best, at),
     ]
+
+
+def fastest(df: pd.DataFrame) -> pd.DataFrame:
+    """Per case, mode, dtype, device and length (at the case's most measured other knobs): the
+    fastest checked row that computes the encoding, and `floor_ms`, SDPA without a bias at
+    the same point where the run timed it."""
+    out = []
+    for _, g in _checked(df).groupby(["device", "case", "mode", "dtype"], sort=False):
+        point = g.groupby(POINT, sort=False).size().idxmax()
+        g = g[(g[POINT] == pd.Series(point, index=POINT)).all(axis=1)]
+        own = _own(g)
+        floor = g[g["impl"] == FLOOR].groupby("seq_len")["p50_ms"].min()
+        doing = g[~own]
+        if doing.empty:
+            continue
+        best = doing.loc[doing.groupby("seq_len")["p50_ms"].idxmin()]
+        out.append(best.assign(floor_ms=best["seq_len"].map(floor)))
+    return pd.concat(out, ignore_index=True) if out else df.iloc[0:0]
+
+
+def _own(g: pd.DataFrame) -> pd.Series:
+    """Rows whose semantics are their own (no bias: the floor), by their message."""
+    message = g["message"] if "message" in g else pd.Series("", index=g.index)
+    return message.astype(object).fillna("").astype(str).str.contains(OWN, regex=False)
+
+
+def _checked(df: pd.DataFrame) -> pd.DataFrame:
+    suspect = df["suspect"].fillna("") if "suspect" in df else ""
+    return df[(df["status"] == "ok") & df["p50_ms"].notna() & (suspect == "")]
+
+
+def plot(df: pd.DataFrame, out: Path) -> list[Path]:
+    """headline_<mode>_<dtype>.png: per device and level a panel of the encodings' fastest
+    checked time against L (log-log), the attention panel with SDPA without a bias dashed."""
+    from bench.report.figures import LEGEND_PT, plt, save, wrap
+
+    best, written = fastest(df), []
+    for (mode, dtype), g in best.groupby(["mode", "dtype"], sort=False):
+        panels = list(g.groupby(["device", "level"], sort=True))
+        fig, axes = plt.subplots(
+            1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False, layout="constrained"
+        )
+        for ax, ((device, level), p) in zip(axes[0], panels, strict=True):
+            for case, c in p.groupby("case", sort=False):
+                c = c.sort_values("seq_len")
+                ax.plot(c["seq_len"], c["p50_ms"], marker="o", label=case)
+            floor = p.groupby("seq_len")["floor_ms"].min().dropna()
+            if not floor.empty:  # the cases share the point's heads: one floor per length
+                ax.plot(floor.index, floor, "k--", linewidth=1, label="SDPA without a bias")
+            lengths = sorted(p["seq_len"].unique())
+            ax.set(xscale="log", yscale="log", xlabel="L (tokens)", ylabel="ms per call")
+            ax.set_xticks(lengths, [str(n) for n in lengths])
+            ax.xaxis.set_minor_locator(plt.NullLocator())
+            ax.set_title(wrap(f"{level} on {device}", 50), fontsize=9)
+            ax.legend(fontsize=LEGEND_PT, frameon=False)
+        title = f"Each encoding at its fastest checked implementation ({mode}, {dtype})"
+        fig.suptitle(wrap(title, 100), fontsize=10)
+        path = out / f"headline_{mode.replace('+', '_')}_{dtype}.png"
+        save(fig, path)
+        written.append(path)
+    return written
 
 
 def headline(df: pd.DataFrame) -> list[str]:

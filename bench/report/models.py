@@ -12,7 +12,7 @@ models_<mode>_<dtype>.png, one row of bars per model:
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import matplotlib
 
@@ -42,12 +42,22 @@ def _rows(df: pd.DataFrame) -> pd.DataFrame:
     ok = ok[ok["impl"] != "nope"]
     if ok.empty:
         return ok
+    ok = ok.assign(model=ok["model"].map(short_name))
     ok = ok.assign(copy_ratio=ok["p50_ms"] / ok["copy_ms"] if "copy_ms" in ok else float("nan"))
     keys = ["model", "mode", "dtype", "case"]
     count = ok["params"].map(lambda p: len(json.loads(p)) if isinstance(p, str) else 0)
     ok = ok.assign(knobs_set=count)
     ok = ok[ok["knobs_set"] == ok.groupby(keys)["knobs_set"].transform("min")]
     return ok[ok["seq_len"] == ok.groupby(keys)["seq_len"].transform("max")]
+
+
+def short_name(model: str) -> str:
+    """A model's label: a preset's name as it is; a config.json path by its folder
+    (.../deepseek_v4/config.json: deepseek_v4), another .json by its stem."""
+    path = PurePath(str(model))
+    if path.suffix != ".json":
+        return str(model)
+    return path.parent.name if path.stem == "config" and path.parent.name else path.stem
 
 
 def _value(row, column: str) -> str:

@@ -25,7 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from bench.report import models, share  # noqa: E402
+from bench.report import headline, models, share  # noqa: E402
 from bench.report.figures import LEGEND_PT, save, wrap  # noqa: E402
 from bench.report.rows import knobs  # noqa: E402
 
@@ -66,6 +66,12 @@ def _with_best(rows: pd.DataFrame, key: list[str]) -> pd.DataFrame:
     best = doing.loc[doing.groupby(point, sort=False)["p50_ms"].idxmin()]
     best = best.assign(impl="best of each")
     return pd.concat([rows, best], ignore_index=True)
+
+
+def _hatches(df: pd.DataFrame) -> list[str]:
+    """xx: suspect (impossible as measured); //: uncertain, contended or throttled; else none."""
+    suspect = df["suspect"].fillna("") != "" if "suspect" in df else [False] * len(df)
+    return ["xx" if s else "//" if m else "" for s, m in zip(suspect, _marked(df), strict=True)]
 
 
 def _marked(df: pd.DataFrame) -> pd.Series:
@@ -150,12 +156,13 @@ def _largest_points(df: pd.DataFrame) -> pd.DataFrame:
 
 def bar_label(row) -> str:
     """case / impl @ device [vs its baseline] (B, L[, knobs]): a bar's whole identity."""
-    return f"{row['case']} / {_short(row, True)} ({_where(row)})"
+    return f"{row['case']} / {_short(row, True, True)} ({_where(row)})"
 
 
-def _short(row, device: bool) -> str:
-    """What a bar is within its panel: the implementation [@ device] [vs its baseline]."""
-    return f"{row['impl']}{' @ ' + row['device'] if device else ''}{_versus(row)}"
+def _short(row, device: bool, versus: bool) -> str:
+    """What a bar is within its panel: the implementation [@ device] [vs its baseline, on a
+    speedup's bar only]."""
+    return f"{row['impl']}{' @ ' + row['device'] if device else ''}{_versus(row) if versus else ''}"
 
 
 def _where(row) -> str:
@@ -181,11 +188,13 @@ def _bars(
     title: str,
     xlabel: str,
     reference: float | None = None,
+    versus: bool = False,
 ) -> bool:
     """Horizontal bars in one panel per case and point: the panel's title names the case and
-    the knobs its bars share (wrapped), each bar its implementation (vs its baseline), the
-    value on each bar, hatched where uncertain; a dashed line at `reference`. False if nothing
-    to draw."""
+    the knobs its bars share (wrapped), each bar its implementation (vs its baseline where
+    `versus`: a speedup's), the value on each bar over a white ground, hatched // where not a
+    plain result and xx where suspect; a dashed line at `reference`, behind the bars. False if
+    nothing to draw."""
     values = values[values[column].notna()]
     if values.empty:
         return False
@@ -206,12 +215,16 @@ def _bars(
             range(len(g)),
             g[column],
             color=[colors[lbl] for lbl in _label(g)],
-            hatch=["//" if u else "" for u in _marked(g)],
+            hatch=_hatches(g),
+            zorder=2,
         )
-        ax.bar_label(bars, fmt="%.3g", fontsize=LEGEND_PT, padding=2)
+        for text in ax.bar_label(bars, fmt="%.3g", fontsize=LEGEND_PT, padding=2):
+            text.set_bbox(dict(facecolor="white", edgecolor="none", pad=0.5))
+            text.set_zorder(3)
         if reference is not None:
-            ax.axvline(reference, color="black", linestyle="--", linewidth=1)
-        ax.set_yticks(range(len(g)), [_short(r, devices) for _, r in g.iterrows()], fontsize=8)
+            ax.axvline(reference, color="black", linestyle="--", linewidth=1, zorder=1)
+        names = [_short(r, devices, versus) for _, r in g.iterrows()]
+        ax.set_yticks(range(len(g)), names, fontsize=8)
         ax.set_ylim(len(g) - 0.5, -0.5)
         ax.set_title(wrap(header, 90), fontsize=8, loc="left")
         ax.margins(x=0.12)
@@ -264,10 +277,10 @@ def write_all(df: pd.DataFrame, out: Path) -> list[Path]:
                 continue
             path = out / f"{name}_{tag}.png"
             title = (
-                f"{mode}, {dtype}, each case at its largest L; hatched: uncertain, "
-                "contended, throttled or suspect"
+                f"{mode}, {dtype}, each case at its largest L; hatched //: uncertain, "
+                "contended or throttled; xx: suspect"
             )
-            if _bars(values, column, colors, path, title, xlabel, ref):
+            if _bars(values, column, colors, path, title, xlabel, ref, name == "speedup"):
                 written.append(path)
         if {"cpu", "cuda"} <= set(g["device"]):
             key = ["case", "impl", *OTHER, "seq_len"]
@@ -290,6 +303,7 @@ def write_all(df: pd.DataFrame, out: Path) -> list[Path]:
                 1.0,
             ):
                 written.append(path)
+    written += headline.plot(df, out)
     written += share.plot(ok, out)
     written += models.plot(df, out)
     return written

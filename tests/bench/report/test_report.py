@@ -8,6 +8,7 @@ import pandas as pd
 from bench.registry import CASES, Impl, Point
 from bench.report import build as report
 from bench.report import compare, markdown, plots
+from bench.report import rows as report_rows
 from tests.helpers import run_toy, toy_case
 
 
@@ -348,6 +349,7 @@ def test_plots_colour_an_implementation_alike_and_match_each_case_to_its_bound()
     with tempfile.TemporaryDirectory() as d:
         names = sorted(p.name for p in plots.write_all(df, Path(d)))
     assert names == [
+        "headline_forward_float32.png",
         "pct_copy_bw_forward_float32.png",
         "pct_matmul_forward_float32.png",
         "speedup_forward_float32.png",
@@ -456,6 +458,14 @@ def test_the_report_opens_with_the_answer(tmp_path, monkeypatch):
     fields = "| toy | forward | float32 | cpu | 8 | fast | 2 | good 4 | 2.00x |"
     assert lines[1] == f"{fields} 2.00x SDPA without a bias |", lines
     assert text.index("## Headline") < text.index("## toy")
+    assert (tmp_path / "a" / "headline_forward_float32.png").is_file()  # the same, plotted
+    from bench.report.headline import fastest
+
+    best = fastest(report_rows.load([tmp_path / "a"]))
+    assert sorted(zip(best["device"], best["seq_len"], best["impl"])) == [
+        ("cpu", 4, "fast"), ("cpu", 8, "fast"), ("cuda", 8, "good")
+    ]  # fmt: skip
+    assert best.loc[best["seq_len"] == 8, "floor_ms"].dropna().tolist() == [1.0]
 
 
 def test_a_run_on_both_devices_sets_them_side_by_side(tmp_path, monkeypatch):
