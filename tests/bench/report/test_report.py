@@ -462,7 +462,7 @@ def test_the_report_opens_with_the_answer(tmp_path, monkeypatch):
     from bench.report.headline import fastest
 
     best = fastest(report_rows.load([tmp_path / "a"]))
-    assert sorted(zip(best["device"], best["seq_len"], best["impl"])) == [
+    assert sorted(zip(best["device"], best["seq_len"], best["impl"], strict=True)) == [
         ("cpu", 4, "fast"), ("cpu", 8, "fast"), ("cuda", 8, "good")
     ]  # fmt: skip
     assert best.loc[best["seq_len"] == 8, "floor_ms"].dropna().tolist() == [1.0]
