@@ -5,7 +5,7 @@ re-exported here are the corrected ones with the same names and compatible const
 """
 
 from posenc import functional, seed, serving
-from posenc._schemes2025 import ForgettingGate
+from posenc._logits import ForgettingGate
 from posenc.absolute import LearnablePositionalEncoding, SinusoidalPositionalEncoding
 from posenc.attention import MultiHeadAttention
 from posenc.contextual import CoPEMultiHeadAttention

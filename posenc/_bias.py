@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from posenc._checks import check_positive
-from posenc._schemes2025 import softmax_with_sinks
+from posenc._logits import softmax_with_sinks
 
 
 def alibi_slopes(num_heads: int) -> Tensor:
@@ -163,7 +163,7 @@ def relative_attention(
       its queries at kv_lens[b] - Lq + i. cu_seqlens (N + 1,): documents packed into one row,
       attention, distances and the causal mask within each (`each_sequence`).
     sinks (H,): each head's sink logit joins every row's softmax and adds no value (gpt-oss;
-      posenc._schemes2025.softmax_with_sinks).
+      posenc._logits.softmax_with_sinks).
     """
     if kv_lens is not None or cu_seqlens is not None:
 

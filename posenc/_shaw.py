@@ -11,7 +11,7 @@ from torch import Tensor
 
 from posenc._bias import apply_mask, grouped_kv
 from posenc._checks import check_positive
-from posenc._schemes2025 import softmax_with_sinks
+from posenc._logits import softmax_with_sinks
 
 
 def relative_positions(

@@ -28,6 +28,12 @@ from posenc._bias import (
 )
 from posenc._checks import broadcasts, check_float, check_positive, compiling
 from posenc._contextual import cope_attention, cope_logits, cope_positions
+from posenc._logits import (
+    forgetting_bias,
+    irope_rope_layers,
+    irope_temperature,
+    softmax_with_sinks,
+)
 from posenc._multiaxis import (
     SPLITS,
     mrope_axes,
@@ -40,12 +46,6 @@ from posenc._multiaxis import (
 from posenc._positions import randomized_positions
 from posenc._rotate import rotate_into
 from posenc._scaling import rope_frequencies
-from posenc._schemes2025 import (
-    forgetting_bias,
-    irope_rope_layers,
-    irope_temperature,
-    softmax_with_sinks,
-)
 from posenc._shaw import relative_positions, shaw_attention
 
 # ---------------------------------------------------------------------------------------------

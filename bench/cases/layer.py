@@ -76,7 +76,7 @@ from bench.cases.multimodal import MROPE_STYLE, _mrope_constraint
 from bench.checks import positive_ints
 from bench.registry import Case, Cost, Impl, Knob, Level, Point
 from posenc import functional as F
-from posenc._schemes2025 import ATTN_SCALE, FLOOR_SCALE
+from posenc._logits import ATTN_SCALE, FLOOR_SCALE
 from posenc.layer import DecoderLayer, KVCache, causal_mask
 
 D_FF = Knob(

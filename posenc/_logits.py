@@ -1,7 +1,7 @@
-"""Position schemes models shipped in 2025, as references: Llama 4's attention temperature in its
-NoPE layers (iRoPE), the Forgetting Transformer's data-dependent decay (FoX), and attention
-sinks (gpt-oss). Re-exported by posenc.functional (the sinks enter relative_attention and
-shaw_attention as their `sinks=` argument).
+"""What models shipped in 2025 add to attention's logits, as references: Llama 4's attention
+temperature in its NoPE layers (iRoPE), the Forgetting Transformer's data-dependent decay (FoX),
+and attention sinks (gpt-oss). Re-exported by posenc.functional (the sinks enter
+relative_attention and shaw_attention as their `sinks=` argument).
 
 iRoPE (Meta, "The Llama 4 herd", 2025; transformers' Llama4TextAttention): every
 `interval`-th layer (the 4th, 8th, ...) has no rotary embedding, and there each query at
