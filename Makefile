@@ -22,7 +22,7 @@ help:
 	@echo "make probe   same set-up, then python -m bench.probe \$$ARGS: the length-generalization probe (8.5 min on 2 cores)"
 	@echo "make gpu-compile  every kernel the GPU runs launch, compiled for sm_90a and sm_80 here (Triton 3.9 and 3.6)"
 	@echo "make gpu-check  on a CUDA machine: the kernel tests on the GPU, then python -m bench sweep=gpu"
-	@echo "make gpu-run   the whole GPU run in one call: python3 -m bench.gpurun (docs/gpu.md)"
+	@echo "make gpu-run   the whole GPU run in one call: python3 -m tools.gpurun (docs/gpu.md)"
 	@echo "make gpu-prep  what that call carries: .whl/ (make gpu-wheels), .triton-cache/ (make gpu-cache), .audit/"
 	@echo "make gpu-cache  the GPU run's harness kernels compiled for sm_90a on the box's stack (a warm Triton cache)"
 	@echo "make gpu-wheels  wheels of hydra-core, omegaconf, antlr4, liger-kernel, nvidia-ml-py (Python 3.12) into .whl/"
@@ -76,11 +76,11 @@ compat: $(COMPAT_VENV)/.installed
 	TRITON_INTERPRET=1 $(COMPAT_VENV)/bin/python -m pytest -q -p no:cacheprovider -p no:warnings \
 		$(PYTEST_ARGS) tests/posenc_kernels
 
-# The GPU run rehearsed on this CPU on the box's stack (python3 -m bench.gpurun --smoke: every
+# The GPU run rehearsed on this CPU on the box's stack (python3 -m tools.gpurun --smoke: every
 # part, in order, under Triton's interpreter, the carried wheels and cache unpacked; 4-5 minutes):
 # CI runs it after make gpu-cache (docs/gpu.md). The test runs in $(VENV), the GPU run in the box's.
 rehearse: $(STAMP) $(COMPAT_VENV)/.installed gpu-wheels
-	REHEARSE_PYTHON=$(COMPAT_VENV)/bin/python $(PY) -m pytest -q -m rehearsal tests/bench/gpurun
+	REHEARSE_PYTHON=$(COMPAT_VENV)/bin/python $(PY) -m pytest -q -m rehearsal tests/tools/gpurun
 
 # Every kernel specialization the GPU runs launch, compiled for sm_90a and sm_80 on this CPU
 # under CI's Triton and the GPU box's, read from the cubins (docs/kernels.md): exit 1 on a
@@ -89,8 +89,8 @@ rehearse: $(STAMP) $(COMPAT_VENV)/.installed gpu-wheels
 GPU_COMPILE_JOBS ?= 2
 GPU_COMPILE_TARGETS ?= sm_90a,sm_80
 gpu-compile: $(STAMP) $(COMPAT_VENV)/.installed
-	$(PY) -m bench.audit --jobs $(GPU_COMPILE_JOBS) --targets $(GPU_COMPILE_TARGETS)
-	$(COMPAT_VENV)/bin/python -m bench.audit --jobs $(GPU_COMPILE_JOBS)
+	$(PY) -m tools.audit --jobs $(GPU_COMPILE_JOBS) --targets $(GPU_COMPILE_TARGETS)
+	$(COMPAT_VENV)/bin/python -m tools.audit --jobs $(GPU_COMPILE_JOBS)
 
 # On a CUDA machine: the kernel tests (the same CI runs under the interpreter, plus the long
 # half-precision cases that only a GPU runs), then the GPU sweep (configs/sweep/gpu.yaml).
@@ -103,7 +103,7 @@ gpu-check: $(STAMP)
 OUT ?=
 BUDGET ?=
 gpu-run:
-	$(PYTHON) -m bench.gpurun $(if $(OUT),--out $(OUT)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(PARTS),--parts $(PARTS))
+	$(PYTHON) -m tools.gpurun $(if $(OUT),--out $(OUT)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(PARTS),--parts $(PARTS))
 
 # What the GPU run needs besides the checkout, made where there is network (docs/gpu.md): the
 # wheels, a warm Triton cache of its harness kernels, and, when AUDIT names one, a copy of an
@@ -116,9 +116,9 @@ gpu-prep: gpu-wheels gpu-cache
 
 # The GPU run's harness kernels compiled for sm_90a on the box's stack, each part replayed through
 # Triton's JIT in a process of its own, then replayed on the archive (exit 1 on a miss): about
-# 3 minutes on 2 cores, .triton-cache/cache.tgz (about 3 MB; bench/gpurun/warm.py).
+# 3 minutes on 2 cores, .triton-cache/cache.tgz (about 3 MB; tools/gpurun/warm.py).
 gpu-cache: $(COMPAT_VENV)/.installed gpu-wheels
-	$(COMPAT_VENV)/bin/python -m bench.gpurun.warm --jobs $(GPU_COMPILE_JOBS)
+	$(COMPAT_VENV)/bin/python -m tools.gpurun.warm --jobs $(GPU_COMPILE_JOBS)
 
 # What an offline GPU machine with torch, pandas and matplotlib (e.g. an H200 node, Python 3.12)
 # lacks for `python -m bench`, as pure-Python wheels in .whl/ (ignored by git); there:

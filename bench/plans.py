@@ -1,6 +1,6 @@
 """What one run measures: a Plan of Entries (a case over its points, dtypes, devices and
 modes). A leaf: the configuration makes plans (bench/config/plan.py), the runner sweeps them
-(bench/run), the estimates count them (bench/run/eta.py, bench/gpurun), and none of those
+(bench/run), the estimates count them (bench/run/eta.py, tools/gpurun), and none of those
 packages imports another for it."""
 
 from __future__ import annotations

@@ -16,10 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.audit.capture import capture  # noqa: E402
-from bench.audit.compile import compile_job, problems  # noqa: E402
-from bench.audit.specs import TARGETS, Spec  # noqa: E402
 from bench.cases.families import FAMILIES as DECLARED  # noqa: E402
+from tools.audit.capture import capture  # noqa: E402
+from tools.audit.compile import compile_job, problems  # noqa: E402
+from tools.audit.specs import TARGETS, Spec  # noqa: E402
 
 HALF_FWD = [
     (128, 64, 8, 3),

@@ -6,7 +6,7 @@ fixed) and how they are built, posenc's module that computes its (H, Lq, Lk) bia
 its reference attention, `posenc_kernels.relative_attention`'s arguments, its FlexAttention
 score_mod, what its tables weigh and what it adds to the FLOPs. The attention, decode, packed
 and layer cases of every family are made from FAMILIES (bench/cases/bias.py, sequences.py,
-layer.py), and so are the compile audit's launches (bench/audit/specs.py, capture.py) and the
+layer.py), and so are the compile audit's launches (tools/audit/specs.py, capture.py) and the
 tile search (tools/tile_search.py): adding a family is its posenc reference, its kernel, and one
 declaration here (docs/architecture.md counts the files).
 

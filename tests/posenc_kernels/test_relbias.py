@@ -302,8 +302,8 @@ def test_table_gradient_is_deterministic():
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = (
-        "from bench.audit.capture import capture; from bench.audit.specs import Spec;"
-        "from bench.audit.compile import compile_job;"
+        "from tools.audit.capture import capture; from tools.audit.specs import Spec;"
+        "from tools.audit.compile import compile_job;"
         "jobs = capture(Spec('relbias', 't5'), 90);"
         "dq = [j for j in jobs if j['name'] == '_relbias_bwd_dq_kernel'];"
         "print(len(dq), compile_job(dq[0])['atomics'])"
@@ -611,7 +611,7 @@ def test_key_term_strides_are_read_as_given():
 
 GRIDS = """
 import torch
-from bench.audit.capture import recording
+from tools.audit.capture import recording
 from posenc_kernels import relbias
 
 q = torch.empty(7000, 10, 64, 32, device="meta", dtype=torch.bfloat16, requires_grad=True)

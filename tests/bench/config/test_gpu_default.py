@@ -37,8 +37,8 @@ def test_the_default_sweep_follows_the_device(argv, cuda, chosen):
 
 PLAN = """
 import json
-from bench.gpurun.estimate import compile_seconds, plan_of, sweep_estimate
-from bench.gpurun.parts import Part
+from tools.gpurun.estimate import compile_seconds, plan_of, sweep_estimate
+from tools.gpurun.parts import Part
 from bench.run.eta import timed_rows
 plan, cfg = plan_of(("sweep={sweep}",))
 rows = list(timed_rows(plan))

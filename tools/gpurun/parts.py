@@ -1,8 +1,8 @@
 """The parts of the GPU run, in the order they run: by value, and by what can fail.
 
 Each part is a command with a time limit, and skipped when less than its minimum is left. The
-limits are checked against the estimates of what each part launches (bench/gpurun/estimate.py,
-`python -m bench.gpurun --plan`; docs/gpu.md has the table). Standard library only: the driver
+limits are checked against the estimates of what each part launches (tools/gpurun/estimate.py,
+`python -m tools.gpurun --plan`; docs/gpu.md has the table). Standard library only: the driver
 runs on the GPU box before anything it carries is unpacked.
 
 Why this file is long: it is one table, each part's command and its smoke rehearsal's written

@@ -1,4 +1,4 @@
-"""`python3 -m bench.gpurun`: the GPU run's driver (bench/gpurun/parts.py lists the parts).
+"""`python3 -m tools.gpurun`: the GPU run's driver (tools/gpurun/parts.py lists the parts).
 
 Everything measured goes into one folder that is packed into <out>/results.tgz (replaced, never
 half-written) every PACK_S seconds and after every part, next to <out>/run.log (all output, as
@@ -21,8 +21,8 @@ import threading
 import time
 from pathlib import Path
 
-from bench.gpurun.parts import BUDGET_S, PARTS, SMOKE, Part, chosen
-from bench.gpurun.warm import CARRIED, compiled_kernels, unpack, unpack_wheels
+from tools.gpurun.parts import BUDGET_S, PARTS, SMOKE, Part, chosen
+from tools.gpurun.warm import CARRIED, compiled_kernels, unpack, unpack_wheels
 
 ROOT = Path(__file__).resolve().parents[2]
 PACK_S = 15  # seconds between archives while a part runs
@@ -110,7 +110,7 @@ class GpuRun:
 
     def env_part(self) -> None:
         """nvidia-smi, the carried wheels unpacked onto PYTHONPATH, the carried Triton cache
-        unpacked into the GPU run's (bench/gpurun/warm.py), the versions."""
+        unpacked into the GPU run's (tools/gpurun/warm.py), the versions."""
         self._run_quiet(["nvidia-smi"], 15)
         wheels = sorted((ROOT / ".whl").glob("*.whl"))
         if wheels:
@@ -235,7 +235,7 @@ class GpuRun:
                 continue
 
     def _cached_kernels(self) -> int:
-        """Kernels compiled into the GPU run's own Triton cache (bench/gpurun/warm.py): a hit on an
+        """Kernels compiled into the GPU run's own Triton cache (tools/gpurun/warm.py): a hit on an
         earlier part's entry, or on a carried one, adds none."""
         return compiled_kernels(Path(self.env["TRITON_CACHE_DIR"]))
 
@@ -266,7 +266,7 @@ class GpuRun:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 -m bench.gpurun", description=__doc__.splitlines()[0]
+        prog="python3 -m tools.gpurun", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
         "--smoke", action="store_true", help="rehearse on a CPU: Triton's interpreter, tiny sizes"
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.plan:
-        from bench.gpurun import estimate
+        from tools.gpurun import estimate
 
         print(estimate.markdown(estimate.estimates()))
         return 0

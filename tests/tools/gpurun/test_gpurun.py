@@ -1,4 +1,4 @@
-"""The GPU run (python -m bench.gpurun): rehearsed on the CPU (--smoke: Triton's interpreter,
+"""The GPU run (python -m tools.gpurun): rehearsed on the CPU (--smoke: Triton's interpreter,
 tiny points) in the same order with the same parts, so that the driver itself cannot be what
 fails on the GPU; its limits checked against the estimates of what each part launches."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.gpurun.parts import BUDGET_S, ENV_S, PARTS
-from bench.gpurun.warm import CARRIED
+from tools.gpurun.parts import BUDGET_S, ENV_S, PARTS
+from tools.gpurun.warm import CARRIED
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -37,7 +37,7 @@ def _smoke_run(tmp_path, *args, audit=None, env=None):
     cmd = [
         os.environ.get("REHEARSE_PYTHON") or sys.executable,
         "-m",
-        "bench.gpurun",
+        "tools.gpurun",
         "--smoke",
         "--out",
         str(out),
@@ -153,7 +153,7 @@ def test_each_part_says_the_gpus_state_before_and_after(tmp_path):
 def test_parts_named_run_in_the_order_named():
     """--parts tiles,profile-attention,sweep: what decides the kernels' defaults first, as
     named, each part once (the default order is the run's)."""
-    from bench.gpurun.parts import PARTS, chosen
+    from tools.gpurun.parts import PARTS, chosen
 
     order = [p.name for p in chosen("tiles,profile-attention,sweep,tiles")]
     assert order == ["tiles", "profile-attention", "sweep"]
@@ -170,7 +170,7 @@ def test_the_default_order_measures_what_decides_the_defaults_first():
 
 @pytest.mark.parametrize("names", ["nope", "tests,sweeps", ","])
 def test_an_unknown_part_is_an_error_naming_the_option(names, capsys):
-    from bench.gpurun.__main__ import main
+    from tools.gpurun.__main__ import main
 
     with pytest.raises(SystemExit) as exit_:
         main(["--parts", names, "--out", "unused"])
@@ -195,7 +195,7 @@ def _compiling(code: str) -> str:
 def plan():
     """(the estimates' Markdown table, {part: (limit, estimate)})."""
     out = _compiling(
-        "import json; from bench.gpurun import estimate as e; rows = e.estimates(); "
+        "import json; from tools.gpurun import estimate as e; rows = e.estimates(); "
         "print(e.markdown(rows)); print('JSON', json.dumps({r.part.name: "
         "[r.part.limit_s, r.seconds] for r in rows}))"
     )
@@ -221,8 +221,8 @@ def test_the_sweep_estimate_counts_the_kernels_the_plan_launches():
     write with shared and per-token (M-RoPE) tables; ALiBi's forward with a sink per head (its
     backward's kernels are those without: the sinks' gradient is the host's)."""
     out = _compiling(
-        "from bench.gpurun import estimate; from bench.gpurun.parts import PARTS; "
-        "from bench.audit.capture import plan_launches; "
+        "from tools.gpurun import estimate; from tools.gpurun.parts import PARTS; "
+        "from tools.audit.capture import plan_launches; "
         "part = next(p for p in PARTS if p.name == 'sweep'); "
         "print(plan_launches(estimate.plan_of(part.argv)[0]))"
     )

@@ -1,4 +1,4 @@
-"""The GPU run's warm Triton cache (bench/gpurun/warm.py): a part replayed through Triton's JIT
+"""The GPU run's warm Triton cache (tools/gpurun/warm.py): a part replayed through Triton's JIT
 for sm_90a finds, in a fresh process, the kernels an earlier replay packed and the GPU run
 unpacked elsewhere; without the archive, or with the group files left pointing at the old
 place, it compiles them again."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.gpurun import warm
+from tools.gpurun import warm
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -22,7 +22,7 @@ def _replay(part: str, cache: Path) -> int:
     before = warm.compiled_kernels(cache)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(cache)
-    argv = [sys.executable, "-m", "bench.gpurun.warm", "--replay", part]
+    argv = [sys.executable, "-m", "tools.gpurun.warm", "--replay", part]
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return warm.compiled_kernels(cache) - before

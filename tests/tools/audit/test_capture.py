@@ -1,4 +1,4 @@
-"""The compile audit's launch capture (bench/audit/capture.py, `make gpu-compile`) calls each
+"""The compile audit's launch capture (tools/audit/capture.py, `make gpu-compile`) calls each
 kernel's launcher as the package now defines it: every default spec records its launches on
 meta tensors (no compile, no GPU), so a launcher whose arguments changed fails here, in
 `make test`, not only in CI's compile step. In a process of its own, without Triton's
@@ -11,8 +11,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).parents[3]
 CODE = """
-from bench.audit.capture import capture
-from bench.audit.specs import specs
+from tools.audit.capture import capture
+from tools.audit.specs import specs
 for kind in ("rope", "rope_cache", "relbias"):
     for spec in specs(kind):
         assert capture(spec, 90), spec.variant

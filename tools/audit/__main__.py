@@ -16,7 +16,7 @@ software pipeliner did not take (every loop without an inner loop must be, and a
 candidate tiles that spill are reported, not fatal. Writes
 results/gpu-compile/triton-<version>.{csv,md}.
 
-    python -m bench.audit [--targets sm_90a,sm_80] [--jobs 2] [--out DIR] [--only rope_cache]
+    python -m tools.audit [--targets sm_90a,sm_80] [--jobs 2] [--out DIR] [--only rope_cache]
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from pathlib import Path
 
 import triton
 
-from bench.audit.capture import capture
-from bench.audit.compile import compile_job
-from bench.audit.specs import TARGETS, specs, tile_candidates
-from bench.audit.tables import COLUMNS, compare, markdown, rows_for
+from tools.audit.capture import capture
+from tools.audit.compile import compile_job
+from tools.audit.specs import TARGETS, specs, tile_candidates
+from tools.audit.tables import COLUMNS, compare, markdown, rows_for
 
 
 def main(argv: list[str] | None = None) -> int:

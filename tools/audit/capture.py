@@ -3,9 +3,9 @@ shapes with `torch.cuda.get_device_capability` answering the target's and Triton
 `JITFunction.run` replaced by a recorder; each launch is bound by Triton's own binder for the
 target (pointer and integer divisibility, unit strides as constants: what the JIT would give on
 that GPU, allocations being 16-byte aligned). `capture` records one `Spec`'s launches
-(bench/audit/specs.py: the audit's curated cover of the axes), `plan_launches` counts the
+(tools/audit/specs.py: the audit's curated cover of the axes), `plan_launches` counts the
 distinct compiles of any harness plan (the GPU run's estimates); `record_plan` is also what
-the GPU run's warm cache replays through the JIT (bench/gpurun/warm.py)."""
+the GPU run's warm cache replays through the JIT (tools/gpurun/warm.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import os
 
 import torch
 
-from bench.audit.specs import Spec, family_of
+from tools.audit.specs import Spec, family_of
 
 # -- capture: the launchers, on meta tensors -------------------------------------------------
 

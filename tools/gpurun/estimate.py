@@ -1,15 +1,15 @@
-"""How long each part of the GPU run should take, from what it launches: `python -m bench.gpurun
---plan` prints the table docs/gpu.md shows, and tests/bench/gpurun/test_gpurun.py checks every
+"""How long each part of the GPU run should take, from what it launches: `python -m tools.gpurun
+--plan` prints the table docs/gpu.md shows, and tests/tools/gpurun/test_gpurun.py checks every
 part's limit against it.
 
 A sweep part's estimate = process start + the Triton kernels it compiles x their compile time
 + its torch.compile graphs x an assumed compile time + its rows x (warm-up + budget) + its
 groups x (the copy's warm-up + budget + a float64 truth). What is counted:
   - Triton kernels: every `triton` row of the part's plan run through its launchers on meta
-    tensors at its real shape (bench/audit/capture.py's recorder), each launch bound by Triton's
+    tensors at its real shape (tools/audit/capture.py's recorder), each launch bound by Triton's
     own binder for sm_90a: distinct keys are distinct compiles, exactly as the GPU's JIT keys them.
   - The tests' kernels: the same binder over the kernel tests run under the interpreter
-    (bench/gpurun/launches.py), counted once and committed in results/gpu-compile/
+    (tools/gpurun/launches.py), counted once and committed in results/gpu-compile/
     test-launches.json, plus the GPU-only long tests' (counted from their parameters).
   - Compile seconds per kernel: the median per kernel of the compile audit's `compile_s`
     (results/gpu-compile/triton-3.6.0.csv, the box's Triton, measured on this project's 2-core
@@ -26,8 +26,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.gpurun.parts import BUDGET_S, ENV_S, PARTS, Part
 from bench.tables import markdown_table
+from tools.gpurun.parts import BUDGET_S, ENV_S, PARTS, Part
 
 ROOT = Path(__file__).resolve().parents[2]
 AUDIT_CSV = ROOT / "results" / "gpu-compile" / "triton-3.6.0.csv"
@@ -80,7 +80,7 @@ def plan_of(argv: tuple[str, ...]):
 
 
 def sweep_estimate(part: Part, seconds: dict[str, float]) -> Estimate:
-    from bench.audit.capture import plan_launches
+    from tools.audit.capture import plan_launches
 
     plan, cfg = plan_of(part.argv)
     from bench.run.eta import timed_rows

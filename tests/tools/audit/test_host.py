@@ -1,9 +1,9 @@
-"""Host work per kernel call (bench.audit.host), counted: the torch operations a call dispatches
+"""Host work per kernel call (tools.audit.host), counted: the torch operations a call dispatches
 besides its Triton kernels, with the launches stubbed. Machine-independent: counts, not times."""
 
 import pytest
 
-from bench.audit import host
+from tools.audit import host
 
 
 @pytest.fixture(scope="module")

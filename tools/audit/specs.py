@@ -1,6 +1,6 @@
 """What the compile audit launches: `Spec` (one launcher call), `specs` (the curated cover of
 the axes that `make gpu-check` and `sweep=gpu` launch) and `tile_candidates` (the tuning
-sweep's). bench/audit/capture.py runs them on meta tensors."""
+sweep's). tools/audit/capture.py runs them on meta tensors."""
 
 from __future__ import annotations
 

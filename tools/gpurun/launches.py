@@ -1,8 +1,8 @@
 """A pytest plugin that counts the distinct Triton specializations a test session launches, as
 the JIT of an sm_90a GPU would key them, while the kernels run under Triton's interpreter: the
-count of kernels the GPU run's test part compiles (bench/gpurun/estimate.py).
+count of kernels the GPU run's test part compiles (tools/gpurun/estimate.py).
 
-    TRITON_INTERPRET=1 python -m pytest -p bench.gpurun.launches tests/posenc_kernels \
+    TRITON_INTERPRET=1 python -m pytest -p tools.gpurun.launches tests/posenc_kernels \
         tests/bench/run/test_timing.py \
         --launches-out results/gpu-compile/test-launches.json
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import triton
 
-from bench.audit.compile import blocks_per_sm, problems
-from bench.audit.specs import TARGETS, Spec
 from bench.tables import markdown_table
+from tools.audit.compile import blocks_per_sm, problems
+from tools.audit.specs import TARGETS, Spec
 
 COLUMNS = (
     "kernel",
@@ -94,7 +94,7 @@ def markdown(rows: list[dict]) -> str:
     lines = [
         f"# Kernel resources: Triton {version}, compiled on the CPU",
         "",
-        "Command: `python -m bench.audit` (`make gpu-compile`). Every specialization "
+        "Command: `python -m tools.audit` (`make gpu-compile`). Every specialization "
         "`make gpu-check` and `sweep=gpu` launch at their shapes (RoPE: B=8, L=4096, Hq=32, "
         "Hk=8; attention: B=4, H=16, L=4096), specialized as Triton's JIT would on that GPU, "
         "read from the cubin with cuobjdump. `stack`: local-memory frame per thread; "

@@ -8,7 +8,7 @@ operations and allocations per call, machine-independent) and timed (microsecond
 this CPU, a proxy: medians of repeated calls at a small shape, where the kernels' work would not
 hide the host's).
 
-    TRITON_INTERPRET=1 python -m bench.audit.host [--reps 200]
+    TRITON_INTERPRET=1 python -m tools.audit.host [--reps 200]
 """
 
 from __future__ import annotations

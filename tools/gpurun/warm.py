@@ -1,9 +1,9 @@
 """The GPU run's harness kernels compiled here for the box, carried as a warm Triton cache.
 
-    make gpu-cache   # .venv-compat/bin/python -m bench.gpurun.warm -> .triton-cache/cache.tgz
+    make gpu-cache   # .venv-compat/bin/python -m tools.gpurun.warm -> .triton-cache/cache.tgz
 
 Each part of the GPU run that runs `python -m bench` is replayed in a process of its own, as on
-the box: its plan's `triton` launches recorded on meta tensors (bench/audit/capture.py), then
+the box: its plan's `triton` launches recorded on meta tensors (tools/audit/capture.py), then
 run through Triton's own JIT in that order with a driver that answers sm_90a and compiles
 without launching (`warmup=True`), under the box's Triton and Python (.venv-compat). Why the
 JIT and not `triton.compile` from a list: a kernel's cache key depends on which kernels its
@@ -35,7 +35,7 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.gpurun.parts import PARTS
+from tools.gpurun.parts import PARTS
 
 ROOT = Path(__file__).resolve().parents[2]
 CARRIED = ROOT / ".triton-cache" / "cache.tgz"
@@ -94,8 +94,8 @@ def replay(name: str) -> None:
     from triton.runtime import driver
     from triton.runtime.jit import JITFunction
 
-    from bench.audit.capture import record_plan
-    from bench.gpurun.estimate import plan_of
+    from tools.audit.capture import record_plan
+    from tools.gpurun.estimate import plan_of
 
     class Sm90:  # what the JIT asks of the driver before it compiles
         def get_current_device(self):
@@ -123,7 +123,7 @@ def _replay_in_process(name: str, cache: Path, site: Path) -> int:
     env = dict(os.environ, TRITON_CACHE_DIR=str(cache))
     env.pop("TRITON_INTERPRET", None)
     env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT), env.get("PYTHONPATH", "")])
-    argv = [sys.executable, "-m", "bench.gpurun.warm", "--replay", name]
+    argv = [sys.executable, "-m", "tools.gpurun.warm", "--replay", name]
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"replay of {name} failed:\n{proc.stderr[-3000:]}")
@@ -144,7 +144,7 @@ def build(out: Path, workers: int, site: Path, names: list[str]) -> dict[str, in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.gpurun.warm", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.gpurun.warm", description=__doc__)
     parser.add_argument("--out", type=Path, default=CARRIED, help=f"default {CARRIED}")
     parser.add_argument("--jobs", type=int, default=2, help="parts replayed at once (default 2)")
     parser.add_argument("--parts", default=",".join(SWEEPS), help="default: every sweep part")
