@@ -35,7 +35,7 @@ def native_cpu():
         _NATIVE.on = before
 
 
-def cpu_native(t: torch.Tensor) -> bool:
+def takes_c_kernel(t: torch.Tensor) -> bool:
     """A CPU tensor for the C kernels: outside the interpreter, or within native_cpu()."""
     return t.device.type == "cpu" and (getattr(_NATIVE, "on", False) or not interpreting())
 

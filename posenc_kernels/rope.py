@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from posenc_kernels import rope_cpu
 from posenc_kernels._rope_checks import check as _check
 from posenc_kernels._rope_checks import check_start as _check_start
-from posenc_kernels._runtime import compiling, cpu_native, launches, native_cpu
+from posenc_kernels._runtime import compiling, launches, native_cpu, takes_c_kernel
 
 # ---------------------------------------------------------------------------------------------
 # Kernel
@@ -250,7 +250,7 @@ def _launch(
     cos/sin/scale (L_max, F) or (B | 1, L, F); rotary: R, the span of the rotated pairs, from
     dim start. CPU tensors outside the interpreter: the one-pass C kernel
     (posenc_kernels/rope_cpu.py)."""
-    if cpu_native(q):
+    if takes_c_kernel(q):
         args = scale, pos, offset, rotary, start, interleaved, backward
         return rope_cpu.launch(q, k, q_out, k_out, cos, sin, *args)
     bsz, seq_len, hq, d = q.shape
@@ -395,7 +395,7 @@ class RoPEFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, cos, sin, scale, pos, offset, rotary, start, interleaved, inverse):
         ctx.save_for_backward(cos, sin, scale, pos)
-        ctx.args, ctx.native = (offset, rotary, start, interleaved), cpu_native(q)
+        ctx.args, ctx.native = (offset, rotary, start, interleaved), takes_c_kernel(q)
         ctx.inverse = inverse
         return _rope(q, k, cos, sin, scale, pos, offset, rotary, start, interleaved, inverse)
 

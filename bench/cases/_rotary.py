@@ -33,10 +33,10 @@ def heads_tensor(point: Point, heads: int, device, dtype):
     return x.to(dtype)
 
 
-def triton_call(q, k, cos, sin, **kwargs):
-    """posenc_kernels.apply_rope on (B, H, L, D) q and k (or None) as its users call it: through
-    its layout argument, on the memory as it is (bshd memory is passed as bshd, not transposed
-    back)."""
+def kernel_call(q, k, cos, sin, **kwargs):
+    """posenc_kernels.apply_rope (the Triton kernel on CUDA, the C kernel on a CPU) on
+    (B, H, L, D) q and k (or None) as its users call it: through its layout argument, on the
+    memory as it is (bshd memory is passed as bshd, not transposed back)."""
     apply_rope = triton_kernels().apply_rope
     if q.transpose(1, 2).is_contiguous():  # bshd memory: the kernel's own layout argument
         qs, ks = q.transpose(1, 2), None if k is None else k.transpose(1, 2)

@@ -27,10 +27,10 @@ from bench.cases._peers import hf_impl, mrope_call
 from bench.cases._rotary import (
     LAYOUT,
     heads_tensor,
+    kernel_call,
     liger_impl,
     own_copies,
     rotation_cost,
-    triton_call,
     triton_impl,
 )
 from bench.checks import one_of
@@ -131,7 +131,7 @@ def _compiled_mrope(inputs):
 
 
 def _triton_mrope(inputs):
-    return triton_call(inputs["q"], inputs["k"], inputs["cos"], inputs["sin"])
+    return kernel_call(inputs["q"], inputs["k"], inputs["cos"], inputs["sin"])
 
 
 def _hf_mrope(inputs):
@@ -259,7 +259,7 @@ def _compiled_2d(inputs):
 
 def _triton_2d(inputs):
     q, k, cos, sin = inputs["q"], inputs["k"], inputs["cos"], inputs["sin"]
-    return triton_call(q, k, cos, sin, interleaved=inputs["interleaved"])
+    return kernel_call(q, k, cos, sin, interleaved=inputs["interleaved"])
 
 
 def _liger_2d(inputs):

@@ -49,10 +49,10 @@ from bench.cases._peers import (
 from bench.cases._rotary import (
     LAYOUT,
     heads_tensor,
+    kernel_call,
     liger_impl,
     own_copies,
     rotation_cost,
-    triton_call,
     triton_impl,
 )
 from bench.cases._schedule import ROPE_SCALING, SCHEDULE, scaling_of
@@ -232,10 +232,10 @@ def _kernel_calls(inputs, xs, **kwargs):
     cos, sin, args = inputs["cos"], inputs["sin"], dict(inputs["kernel_args"], **kwargs)
     names = inputs["names"]
     k = xs[1] if "k" in names else None
-    first = triton_call(xs[0], k, cos, sin, **args)
+    first = kernel_call(xs[0], k, cos, sin, **args)
     if "o" not in names:
         return first if k is not None else lambda: first()[:1]
-    back = triton_call(xs[2], None, cos, sin, inverse=True, **args)
+    back = kernel_call(xs[2], None, cos, sin, inverse=True, **args)
     return lambda: (*first(), back()[0])
 
 

@@ -8,17 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.report.rows import SHAPE, knobs
+from bench.report.rows import SHAPE, checked, knobs, own_semantics
 from bench.tables import markdown_table
-
-OWN = "own semantics"  # a row computing something else (SDPA without a bias)
-
-
-def _checked(df: pd.DataFrame) -> pd.DataFrame:
-    suspect = df["suspect"].fillna("") if "suspect" in df else ""
-    message = df["message"].astype(object).fillna("").astype(str)
-    ok = (df["status"] == "ok") & df["p50_ms"].notna() & (suspect == "")
-    return df[ok & ~message.str.contains(OWN, regex=False)]
 
 
 def _ms(row: pd.Series, suffix: str = "") -> str:
@@ -48,7 +39,8 @@ def devices(df: pd.DataFrame) -> list[str]:
     """The report's section, or [] where the run did not time both devices."""
     if not {"cpu", "cuda"} <= set(df["device"]):
         return []
-    ok = _checked(df)
+    ok = checked(df)
+    ok = ok[~own_semantics(ok)]
     lines = [
         "## CPU against CUDA",
         "",

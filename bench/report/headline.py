@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.report.rows import checked, own_semantics
 from bench.tables import markdown_table
 
-OWN = "own semantics"  # a row that computes something else (no bias: the floor), bench/run/point.py
 FLOOR = "sdpa_nobias"
 POINT = ["batch", "d_model", "num_heads", "params"]
 
@@ -31,7 +31,7 @@ def _answer(g: pd.DataFrame) -> list | None:
     longest = g[g["seq_len"] == g["seq_len"].max()]
     point = longest.groupby(POINT, sort=False).size().idxmax()
     at = longest[(longest[POINT] == pd.Series(point, index=POINT)).all(axis=1)]
-    doing = at[~_own(at)]
+    doing = at[~own_semantics(at)]
     if doing.empty:
         return None
     best = doing.loc[doing["p50_ms"].idxmin()]
@@ -51,10 +51,10 @@ def fastest(df: pd.DataFrame) -> pd.DataFrame:
     fastest checked row that computes the encoding, and `floor_ms`, SDPA without a bias at
     the same point where the run timed it."""
     out = []
-    for _, g in _checked(df).groupby(["device", "case", "mode", "dtype"], sort=False):
+    for _, g in checked(df).groupby(["device", "case", "mode", "dtype"], sort=False):
         point = g.groupby(POINT, sort=False).size().idxmax()
         g = g[(g[POINT] == pd.Series(point, index=POINT)).all(axis=1)]
-        own = _own(g)
+        own = own_semantics(g)
         floor = g[g["impl"] == FLOOR].groupby("seq_len")["p50_ms"].min()
         doing = g[~own]
         if doing.empty:
@@ -62,17 +62,6 @@ def fastest(df: pd.DataFrame) -> pd.DataFrame:
         best = doing.loc[doing.groupby("seq_len")["p50_ms"].idxmin()]
         out.append(best.assign(floor_ms=best["seq_len"].map(floor)))
     return pd.concat(out, ignore_index=True) if out else df.iloc[0:0]
-
-
-def _own(g: pd.DataFrame) -> pd.Series:
-    """Rows whose semantics are their own (no bias: the floor), by their message."""
-    message = g["message"] if "message" in g else pd.Series("", index=g.index)
-    return message.astype(object).fillna("").astype(str).str.contains(OWN, regex=False)
-
-
-def _checked(df: pd.DataFrame) -> pd.DataFrame:
-    suspect = df["suspect"].fillna("") if "suspect" in df else ""
-    return df[(df["status"] == "ok") & df["p50_ms"].notna() & (suspect == "")]
 
 
 def plot(df: pd.DataFrame, out: Path) -> list[Path]:
@@ -109,8 +98,7 @@ def plot(df: pd.DataFrame, out: Path) -> list[Path]:
 
 def headline(df: pd.DataFrame) -> list[str]:
     """The opening section's lines ([] when no row is ok)."""
-    suspect = df["suspect"].fillna("") if "suspect" in df else ""
-    ok = df[(df["status"] == "ok") & df["p50_ms"].notna() & (suspect == "")]
+    ok = checked(df)
     if ok.empty:
         return []
     ok = ok.assign(_gpu=ok["device"] != "cuda")  # False sorts first: a GPU's rows lead

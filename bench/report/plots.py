@@ -27,7 +27,7 @@ import pandas as pd  # noqa: E402
 
 from bench.report import headline, models, share  # noqa: E402
 from bench.report.figures import LEGEND_PT, save, wrap  # noqa: E402
-from bench.report.rows import knobs  # noqa: E402
+from bench.report.rows import knobs, own_semantics  # noqa: E402
 
 OTHER = ["batch", "d_model", "num_heads", "params"]
 
@@ -61,8 +61,7 @@ def _point(case: str, common: tuple) -> str:
 def _with_best(rows: pd.DataFrame, key: list[str]) -> pd.DataFrame:
     """A device's rows and, per point, its fastest implementation again as impl "best"
     (the CPU-against-CUDA plot's last bar: the fastest on the CPU against the fastest on CUDA)."""
-    own = rows["message"].astype(object).fillna("").astype(str).str.contains("own semantics")
-    point, doing = [k for k in key if k != "impl"], rows[~own]
+    point, doing = [k for k in key if k != "impl"], rows[~own_semantics(rows)]
     best = doing.loc[doing.groupby(point, sort=False)["p50_ms"].idxmin()]
     best = best.assign(impl="best of each")
     return pd.concat([rows, best], ignore_index=True)

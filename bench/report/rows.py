@@ -100,6 +100,19 @@ def declared(df: pd.DataFrame, key: list[str]) -> pd.Series:
 
 
 PREFERRED = "hf"  # transformers' own code, where it ran: what most users would otherwise run
+OWN = "own semantics"  # in the message of a row computing other work (bench/run/point.py)
+
+
+def own_semantics(df: pd.DataFrame) -> pd.Series:
+    """Rows that compute something else than their case (SDPA without a bias: a floor)."""
+    message = df["message"] if "message" in df else pd.Series("", index=df.index)
+    return message.astype(object).fillna("").astype(str).str.contains(OWN, regex=False)
+
+
+def checked(df: pd.DataFrame) -> pd.DataFrame:
+    """The ok rows with a median that are not suspect: what a comparison may rest on."""
+    suspect = df["suspect"].fillna("") if "suspect" in df else ""
+    return df[(df["status"] == "ok") & df["p50_ms"].notna() & (suspect == "")]
 
 
 def speedups(df: pd.DataFrame) -> pd.DataFrame:
