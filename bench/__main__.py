@@ -133,7 +133,7 @@ def main(cfg: DictConfig) -> None:
         plan = bench_config.make_plan(cfg, pinned)
     except ValueError as exc:  # before anything runs
         _fail(str(exc), out_dir)
-    if note := bench_config.models_skip(cfg):
+    if note := bench_config.exclusive_skip(cfg):
         print(note)
     if cfg.resume and (why := _resumable(cfg, out_dir)):
         _fail(why, out_dir)

@@ -5,6 +5,9 @@ the correctness check compares against, lists named implementations, and models 
 FLOPs of each mode. Each implementation is a factory: given the inputs it returns a zero-argument
 closure (or a `Call`), so that everything the factory does (module construction, weight binding,
 compilation handles, layout conversions its users would do once) stays outside the timed region.
+
+Why this file is long: it is one schema (Case, Impl, Knob, Point and the registry that checks
+them), whose parts change together.
 """
 
 from __future__ import annotations
@@ -74,9 +77,21 @@ class Knob:
     # A knob added to a case after its rows were recorded: at its default it is left out of the
     # `params` column, so that those rows keep their identity (resume, merges, comparisons).
     quiet_default: bool = False
-    # A knob whose value a model= point takes from the model (the RoPE schedule's): left out of
-    # such a row's `params` and label, which carry the model's own schedule instead.
-    model_sets: bool = False
+    # What configuration and the run ask of a knob, so that neither names one (docs/
+    # architecture.md): the knob whose set value decides this one (left out of such a row's
+    # params, which carry that knob's `describe`); what a set value decides (`sets`, `expand`);
+    # whether it runs only the cases that read it; the knob it needs set too; `fits`: why a
+    # value does not fit a point's base axes, or None.
+    set_by: str | None = None
+    sets: tuple[str, ...] = ()
+    expand: Callable[[Point], Point] | None = None
+    describe: Callable[[Point], dict] | None = None
+    exclusive: bool = False
+    needs: str | None = None
+    fits: Callable[[Any, Point], str | None] | None = None
+
+    def is_set(self, value) -> bool:
+        return value is not None and value != self.default
 
 
 KNOBS: dict[str, Knob] = {}  # every knob a declared case has, by name (filled by Case)
@@ -137,17 +152,13 @@ class Point:
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
 
-    @property
-    def kv_heads(self) -> int:
-        return getattr(self, "num_kv_heads", None) or self.num_heads
-
     def params(self, knobs: tuple[str, ...]) -> str:
         """The `params` column: the case's knobs as JSON (keys sorted)."""
         return json.dumps({k: getattr(self, k) for k in sorted(knobs) if self._shown(k)})
 
     def _shown(self, knob: str) -> bool:
         declared = KNOBS[knob]
-        if declared.model_sets and getattr(self, "model", None):
+        if declared.set_by and getattr(self, declared.set_by, None):
             return False
         return not declared.quiet_default or getattr(self, knob) != declared.default
 

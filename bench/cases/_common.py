@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from bench.checks import positive_ints
-from bench.registry import Cost, Impl, Knob
+from bench.registry import Cost, Impl, Knob, Point
 
 # Where the Triton kernels run: a GPU, or also the CPU when Triton's interpreter is on (set
 # before triton is imported): slow, for testing a sweep's plumbing (rows say so).
@@ -70,7 +70,17 @@ NUM_KV_HEADS = Knob(
     None,
     "grouped-query attention: k (and v) with this many heads (null: num_heads; must divide it)",
     lambda value, key: positive_ints(value, key, allow_none=True),
+    fits=lambda kv, point: (
+        None if point.num_heads % kv == 0 else f"does not divide num_heads={point.num_heads}"
+    ),
 )
+
+
+def kv_heads(point: Point) -> int:
+    """The point's k and v heads: num_kv_heads, or num_heads where it is unset."""
+    return point.num_kv_heads or point.num_heads
+
+
 # The backend of every compiled implementation (tests swap in a counting one).
 COMPILE_BACKEND = "inductor"
 

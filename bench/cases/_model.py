@@ -42,12 +42,26 @@ def _check(value, key: str) -> list:
     return values
 
 
+def _shaped(point: Point) -> Point:
+    """A model's point: the model's attention shapes (d_model, heads, kv heads)."""
+    d_model, heads, kv = shape_of(point.model, point.layer_type)
+    knobs = dict(point.knobs, num_kv_heads=None if kv == heads else kv)
+    return Point(point.batch, point.seq_len, d_model, heads, **knobs)
+
+
+# what a model= point takes from the model: its shapes, its RoPE schedule, its MLP width
+SETS = ("d_model", "num_heads", "num_kv_heads", "rope_scaling", "rope_variant", "rope_theta")
+SETS += ("rope_factor", "rope_original", "d_ff")
 MODEL = Knob(
     "model",
     None,
     "a model preset (configs/models/) or a config.json: its heads, head dim and RoPE",
     _check,
     quiet_default=True,
+    sets=SETS,
+    expand=_shaped,
+    describe=lambda point: {"rope": schedule_text(point)},
+    exclusive=True,
 )
 
 
@@ -66,6 +80,7 @@ LAYER_TYPE = Knob(
     "layers' RoPE and window); null: the global layers",
     _layer_type_check,
     quiet_default=True,
+    needs="model",
 )
 
 

@@ -10,6 +10,7 @@ from bench.cases._common import (
     TRITON_DEVICES,
     TRITON_ELSEWHERE,
     TRITON_NOTE,
+    kv_heads,
     per_mode,
     triton_kernels,
 )
@@ -64,7 +65,7 @@ def rotation_cost(
 ) -> Cost:
     """q and k (or `heads` heads in all) read and written once, two float32 tables of
     table_rows x table_cols (a third for xPos's scale), 3 FLOPs per element."""
-    heads = heads or point.num_heads + point.kv_heads
+    heads = heads or point.num_heads + kv_heads(point)
     n = point.batch * point.seq_len * point.head_dim * heads
     n_tables = 3 if point.rope_variant == "xpos" else 2
     one = Cost(2 * n * dtype.itemsize + n_tables * table_rows * table_cols * 4, 3 * n)

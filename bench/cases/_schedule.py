@@ -15,13 +15,13 @@ ROPE_SCALING = Knob(
     "none",
     "RoPE's long-context schedule: " + ", ".join(SCALINGS),
     one_of(*SCALINGS),
-    model_sets=True,
+    set_by="model",
 )
 ORIGINAL, FACTOR = 4096, 8.0  # the knobs' defaults: an 8x extension of a 4096-token context
 
 
 def _schedule_knob(name: str, default, text: str, check) -> Knob:
-    return Knob(name, default, text, check, quiet_default=True, model_sets=True)
+    return Knob(name, default, text, check, quiet_default=True, set_by="model")
 
 
 THETA_HELP, FACTOR_HELP = "RoPE's base (Llama 3: 500000)", "the schedule's extension factor"

@@ -44,6 +44,7 @@ from bench.cases._common import (
     TRITON_NOTE,
     compile_impl,
     gqa,
+    kv_heads,
     per_mode,
     triton_kernels,
 )
@@ -84,7 +85,7 @@ def build_inputs(family: BiasFamily, q_len=None):
     def build(point: Point, device, dtype):
         lq = point.seq_len if q_len is None else q_len(point)
         shape = (point.batch, point.num_heads, lq, point.head_dim)
-        kv_shape = (point.batch, point.kv_heads, point.seq_len, point.head_dim)
+        kv_shape = (point.batch, kv_heads(point), point.seq_len, point.head_dim)
         inputs = {
             n: torch.randn(shape if n == "q" else kv_shape, device=device).to(dtype) for n in "qkv"
         }
@@ -218,7 +219,7 @@ def _default_tiles(point: Point) -> str | None:
 def _cost(family: BiasFamily):
     def cost(point: Point, dtype, mode: str) -> Cost:
         b, h, n, d = point.batch, point.num_heads, point.seq_len, point.head_dim
-        hk = point.kv_heads
+        hk = kv_heads(point)
         attn = 4 * b * h * d * pairs(point)
         rel = b * h * n * family.extra_flops(d)
         table = family.table_bytes(h, d, dtype)

@@ -58,6 +58,7 @@ from bench.cases._common import (
     TRITON_ELSEWHERE,
     TRITON_NOTE,
     bind,
+    kv_heads,
     parameters,
     per_mode,
 )
@@ -113,7 +114,7 @@ def _position_module(encoding: str, point: Point):
 
 def _builder(encoding: str, decode: bool):
     def build(point: Point, device, dtype):
-        shape = (hidden(point), point.num_heads, point.kv_heads, d_ff(point))
+        shape = (hidden(point), point.num_heads, kv_heads(point), d_ff(point))
         with torch.device(device):  # seeded by the runner
             layer = DecoderLayer(*shape, head_dim=point.head_dim)
             extra = _position_module(encoding, point)
@@ -145,7 +146,7 @@ def _builder(encoding: str, decode: bool):
             inputs["q_scale"] = scale.to(device, torch.float32)
             inputs["q_scale64"] = scale.to(device)
         if decode:
-            cache = (b, point.kv_heads, n, point.head_dim)
+            cache = (b, kv_heads(point), n, point.head_dim)
             inputs["cache_k"], inputs["cache_v"] = (
                 torch.randn(cache, device=device).to(dtype) for _ in "kv"
             )
@@ -186,7 +187,7 @@ def _truth(encoding: str, impl: str = "reference"):
 def _cost(encoding: str, decode: bool):
     def cost(point: Point, dtype, mode: str) -> Cost:
         b, n, d = point.batch, point.seq_len, hidden(point)
-        h, hk, hd = point.num_heads, point.kv_heads, point.head_dim
+        h, hk, hd = point.num_heads, kv_heads(point), point.head_dim
         mats = 2 * d * h * hd + 2 * d * hk * hd + 3 * d * d_ff(point)  # q, o; k, v; the MLP
         weights = mats + 2 * d  # and the two norms'
         tokens = b if decode else b * n

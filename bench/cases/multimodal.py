@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from bench.cases._common import NUM_KV_HEADS, compile_impl
+from bench.cases._common import NUM_KV_HEADS, compile_impl, kv_heads
 from bench.cases._peers import hf_impl, mrope_call
 from bench.cases._rotary import (
     LAYOUT,
@@ -94,7 +94,7 @@ def _build_mrope(point: Point, device, dtype):
     (cos, sin), (cos64, sin64) = tables(torch.float32), tables(torch.float64)
     return {
         "q": heads_tensor(point, point.num_heads, device, dtype),
-        "k": heads_tensor(point, point.kv_heads, device, dtype),
+        "k": heads_tensor(point, kv_heads(point), device, dtype),
         "cos": cos,  # (B, L, D/2) per token, float32
         "sin": sin,
         "cos64": cos64,  # the same in float64 for the truth (per sequence: batched)
@@ -221,7 +221,7 @@ def _build_2d(point: Point, device, dtype):
     (cos, sin), (cos64, sin64) = tables(torch.float32), tables(torch.float64)
     return {
         "q": heads_tensor(point, point.num_heads, device, dtype),
-        "k": heads_tensor(point, point.kv_heads, device, dtype),
+        "k": heads_tensor(point, kv_heads(point), device, dtype),
         "cos": cos,  # (L, D/2): row n is patch n's
         "sin": sin,
         "cos64": cos64,

@@ -25,11 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.cases._common import (
-    NUM_KV_HEADS,
-    compile_impl,
-    native_impl,
-)
+from bench.cases._common import NUM_KV_HEADS, compile_impl, kv_heads, native_impl
 from bench.cases._model import (
     MODEL,
     interleaved,
@@ -67,7 +63,7 @@ ROPE_VARIANT = Knob(
     "plain",
     "RoPE's per-frequency form: plain, xpos (scale_base 512) or p_rope (p = 1/4)",
     one_of(*VARIANTS),
-    model_sets=True,
+    set_by="model",
 )
 XPOS_SCALE_BASE, P_ROPE = 512.0, 0.25
 TARGETS = {  # what turns: the tensors by name, in the outputs' order
@@ -114,7 +110,7 @@ def _plain_only(point: Point) -> str | None:
 
 def _heads(point: Point) -> dict[str, int]:
     """The heads of each tensor a point may turn: q's, k's, and the output's (q's)."""
-    return {"q": point.num_heads, "k": point.kv_heads, "o": point.num_heads}
+    return {"q": point.num_heads, "k": kv_heads(point), "o": point.num_heads}
 
 
 def _target_tables(cos, sin, scale):
@@ -275,7 +271,7 @@ def _hf(inputs):
     config = llama_config(
         point.head_dim,
         point.num_heads,
-        point.kv_heads,
+        kv_heads(point),
         float(point.rope_theta),
         scaling_of(point),
         P_ROPE if point.rope_variant == "p_rope" else 1.0,

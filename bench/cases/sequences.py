@@ -37,6 +37,7 @@ from bench.cases._common import (
     TRITON_NOTE,
     compile_impl,
     gqa,
+    kv_heads,
     per_mode,
     triton_kernels,
 )
@@ -76,7 +77,7 @@ def _sizes(bounds: list[int]) -> list[int]:
 
 def _cost(family: BiasFamily, packed: bool):
     def cost(point: Point, dtype, mode: str) -> Cost:
-        h, hk, d, size = point.num_heads, point.kv_heads, point.head_dim, dtype.itemsize
+        h, hk, d, size = point.num_heads, kv_heads(point), point.head_dim, dtype.itemsize
         if packed:
             sizes = _sizes(document_bounds(point))
             pairs = sum(n * (n + 1) // 2 if point.causal else n * n for n in sizes)

@@ -49,6 +49,7 @@ from bench.cases._common import (
     TRITON_ELSEWHERE,
     TRITON_NOTE,
     compile_impl,
+    kv_heads,
     per_mode,
     triton_kernels,
 )
@@ -124,7 +125,7 @@ def _build_step(point: Point, device, dtype):
     table, num_blocks = block_table(point, totals, "cpu")
     page = point.block_size
     slots = table[torch.tensor(owner), positions // page].long() * page + positions % page
-    t, hk, d = len(pos), point.kv_heads, point.head_dim
+    t, hk, d = len(pos), kv_heads(point), point.head_dim
     cos, sin, pos_arg, rotary = _rope_tables(point, positions, device)
     q, k, v = (torch.randn(t, h, d, device=device).to(dtype) for h in (point.num_heads, hk, hk))
     caches = {n: torch.zeros(num_blocks, page, hk, d, device=device, dtype=dtype) for n in "KV"}
@@ -195,7 +196,7 @@ def _step_cost(point: Point, dtype, mode: str) -> Cost:
     """Forward only (a serving op); backward, never run, modelled as the forward (a rotation's
     backward is the inverse rotation of the gradients: the same bytes)."""
     t = sum(new_tokens(point))
-    hq, hk, d = point.num_heads, point.kv_heads, point.head_dim
+    hq, hk, d = point.num_heads, kv_heads(point), point.head_dim
     rotary = d // 2 if point.rope_form == "partial" else d
     moved = 2 * t * (hq + 2 * hk) * d * dtype.itemsize  # q, k, v read; q, k, v written
     tables = t * (8 * (rotary // 2) + 16)  # the token's cos and sin rows, position and slot
@@ -245,7 +246,7 @@ def _build_paged(family: BiasFamily):
     def build(point: Point, device, dtype):
         lens = Seq.kv_lengths(point)
         table, num_blocks = block_table(point, lens, device)
-        hk, d = point.kv_heads, point.head_dim
+        hk, d = kv_heads(point), point.head_dim
         shape = (num_blocks, point.block_size, hk, d)
         q = torch.randn(point.batch, point.num_heads, point.q_len, d, device=device).to(dtype)
         kc, vc = (torch.randn(shape, device=device).to(dtype) for _ in range(2))

@@ -103,7 +103,7 @@ def _nearest(word: str, choices: list[str]) -> str:
 
 def unknown_key(argv: list[str]) -> str | None:
     """The first command-line override this harness cannot take, as one line: a key it does
-    not have (with or without Hydra's +), keys under a plain key (`rope_scaling.factor=8`), a
+    not have (with or without Hydra's +), keys under a plain key (`seq_len.x=8`), a
     + on a key that exists, a ~ (keys are never removed), `timing` given a value; None if all
     are known."""
     for arg in argv:
@@ -125,9 +125,10 @@ def unknown_key(argv: list[str]) -> str | None:
                 name = rest.split(".")[0]
                 return f"timing.{name}: not a timing key{_nearest(name, TIMING)}"
         elif rest:
+            by = KNOBS[head].set_by if head in KNOBS else None  # e.g. a model's config.json
             return (
                 f"{key}: {head} takes a value, not keys ({head}=VALUE; python -m bench --help"
-                f"{'; a model config.json sets a schedule' if head == 'rope_scaling' else ''})"
+                f"{f'; {by}= sets it' if by else ''})"
             )
         if raw.startswith("+"):
             return f"+{key}: {key} is already a key; drop the + ({key}=VALUE)"

@@ -129,9 +129,7 @@ def _entries(axes: dict, name, filters: dict) -> list[Entry]:
         if d % h:
             raise ValueError(f"{name('d_model')}={d} is not divisible by {name('num_heads')}={h}")
     knobs = _knob_values(axes, name)
-    for kv, h in itertools.product(knobs.get("num_kv_heads", [None]), heads):
-        if kv is not None and h % kv:
-            raise ValueError(f"{name('num_kv_heads')}={kv} does not divide {name('num_heads')}={h}")
+    _check_knobs(knobs, [Point(1, 1, d, h) for d, h in itertools.product(d_model, heads)], name)
     cases = choices(axes["cases"], name("cases"), list(CASES))
     cases = [c for c in cases if filters["cases"] is None or c in filters["cases"]]
     wanted = _impls(axes["impls"], name("impls"))
@@ -141,21 +139,19 @@ def _entries(axes: dict, name, filters: dict) -> list[Entry]:
     devices = tuple(_devices(axes["device"], name("device")))
     modes = tuple(choices(axes["mode"], name("mode"), list(MODES)))
     base = list(itertools.product(batch, seq_len, d_model, heads))
-    with_model = any(m is not None for m in knobs.get("model", [None]))
-    if not with_model and any(t is not None for t in knobs.get("layer_type", [None])):
-        raise ValueError(f"{name('layer_type')}: a model's layer types; set model= too")
+    exclusive = [k for k in KNOBS.values() if k.exclusive and _set(knobs[k.name], k)]
     entries = []
     for name in cases:
         case = CASES[name]
         impls = tuple(i for i in case.impls if wanted is None or i in wanted)
-        if not impls or (with_model and "model" not in case.knob_names):
-            continue  # the chosen impls are other cases', or the case takes no model
+        if not impls or any(k.name not in case.knob_names for k in exclusive):
+            continue  # the chosen impls are other cases', or a set knob the case does not read
         if case.share_base:  # a share needs its partners: the row's own, and the plain one
             partners = [case.share_base, *(case.partner(i) for i in impls)]
             impls = (*dict.fromkeys(p for p in partners if p not in impls), *impls)
         own = [knobs[k] for k in case.knob_names]
         points = tuple(
-            _model_shaped(Point(*p, **dict(zip(case.knob_names, values, strict=True))))
+            _expanded(Point(*p, **dict(zip(case.knob_names, values, strict=True))))
             for p in base
             for values in itertools.product(*own)
         )
@@ -167,31 +163,48 @@ def _reads(entries: list[Entry], knob: str) -> bool:
     return any(knob in CASES[e.case].knob_names for e in entries)
 
 
-def _model_shaped(point: Point) -> Point:
-    """A point with a model takes the model's attention shapes (d_model, heads, kv heads)."""
-    if "model" not in KNOBS or not point.model:
-        return point
-    from bench.cases._model import shape_of
-
-    d_model, heads, kv = shape_of(point.model, point.layer_type)
-    knobs = dict(point.knobs, num_kv_heads=None if kv == heads else kv)
-    return Point(point.batch, point.seq_len, d_model, heads, **knobs)
+def _set(values: list, knob) -> bool:
+    return any(knob.is_set(v) for v in values)
 
 
-MODEL_SETS = ("d_model", "num_heads", "num_kv_heads", "rope_scaling", "rope_variant", "rope_theta")
-MODEL_SETS += ("rope_factor", "rope_original", "d_ff")
+def _check_knobs(knobs: dict[str, list], points: list[Point], name) -> None:
+    """What the knobs declare of each other and of the base axes (Knob.needs, Knob.fits)."""
+    for knob in KNOBS.values():
+        values = knobs[knob.name]
+        if knob.needs and _set(values, knob) and not _set(knobs[knob.needs], KNOBS[knob.needs]):
+            raise ValueError(f"{name(knob.name)}: only with {knob.needs}= set ({knob.help})")
+        for value, point in itertools.product(values, points if knob.fits else []):
+            why = knob.is_set(value) and knob.fits(value, point)
+            if why:
+                raise ValueError(f"{name(knob.name)}={value} {why}")
 
 
-def models_skip(cfg) -> str | None:
-    """The one line a run with model= says of the chosen cases that take no model."""
-    if "model" not in KNOBS or all(m is None for m in as_list(cfg["model"])):
-        return None
+def _expanded(point: Point) -> Point:
+    """The point with what its set knobs decide (Knob.expand: a model's shapes)."""
+    for knob in KNOBS.values():
+        if knob.expand is not None and knob.is_set(getattr(point, knob.name)):
+            point = knob.expand(point)
+    return point
+
+
+def _exclusive_set(cfg) -> list:
+    """The exclusive knobs the configuration sets (model=)."""
+    return [k for k in KNOBS.values() if k.exclusive and _set(as_list(cfg[k.name]), k)]
+
+
+def exclusive_skip(cfg) -> str | None:
+    """The one line a run says of the chosen cases that do not read a knob it sets and so do
+    not run (Knob.exclusive: model=)."""
     chosen = choices(cfg["cases"], "cases", list(CASES))
-    skipped = [c for c in chosen if "model" not in CASES[c].knob_names]
-    if not skipped:
-        return None
-    names = ", ".join(skipped[:6]) + (f" and {len(skipped) - 6} more" if len(skipped) > 6 else "")
-    return f"model=: {len(skipped)} chosen cases take no model and are not run ({names})"
+    for knob in _exclusive_set(cfg):
+        skipped = [c for c in chosen if knob.name not in CASES[c].knob_names]
+        if skipped:
+            more = f" and {len(skipped) - 6} more" if len(skipped) > 6 else ""
+            return (
+                f"{knob.name}=: {len(skipped)} chosen cases take no {knob.name} and are not run "
+                f"({', '.join(skipped[:6])}{more})"
+            )
+    return None
 
 
 def _impls(value, key: str) -> list[str] | None:
@@ -212,10 +225,13 @@ def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
     for key in SWITCHES:
         if not isinstance(cfg.get(key, False), bool):
             raise ValueError(f"{key}: true or false, got {cfg[key]!r}")
-    if "model" in KNOBS and any(m is not None for m in as_list(cfg["model"])):
-        clash = [k for k in MODEL_SETS if k in pinned]
+    for knob in KNOBS.values():  # what a set knob decides, the command line may not set too
+        given = knob.sets and _set(as_list(cfg[knob.name]), knob)
+        clash = [k for k in knob.sets if k in pinned] if given else []
         if clash:
-            raise ValueError(f"{clash[0]}: model= sets it; leave it out (or drop model=)")
+            raise ValueError(
+                f"{clash[0]}: {knob.name}= sets it; leave it out (or drop {knob.name}=)"
+            )
     base = {axis: cfg[axis] for axis in axis_names()}
     grids = as_list(cfg["grids"]) if cfg["grids"] else []
     filters = {"cases": None, "impls": None}
@@ -257,10 +273,10 @@ def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
             f"{unread[0]}: no chosen case reads it, so it would change nothing; "
             f"the cases that do: {readers}"
         )
-    if not entries and models_skip(cfg):
-        takes = ", ".join(c for c in CASES if "model" in CASES[c].knob_names)
+    for knob in _exclusive_set(cfg) if not entries else []:
+        takes = ", ".join(c for c in CASES if knob.name in CASES[c].knob_names)
         raise ValueError(
-            f"model: none of the chosen cases takes a model; the cases that do: {takes}"
+            f"{knob.name}: none of the chosen cases takes a {knob.name}; the cases that do: {takes}"
         )
     if not entries:
         wanted = ", ".join(as_list(cfg["impls"]))

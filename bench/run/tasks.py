@@ -67,17 +67,20 @@ class Task:
 
 
 def row_params(point, knobs: tuple[str, ...]) -> str:
-    """The `params` column: the point's knobs as JSON; a model= point of a RoPE case carries
-    the schedule its tables were built with (the model's), not the knobs it leaves unread."""
+    """The `params` column: the point's knobs as JSON; where a set knob decides others of the
+    case (Knob.set_by: a model= point of a RoPE case), what it describes in their place (the
+    schedule its tables were built with, the model's)."""
     if not knobs:
         return json.dumps({})
-    if not (getattr(point, "model", None) and any(KNOBS[k].model_sets for k in knobs)):
+    deciders = {KNOBS[k].set_by for k in knobs} - {None}
+    extra = {}
+    for name in sorted(deciders & set(knobs)):
+        knob = KNOBS[name]
+        if knob.describe is not None and knob.is_set(getattr(point, name)):
+            extra.update(knob.describe(point))
+    if not extra:
         return point.params(knobs)
-    from bench.cases._model import schedule_text
-
-    params = json.loads(point.params(knobs))
-    params["rope"] = schedule_text(point)
-    return json.dumps(dict(sorted(params.items())))
+    return json.dumps(dict(sorted({**json.loads(point.params(knobs)), **extra}.items())))
 
 
 def leaves_of(call: Call, inputs: dict, case: Case) -> dict[str, Tensor]:

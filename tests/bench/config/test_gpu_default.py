@@ -40,6 +40,7 @@ import json
 from tools.gpurun.estimate import compile_seconds, plan_of, sweep_estimate
 from tools.gpurun.parts import Part
 from bench.run.eta import timed_rows
+from bench.cases._common import kv_heads
 plan, cfg = plan_of(("sweep={sweep}",))
 rows = list(timed_rows(plan))
 est = sweep_estimate(Part("x", 0, 0, ("-m", "bench", "sweep={sweep}")), compile_seconds())
@@ -47,7 +48,7 @@ print(json.dumps(dict(
     impls=sorted({{(c.name, i) for c, i, p, m, d, t in rows}}),
     modes=sorted({{m for c, i, p, m, d, t in rows}}),
     dtypes=sorted({{str(t) for c, i, p, m, d, t in rows}}),
-    heads=sorted({{(p.num_heads, p.kv_heads, p.head_dim) for c, i, p, m, d, t in rows}}),
+    heads=sorted({{(p.num_heads, kv_heads(p), p.head_dim) for c, i, p, m, d, t in rows}}),
     seconds=est.seconds,
 )))
 """

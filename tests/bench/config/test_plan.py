@@ -4,6 +4,7 @@ crossed only where declared, grids and their filters, smoke points, pinned axes.
 import pytest
 import torch
 
+from bench.cases._common import kv_heads
 from bench.config.plan import make_plan
 from tests.helpers import cfg
 
@@ -109,7 +110,7 @@ def test_smoke_shrinks_every_point_and_keeps_the_heads():
         )
     )
     (point,) = plan.entries[0].points
-    assert (point.batch, point.seq_len, point.head_dim, point.num_heads, point.kv_heads) == (
+    assert (point.batch, point.seq_len, point.head_dim, point.num_heads, kv_heads(point)) == (
         1,
         16,
         16,
