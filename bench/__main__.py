@@ -159,7 +159,7 @@ def main(cfg: DictConfig) -> None:
     except ValueError as exc:  # a results.csv with a malformed row: named, never read
         _fail(str(exc), out_dir)
     if hydra_cfg.mode != RunMode.MULTIRUN:  # a multirun's job has no command line to restart
-        runner.measure.watch = Watchdog(_restart(runner, cfg, out_dir, overrides))
+        runner.set_watchdog(Watchdog(_restart(runner, cfg, out_dir, overrides)))
     if not cfg.resume:
         _save_config(cfg, out_dir)
     signal.signal(signal.SIGTERM, _on_stop)

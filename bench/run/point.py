@@ -29,8 +29,15 @@ from bench.run.passes import Pool
 from bench.run.samples import Timing
 from bench.run.tasks import Task, timed_call
 from bench.run.timing import GRAPH_BELOW_MS, Budget, l2_flusher, measure_side_by_side
-from bench.run.verify import Finished, PointState, Verify, _message, _rows_checked, _status
-from bench.run.watchdog import NoWatchdog
+from bench.run.verify import (
+    Checker,
+    Finished,
+    Guard,
+    PointState,
+    message_of,
+    rows_checked,
+    status_of,
+)
 
 COPY = "(copy)"  # the same-size copy in each side-by-side group; no impl name has parentheses
 
@@ -55,9 +62,10 @@ class Clock:
         }
 
 
-class Measurer(Verify):
+class Measurer:
     """The measurement state of one run (timing options, the pooled passes, calibrations, the
-    L2 flusher, the monitor of other processes) and one point's check-then-time."""
+    L2 flusher, the monitor of other processes) and one point's check-then-time; the check is
+    its Checker's, the row time limits its Guard's (both passed what they use)."""
 
     def __init__(
         self,
@@ -69,6 +77,7 @@ class Measurer(Verify):
         do_calibrate: bool = True,
         emit: Callable,
         advance: Callable,
+        guard: Guard | None = None,
     ):
         self.timing, self.pool, self.seed = timing, pool, seed
         self.passes = pool.passes
@@ -81,9 +90,8 @@ class Measurer(Verify):
         self.pass_index = 0
         self.now = time.perf_counter  # the timer's clock (tests pass a fake one)
         self.monitor = machine.Monitor()  # what other processes take, around each group
-        self.watch = NoWatchdog()  # a time limit per row (bench/run/watchdog.py)
-        self.limit_s: Callable[[dict], float] = lambda row: float("inf")  # a row's limit
-        self._in_flight: list = []  # the (task, row) of the group being measured
+        self.guard = guard or Guard()  # row time limits (bench/run/watchdog.py)
+        self.checker = Checker(seed, pool, self.clock, self.guard)
 
     def point(self, todo: list[Task], rows: dict) -> None:
         """Measures the tasks of one point (each with its row's identity fields in rows),
@@ -103,15 +111,18 @@ class Measurer(Verify):
         torch.manual_seed(self.seed)
         pairs = [(t, rows[t]) for t in todo]
         try:
-            with self.watch.phase(pairs, "building the inputs", self.limit_s(rows[first])):
+            limit = self.guard.limit_s(rows[first])
+            with self.guard.watch.phase(pairs, "building the inputs", limit):
                 inputs = case.build(point, device, dtype)
-            state = PointState(case, inputs, _rows_checked(case, point, device))
+            state = PointState(case, inputs, rows_checked(case, point, device))
         except Exception as exc:  # the point itself does not fit: every row says so
             for t in todo:
                 self.emit(
                     t,
                     dict(
-                        rows[t], status=_status(exc), message=_message(exc, "building the inputs")
+                        rows[t],
+                        status=status_of(exc),
+                        message=message_of(exc, "building the inputs"),
                     ),
                 )
             return
@@ -135,13 +146,14 @@ class Measurer(Verify):
             for t in check.leaves(state.inputs, (name,)).values():
                 t.requires_grad_(mode != "forward")
         group.sort(key=lambda tr: tr[0].impl != case.baseline)
-        ready, self._in_flight = [], group
+        ready = []
         for task, row in group:
             try:
-                with self.watch.phase([(task, row)], "the check", self.limit_s(row)):
-                    checked = self._check(state, task, row_key(row))
+                with self.guard.watch.phase([(task, row)], "the check", self.guard.limit_s(row)):
+                    checked = self.checker.check(state, task, row_key(row), group)
             except Exception as exc:  # building the call (a pass after the check)
-                checked = Finished({"status": _status(exc), "message": _message(exc, "the call")})
+                fields = {"status": status_of(exc), "message": message_of(exc, "the call")}
+                checked = Finished(fields)
             if isinstance(checked, Finished):
                 self.emit(task, dict(row, **checked.fields))
             else:
@@ -173,8 +185,8 @@ class Measurer(Verify):
             fns.update({COPY: copy} if copy is not None else {})
         t0 = time.perf_counter()
         pairs = [(task, row) for task, row, _call, _leaves in batch]
-        limit = sum(self.limit_s(row) for _task, row in pairs)
-        with self.watch.phase(pairs, "the timing", limit):
+        limit = sum(self.guard.limit_s(row) for _task, row in pairs)
+        with self.guard.watch.phase(pairs, "the timing", limit):
             timings = measure_side_by_side(
                 fns,
                 device,
@@ -183,7 +195,7 @@ class Measurer(Verify):
                 graph_below_ms=GRAPH_BELOW_MS if mode == "forward" else None,
                 clock=self.now,
                 monitor=self.monitor,
-                running=self.watch.running,
+                running=self.guard.watch.running,
             )
         self.clock.work_s += time.perf_counter() - t0
         copy_t = timings.pop(COPY, None)
@@ -201,7 +213,7 @@ class Measurer(Verify):
                 pooled[task.impl] = self.pool.add(row_key(row), timings[task.impl], copy_t)
             except Exception as exc:
                 pooled[task.impl] = exc
-        with self.watch.phase(pairs, "the layer share's profile", limit):
+        with self.guard.watch.phase(pairs, "the layer share's profile", limit):
             shares = self._shares(task0, pooled, calls) if last else {}
         for task, row, call, _leaves in batch:
             try:
@@ -213,7 +225,8 @@ class Measurer(Verify):
                     continue
                 timed, note = calls[task.impl], row.get("message", "")
                 unchecked = row.get("status") == Status.UNCHECKED  # the check said so
-                with self.watch.phase([(task, row)], "the memory probe", self.limit_s(row)):
+                limit = self.guard.limit_s(row)
+                with self.guard.watch.phase([(task, row)], "the memory probe", limit):
                     row.update(self._finish(task, call, timed, t, copy_row, note))
                 row["status"] = Status.UNCHECKED if unchecked else row["status"]
                 own = dict(shares.get(task.impl, {}))
@@ -221,7 +234,7 @@ class Measurer(Verify):
                     row["message"] = "; ".join(filter(None, [row.get("message"), note]))
                 row.update(own)
             except Exception as exc:
-                row.update(status=_status(exc), message=_message(exc, "timing"))
+                row.update(status=status_of(exc), message=message_of(exc, "timing"))
             self.emit(task, row)
 
     def _shares(self, task: Task, pooled: dict, calls: dict) -> dict:

@@ -27,6 +27,7 @@ from bench.run.passes import Pool
 from bench.run.point import Measurer
 from bench.run.progress import Progress, clock
 from bench.run.tasks import Task
+from bench.run.verify import Guard
 
 IN_FLIGHT = ".in_flight"  # the point being measured; gone when its rows are written
 
@@ -92,11 +93,16 @@ class Runner:
             do_calibrate=do_calibrate,
             emit=self._emit,
             advance=self._advance,
+            guard=Guard(limit_s=self.limit_s),
         )
         self.progress: Progress | None = None
         self._lock = threading.Lock()  # rows come from the watchdog's thread too
         self._predicted: dict = {}  # row key -> modelled seconds (its time limit)
-        self.measure.limit_s = self.limit_s  # its watch: the command line's (bench/__main__.py)
+
+    def set_watchdog(self, watch) -> None:
+        """The watchdog that enforces the rows' time limits (the command line's restart on a
+        stuck row, bench/__main__.py)."""
+        self.measure.guard.watch = watch
 
     @property
     def now(self):

@@ -1,8 +1,9 @@
 """One task's check against the float64 truth, before any timing (the gate rule itself is
 bench/run/check.py): the truth computed once per point and mode, the baseline checked first in
 each mode (its error in the row's dtype bounds the others'), a row that cannot run (device,
-package, backward, knob, memory) decided without a call. Mixed into bench/run/point.py's
-Measurer, whose state (pool, seed, clock) it reads."""
+package, backward, knob, memory) decided without a call. A Checker is given what it uses (the
+seed, the pooled passes, the clock, the Guard of row time limits) by bench/run/point.py's
+Measurer; the outcome helpers (status_of, message_of) are the run core's."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import importlib.util
 import os
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -17,6 +19,7 @@ import torch
 from bench.registry import Call, Case, Point, Status
 from bench.run import check, memory
 from bench.run.tasks import Task, leaves_of, make_call, run_for_check
+from bench.run.watchdog import NoWatchdog
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -28,7 +31,7 @@ def _is_oom(exc: BaseException) -> bool:
     )
 
 
-def _without_frames(exc: BaseException) -> BaseException:
+def without_frames(exc: BaseException) -> BaseException:
     """exc with its traceback, and those of the exceptions it chains, dropped: kept for the
     rest of the point, a traceback would keep its frames' tensors alive (a float64 truth that
     ran out of memory would hold what it had allocated, and the rows after it would fail)."""
@@ -40,11 +43,11 @@ def _without_frames(exc: BaseException) -> BaseException:
     return exc
 
 
-def _status(exc: BaseException) -> str:
+def status_of(exc: BaseException) -> str:
     return Status.OOM if _is_oom(exc) else Status.ERROR
 
 
-def _message(exc: BaseException, part: str = "") -> str:
+def message_of(exc: BaseException, part: str = "") -> str:
     first = (str(exc).strip().splitlines() or [""])[0]
     return f"{part}{': ' if part else ''}{type(exc).__name__}: {first}"[:300]
 
@@ -76,7 +79,27 @@ class Finished:
     fields: dict
 
 
-class Verify:
+@dataclass
+class Guard:
+    """Row time limits and the watchdog that enforces them (bench/run/watchdog.py), shared by
+    the check and the timing: `limit_s(row)` a row's seconds, `watch.phase(rows, what,
+    limit)` a part of the work bounded by it. The command line swaps in a real watchdog."""
+
+    watch: object = field(default_factory=NoWatchdog)
+    limit_s: Callable[[dict], float] = lambda row: float("inf")
+
+
+class Checker:
+    """One task's check (module docstring), with its collaborators passed in."""
+
+    def __init__(self, seed: int, pool, clock, guard: Guard):
+        self.seed, self.pool, self.clock, self.guard = seed, pool, clock, guard
+
+    def check(self, state: PointState, task: Task, key: tuple, in_flight: list) -> object:
+        """Checked (may be timed) or Finished (decided) for the task; in_flight: the (task,
+        row) of its group, whose rows a stuck truth times out."""
+        return self._check(state, task, key, in_flight)
+
     def _too_big(self, task: Task) -> str | None:
         """An eager call whose (B, H, L, L) tensors would not fit in this device's memory."""
         holds = task.spec.holds * (2 if task.grad else 1)
@@ -85,7 +108,7 @@ class Verify:
         need = holds * memory.scores_bytes(task.point, task.dtype.itemsize)
         return memory.too_big(need, task.device, f"its (B, H, L, L) scores ({holds} at once)")
 
-    def _truth(self, state: PointState, task: Task, own: bool):
+    def _truth(self, state: PointState, task: Task, own: bool, in_flight: list):
         """The float64 truth for the task's mode (the impl's own semantics if `own`), computed
         once per point; an exception when it could not be (the truth's OOM, not the impl's)."""
         ref = task.spec.reference if own else None
@@ -103,9 +126,9 @@ class Verify:
                 if big:
                     raise MemoryError(big)
                 # the case's truth stands for every row of the group; an impl's own, its row's
-                rows = [p for p in self._in_flight if p[0] is task] if ref else self._in_flight
-                limit = self.limit_s(rows[0][1]) if rows else float("inf")
-                with self.watch.phase(rows, "the float64 truth", limit):
+                rows = [p for p in in_flight if p[0] is task] if ref else in_flight
+                limit = self.guard.limit_s(rows[0][1]) if rows else float("inf")
+                with self.guard.watch.phase(rows, "the float64 truth", limit):
                     state.truths[key] = check.truth(
                         ref or state.case.reference,
                         state.inputs,
@@ -117,11 +140,11 @@ class Verify:
                         self.seed,
                     )
             except Exception as exc:
-                state.truths[key] = _without_frames(exc)
+                state.truths[key] = without_frames(exc)
             self.clock.truth_s += time.perf_counter() - t0
         return state.truths[key]
 
-    def _check(self, state: PointState, task: Task, key: tuple = ()):
+    def _check(self, state: PointState, task: Task, key: tuple, in_flight: list):
         """-> (Call, leaves, check fields) of a task that may be timed, or a finished row's
         fields (skipped, wrong, error, oom). The case's baseline is checked first in each mode:
         its errors bound the others' (bench/run/check.py). A row an earlier pass checked is not
@@ -156,7 +179,7 @@ class Verify:
         if earlier is not None:
             call = make_call(task, state.inputs)
             return Checked(call, leaves_of(call, state.inputs, state.case), earlier)
-        truth = self._truth(state, task, own=spec.reference is not None)
+        truth = self._truth(state, task, spec.reference is not None, in_flight)
         t0 = time.perf_counter()
         try:
             call = make_call(task, state.inputs)
@@ -168,18 +191,21 @@ class Verify:
                 warnings.simplefilter("always")
                 out, grads = run_for_check(call, leaves, task.grad, up)
         except NotImplementedError as exc:  # the implementation does not support this
-            return Finished({"status": Status.SKIPPED, "message": _message(exc)})
+            return Finished({"status": Status.SKIPPED, "message": message_of(exc)})
         except Exception as exc:
-            return Finished({"status": _status(exc), "message": _message(exc, "the check's call")})
+            status, message = status_of(exc), message_of(exc, "the check's call")
+            return Finished({"status": status, "message": message})
         finally:
             self.clock.work_s += time.perf_counter() - t0
         if isinstance(truth, Exception):  # timed, and its row unchecked, never ok
-            msg = _message(truth, "not checked: the float64 truth failed")
+            msg = message_of(truth, "not checked: the float64 truth failed")
             return Checked(call, leaves, {"status": Status.UNCHECKED, "message": msg})
         errs = check.measure_errors(out, truth, grads, state.rows, state.case.batched)
         if isinstance(errs, str):
             return Finished({"status": Status.WRONG, "max_abs_err": float("inf"), "message": errs})
-        ref = None if task.impl == state.case.baseline else self._ref_errors(state, task)
+        ref = None
+        if task.impl != state.case.baseline:
+            ref = self._ref_errors(state, task, in_flight)
         passed, ratio, why = check.verdict(errs, ref, task.dtype)
         fields = {"max_abs_err": errs.worst, "err_ratio": ratio}
         said = _own_warnings(caught)
@@ -193,13 +219,13 @@ class Verify:
             state.ref_errors[task.mode] = errs
         return Checked(call, leaves, fields)
 
-    def _ref_errors(self, state: PointState, task: Task) -> check.Errors | None:
+    def _ref_errors(self, state: PointState, task: Task, in_flight: list) -> check.Errors | None:
         """The baseline's errors in this mode (checked now if it is not in the group)."""
         if task.mode not in state.ref_errors:
             base = Task(
                 task.case, task.case.baseline, task.mode, task.point, task.device, task.dtype
             )
-            got = self._check(state, base)
+            got = self._check(state, base, (), in_flight)
             state.ref_errors.setdefault(task.mode, None)  # did not run: the fixed tolerance
             del got
         return state.ref_errors[task.mode]
@@ -223,7 +249,7 @@ def _outputs(call) -> tuple:
         return as_tuple(call.fn())
 
 
-def _rows_checked(case: Case, point: Point, device) -> torch.Tensor | None:
+def rows_checked(case: Case, point: Point, device) -> torch.Tensor | None:
     """The sequences the check compares: first and last (None: all of them)."""
     if not case.batched or point.batch <= 2:
         return None

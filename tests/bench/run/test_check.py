@@ -218,7 +218,7 @@ def test_a_failed_truth_keeps_none_of_its_tensors_alive():
     import gc
     import weakref
 
-    from bench.run.verify import _without_frames
+    from bench.run.verify import without_frames
 
     refs = []
 
@@ -233,7 +233,7 @@ def test_a_failed_truth_keeps_none_of_its_tensors_alive():
     try:
         truth()
     except MemoryError as exc:
-        kept = _without_frames(exc)
+        kept = without_frames(exc)
     gc.collect()
     assert refs[0]() is None
     assert str(kept) == "out of memory" and str(kept.__cause__) == "inner"
