@@ -60,10 +60,16 @@ def test_packed_and_decode_sdpa_rows_take_a_fused_kernel(monkeypatch, family):
         assert picked and SDPBackend.MATH not in picked, (packed, picked)
 
 
-def test_a_mask_that_trains_is_said_to_take_the_math_path():
+@pytest.mark.parametrize("family", [n for n in MASKED if n != NO_BIAS.name])
+def test_a_mask_that_trains_takes_the_math_path_and_says_so(monkeypatch, family):
     """A learned table in training makes a mask that needs grad, which no fused kernel takes:
-    the rows say so rather than passing for SDPA's fast path."""
-    for name, family in FAMILIES.items():
-        if family.module is not None:
-            note = B._sdpa_note(family)
-            assert ("math path" in note) == family.trains, (name, note)
+    torch picks its math path there, and the row's note says so (only) for those families."""
+    point = Point(2, 32, 64, 4)
+    inputs = B.build_inputs(FAMILY[family])(point, torch.device("cpu"), torch.float32)
+    params = list(inputs.get("params", {}).values())
+    for t in params:
+        t.requires_grad_(True)  # as the backward modes set the leaves users train
+    picked = _choices(monkeypatch, B.on_qkv(B._sdpa(FAMILY[family]))(dict(inputs, causal=False)))
+    trains = FAMILY[family].trains and bool(params)
+    assert (SDPBackend.MATH in picked) == trains, picked
+    assert ("math path" in B._sdpa_note(FAMILY[family])) == trains

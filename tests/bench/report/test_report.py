@@ -319,6 +319,7 @@ def test_plots_colour_an_implementation_alike_and_match_each_case_to_its_bound()
                 baseline="reference",
                 impl=i,
                 device="cpu",
+                device_name="cpu",
                 mode="forward",
                 dtype="float32",
                 batch=1,
