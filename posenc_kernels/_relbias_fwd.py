@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from posenc_kernels._relbias_common import (
+    ALIBI,
     BAND,
     BEFORE,
     CACHE,
@@ -67,6 +68,7 @@ def _fwd_part(
     qk_scale,
     slope2,
     table_row,
+    table_mn,
     stride_tb,
     gidx_ptr,
     relk_rows,
@@ -91,7 +93,9 @@ def _fwd_part(
 ):
     """The forward over the key blocks [lo, hi) of one part: the online softmax (base 2) into
     acc, l_i, m_i; with Shaw's value term the probability sums per index (band: sums; before
-    and after: side0, side1 at indices 0 and 2K), rescaled like acc."""
+    and after: side0, side1 at indices 0 and 2K), rescaled like acc. table_row: the table's
+    row per query (a pointer, or one a row); slope2, table_mn: ALiBi's slope and the table's
+    row laid out to broadcast against a (BLOCK_M, BLOCK_N) tile."""
     bias = _part_bias(
         relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
     )[:, None]
@@ -124,7 +128,7 @@ def _fwd_part(
                 rel,
                 mask_m[:, None] & mask_n[None, :],
                 slope2,
-                table_row,
+                table_mn,
                 stride_tb,
                 gidx_ptr,
                 relk_rows[:, None],
@@ -238,6 +242,7 @@ def _relbias_fwd_kernel(
     F32: tl.constexpr,
     SPLIT: tl.constexpr,
     GROUP: tl.constexpr,
+    QPACK: tl.constexpr,
     SEQ: tl.constexpr,
     SPLIT_K: tl.constexpr,
     PAGE: tl.constexpr,
@@ -248,31 +253,48 @@ def _relbias_fwd_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    """One program per (query block, b * h): reads its q block once, streams k and v blocks
-    (before, after, then the band). Writes out, the base-2 row log-sum-exp (B * H, LQ) for the
-    backward, and with Shaw's value term the normalized per-index probability sums pn
-    (B * H, LQ, NR), also for the backward, added to out as sums @ E_V. qk_scale: scale *
-    log2(e); MASK_N: LK is not a multiple of BLOCK_N (the last key block has bounds). PAGE > 0:
-    k and v are paged caches (num_blocks, PAGE, Hk, D), stride_kb 0, row b's cache blocks at
-    bt_ptr + b * stride_btb (a decode step's kv_lens: SEQ == CACHE). COL: FoX's per-key term
+    """One program per (query block, b * h), or with QPACK > 1 per (b, kv head) holding its
+    QPACK query heads' LQ rows (a decode step: the kv head's keys read once for the group):
+    reads its q block once, streams k and v blocks (before, after, then the band). Writes out,
+    the base-2 row log-sum-exp (B * H, LQ) for the backward, and with Shaw's value term the
+    normalized per-index probability sums pn (B * H, LQ, NR), also for the backward, added to
+    out as sums @ E_V. qk_scale: scale * log2(e); MASK_N: LK is not a multiple of BLOCK_N
+    (the last key block has bounds). PAGE > 0: k and v are paged caches (num_blocks, PAGE,
+    Hk, D), stride_kb 0, row b's cache blocks at bt_ptr + b * stride_btb (a decode step's
+    kv_lens: SEQ == CACHE). COL: FoX's per-key term
     (col_ptr, (B, H, LK) strides stride_c*). SINKS: each head's sink logit (sinks_ptr, (H,))
     joins the softmax once (split 0 of a split forward) and adds no value."""
-    pid_m, split, _, _, h, row, first, lq, lk, q_off = _program_of(
-        seq_ptr, H, LQ, LK, LG, LQ, BLOCK_M, SEQ, NUM_SPLITS
+    pid_m, split, _, _, hp, row, first, lq, lk, q_off = _program_of(
+        seq_ptr, H // QPACK, LQ, LK, LG, LQ, BLOCK_M, SEQ, NUM_SPLITS
     )
-    m0 = pid_m * BLOCK_M
-    offs_m = m0 + tl.arange(0, BLOCK_M)
+    r = tl.arange(0, BLOCK_M)
+    if QPACK > 1:  # kv head hp's query heads in one tile: row r is head r // lq, query r % lq
+        h = hp * QPACK + r // lq
+        m0 = 0
+        offs_m = r % lq
+        mask_m = r < QPACK * lq
+        kv_h = hp
+    else:
+        h = hp
+        m0 = pid_m * BLOCK_M
+        offs_m = m0 + r
+        mask_m = offs_m < lq
+        kv_h = hp // GROUP  # grouped-query: its group's kv
     offs_d = tl.arange(0, BLOCK_D)
-    mask_m, mask_d = offs_m < lq, offs_d < D
-    q_base = q_ptr + row * stride_qb + h * stride_qh + first * stride_qm
-    q = _load_block(q_base, offs_m, mask_m, stride_qm, offs_d, mask_d, stride_qd, UPCAST)
-    # grouped-query: its group's kv
-    k_base = k_ptr + row * stride_kb + (h // GROUP) * stride_kh + first * stride_kn
-    v_base = v_ptr + row * stride_vb + (h // GROUP) * stride_vh + first * stride_vn
+    mask_d = offs_d < D
+    q_rows = h * stride_qh + (first + offs_m) * stride_qm
+    q = _load_block(q_ptr + row * stride_qb, q_rows, mask_m, 1, offs_d, mask_d, stride_qd, UPCAST)
+    k_base = k_ptr + row * stride_kb + kv_h * stride_kh + first * stride_kn
+    v_base = v_ptr + row * stride_vb + kv_h * stride_vh + first * stride_vn
     bt_row = bt_ptr + row * stride_btb  # paged: this sequence's block table (stride_kb is 0)
     relk_rows = relk_ptr + row * stride_rb + h * stride_rh + (first + offs_m) * stride_rm
     col_base = col_ptr + row * stride_cb + h * stride_ch + first * stride_cn
     slope2, table_row = _head_bias(slopes_ptr, table_ptr, stride_th, h, BIAS)
+    table_mn = table_row
+    if QPACK > 1:  # one head a row: its slope and table row broadcast along the keys
+        table_mn = table_row[:, None]
+        if BIAS == ALIBI:
+            slope2 = slope2[:, None]
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
@@ -319,6 +341,7 @@ def _relbias_fwd_kernel(
             qk_scale,
             slope2,
             table_row,
+            table_mn,
             stride_tb,
             gidx_ptr,
             relk_rows,
@@ -367,7 +390,7 @@ def _relbias_fwd_kernel(
                 mask=mask_m[:, None] & (offs_r[None, :] < NR),
             )
     out = acc / l_safe[:, None]
-    o_rows = o_ptr + row * stride_ob + h * stride_oh + (first + offs_m[:, None]) * stride_om
+    o_rows = o_ptr + row * stride_ob + (h * stride_oh + (first + offs_m) * stride_om)[:, None]
     if SPLIT_K:  # float32 partials (B, H, splits, LQ, D), merged by _relbias_combine_kernel
         o_rows += split * stride_os
     tl.store(

@@ -1,15 +1,14 @@
 """Where the queries and keys of posenc_kernels.relative_attention's programs lie: one sequence per
-batch row (queries at the keys' end when Lq < Lk), per-row cache lengths (kv_lens), or packed
-documents (cu_seqlens); and the forward's key split for decoding (flash-decoding).
+batch row (queries at the keys' end when Lq < Lk), per-row cache lengths (kv_lens), paged
+caches, or packed documents (cu_seqlens); and the merge of a forward split over the keys.
 
 The kernels read a sequence's rows and offset through `_sequence`
-(posenc_kernels/_relbias_common.py); this module checks the arguments, picks the mode and the
-split, and merges split outputs.
+(posenc_kernels/_relbias_common.py); this module checks the arguments and picks the mode;
+posenc_kernels/_relbias_grid.py picks the split.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import torch
@@ -21,15 +20,6 @@ from posenc_kernels._relbias_fwd import _relbias_combine_kernel
 
 # the kernels' sequence modes (their SEQ constexpr) as the ints the launchers pass
 SELF, AT_END, CACHE, PACKED = (m.value for m in (jit.SELF, jit.AT_END, jit.CACHE, jit.PACKED))
-
-# An H100 / H200 SXM's SMs: the split heuristic's GPU where there is none (the interpreter,
-# the compile audit's meta tensors)
-_DEFAULT_SMS = 132
-# A split holds at least this many key blocks: its partial output (BLOCK_M x D float32 and a
-# log-sum-exp, written and read back by the merge) stays small beside the keys and values it
-# reads (MIN_SPLIT_BLOCKS x BLOCK_N x D x 2 elements)
-MIN_SPLIT_BLOCKS = 4
-MAX_SPLITS = 64
 
 
 class Sequences(NamedTuple):
@@ -183,47 +173,6 @@ def query_positions(seq: Sequences, bsz: int, lq: int, lk: int, device) -> Tenso
     if seq.mode == PACKED:
         return i[None]
     return (lk - lq + i).expand(bsz, lq)
-
-
-@functools.lru_cache(maxsize=8)
-def _sm_count(device: torch.device) -> int:
-    if device.type != "cuda":
-        return _DEFAULT_SMS
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def num_splits(programs: int, key_blocks: int, sms: int) -> int:
-    """How many key splits a forward takes (flash-decoding). One when the programs (query
-    blocks x sequences x heads) already fill every SM or the keys are too few to share
-    (MIN_SPLIT_BLOCKS each). Otherwise the fewest splits whose last wave is at least 90%
-    full (programs x splits / (waves x SMs)), or failing that the fullest: a decode step (one
-    query block) of B x H programs on a 132-SM GPU gets about 132 / (B x H) splits rounded to
-    fill waves, so the keys of each head stream through many SMs at once."""
-    if programs >= sms or key_blocks < 2 * MIN_SPLIT_BLOCKS:
-        return 1
-    most = min(MAX_SPLITS, key_blocks // MIN_SPLIT_BLOCKS)
-    best, best_fill = 1, 0.0
-    for s in range(1, most + 1):
-        n = programs * s
-        fill = n / (triton.cdiv(n, sms) * sms)
-        if fill >= 0.9:
-            return s
-        if fill > best_fill + 1e-9:
-            best, best_fill = s, fill
-    return best
-
-
-def key_split(
-    seq: Sequences, asked: int | None, block_m: int, block_n: int, heads: int, device
-) -> tuple[int, int]:
-    """(splits, keys per split) of a forward: the caller's count or num_splits'; each split a
-    whole number of key blocks, none of them empty."""
-    key_blocks = max(1, triton.cdiv(seq.rows_k, block_n))
-    if asked is None:
-        programs = triton.cdiv(seq.rows_q, block_m) * seq.count * heads
-        asked = num_splits(programs, key_blocks, _sm_count(device))
-    per = triton.cdiv(key_blocks, min(asked, key_blocks))
-    return triton.cdiv(key_blocks, per), per * block_n
 
 
 def check_num_splits(num_splits, seq: Sequences, differentiable: bool) -> None:

@@ -35,12 +35,12 @@ from posenc_kernels._relbias_families import (
     Prepared,
 )
 from posenc_kernels._relbias_fwd import _relbias_fwd_kernel
+from posenc_kernels._relbias_grid import Grid, forward_grid, occupancy, packed_heads, sm_of
 from posenc_kernels._relbias_seq import (
     CACHE,
     PACKED,
     Sequences,
     check_num_splits,
-    key_split,
     merge,
     paged,
     query_positions,
@@ -115,7 +115,7 @@ def _kv_strides(k: Tensor, v: Tensor, seq: Sequences) -> tuple[int, ...]:
 def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
     """-> out (like q), lse (B * H, Lq) float32 in base 2, pn (B * H, Lq, NR) or None.
     p: the family's Prepared tensors; sinks: (H,) float32 or None.
-    splits: 1, the count to split the keys into, or None (posenc_kernels._relbias_seq.num_splits);
+    splits: 1, the count to split the keys into, or None (posenc_kernels._relbias_grid.num_splits);
     a split forward returns lse and pn as None (it is never differentiated)."""
     bsz, heads, lq, d = q.shape
     spec = p.spec
@@ -128,23 +128,8 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
         lk, kv_heads = seq.rows_k, k.shape[2]
     kv = _kv_strides(k, v, seq)
 
-    def launch(tiles: Tiles) -> None:
-        t = spec.row_tiles(tiles) if spec.has_value else tiles
-        if spec.user_tiles[False] is None:
-            t = _fit_rows(t, seq.rows_q)
-            if spec.col and seq.page_size:  # FoX over pages: on 4 warps 16 x 64 spilled 2
-                t = t._replace(num_warps=8)  # local stores (sm_90a, Triton 3.6); 8: 92 regs
-        n_split, chunk = key_split(seq, splits, t.block_m, t.block_n, heads, q.device)
-        if n_split > 1:  # float32 partials, merged below
-            o = torch.empty(seq.count, heads, n_split, lq, d, device=q.device)
-            o_strides = (*o.stride()[:2], *o.stride()[3:], o.stride(2))
-        else:
-            o, o_strides = out, (*out.stride(), 0)
-        lse = torch.empty(seq.count * heads * n_split, lq, device=q.device)
-        pn = None
-        if spec.has_value and n_split == 1:
-            pn = torch.empty(bsz * heads, lq, spec.n_rel, device=q.device)
-        _relbias_fwd_kernel[_grid(triton.cdiv(seq.rows_q, t.block_m) * n_split, seq.count, heads)](
+    def kernel_args(o, o_strides, lse, pn, grid: Grid, t: Tiles) -> tuple[list, dict]:
+        positional = [
             q,
             k,
             v,
@@ -168,8 +153,8 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
             lq,
             lk,
             seq.rows_q,
-            n_split,
-            chunk,
+            grid.splits,
+            grid.chunk,
             d,
             spec.n_rel,
             spec.scale * _LOG2E,
@@ -177,6 +162,8 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
             *kv[8:],
             *c["col"],
             sinks if sinks is not None else q,
+        ]
+        constexprs = dict(
             **spec.constexprs,
             NB=spec.nb,
             MASK_N=lk % t.block_n != 0 or seq.mode >= CACHE,
@@ -185,8 +172,9 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
             F32=(IEEE if spec.has_value else TF32X3) if q.dtype == torch.float32 else NATIVE,
             SPLIT=_split(q, ieee=spec.has_value),
             GROUP=heads // kv_heads,
+            QPACK=grid.pack,
             SEQ=seq.mode,
-            SPLIT_K=n_split > 1,
+            SPLIT_K=grid.splits > 1,
             PAGE=seq.page_size,
             SINKS=sinks is not None,
             BLOCK_M=t.block_m,
@@ -195,7 +183,42 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
             num_warps=t.num_warps,
             num_stages=t.num_stages,
         )
-        if n_split > 1:
+        return positional, constexprs
+
+    def partials(grid: Grid):
+        """(o, its strides, lse, pn) of a grid: a split's float32 partials, or out itself."""
+        if grid.splits > 1:
+            o = torch.empty(seq.count, heads, grid.splits, lq, d, device=q.device)
+            o_strides = (*o.stride()[:2], *o.stride()[3:], o.stride(2))
+        else:
+            o, o_strides = out, (*out.stride(), 0)
+        lse = torch.empty(seq.count * heads * grid.splits, lq, device=q.device)
+        pn = None
+        if spec.has_value and grid.splits == 1:
+            pn = torch.empty(bsz * heads, lq, spec.n_rel, device=q.device)
+        return o, o_strides, lse, pn
+
+    def launch(tiles: Tiles) -> None:
+        t = spec.row_tiles(tiles) if spec.has_value else tiles
+        pack = packed_heads(seq, heads, kv_heads, t.block_m, spec.col)
+        if spec.user_tiles[False] is None:
+            t = _fit_rows(t, seq.rows_q * pack)
+            if spec.col and seq.page_size:  # FoX over pages: on 4 warps 16 x 64 spilled 2
+                t = t._replace(num_warps=8)  # local stores (sm_90a, Triton 3.6); 8: 92 regs
+
+        def slots() -> int:  # SMs x the programs one holds, read from the split kernel
+            sms, sm = sm_of(q.device)
+            if sm is None or _interpreting():
+                return sms
+            trial = Grid(pack, 2, t.block_n, 1)
+            pos, kw = kernel_args(*partials(trial), trial, t)
+            return sms * occupancy(_relbias_fwd_kernel, pos, kw, sm)
+
+        grid = forward_grid(seq, heads, pack, t.block_m, t.block_n, splits, slots)
+        o, o_strides, lse, pn = partials(grid)
+        pos, kw = kernel_args(o, o_strides, lse, pn, grid, t)
+        _relbias_fwd_kernel[_grid(grid.programs, 1, 1)](*pos, **kw)
+        if grid.splits > 1:
             merge(o, lse, out, _block_d(d), _interpreting())
             lse = None
         kept.update(lse=lse, pn=pn)
@@ -466,7 +489,7 @@ def relative_attention(
       longest document; max_seqlen, at least the longest, skips both, as for CUDA graphs).
     num_splits: the forward splits the keys into this many parts, merged by their log-sum-exps
       (flash-decoding; not differentiable, not with cu_seqlens); None: split when the queries'
-      programs would leave SMs idle and nothing needs a gradient (posenc_kernels._relbias_seq).
+      programs would leave SMs idle and nothing needs a gradient (posenc_kernels._relbias_grid).
     block_table (B, max_blocks) int32: k and v are paged caches (num_blocks, block_size, Hk,
       D), contiguous (vLLM's layout; `posenc_kernels.apply_rope_with_cache` writes them), with
       kv_lens: row b's key j lies in cache block block_table[b, j // block_size] at slot

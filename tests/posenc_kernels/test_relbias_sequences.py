@@ -8,7 +8,7 @@ import torch
 from torch.testing import assert_close
 
 from posenc import functional as F
-from posenc_kernels import _relbias_seq, relbias
+from posenc_kernels import relbias
 from tests.posenc_kernels.test_relbias import DEVICE, TOL, _assert_grad_close, _leaf, trained
 
 FAMILIES = ("alibi", "t5", "shaw", "shaw_kv")
@@ -72,30 +72,58 @@ DECODE = [  # (family, causal, splits, Lk): the heuristic's split at 1000, other
 ]
 
 
+class _LaunchSpy:
+    """Stands in for the forward kernel: records each launch's grid and heads a program."""
+
+    def __init__(self, launched, kernel=relbias._relbias_fwd_kernel):
+        self.launched, self.kernel = launched, kernel
+        self.warmup = kernel.warmup
+
+    def __getitem__(self, grid):
+        def run(*args, **constexprs):
+            self.launched.append((grid, constexprs["QPACK"]))
+            return self.kernel[grid](*args, **constexprs)
+
+        return run
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "head-a-program"])
 @pytest.mark.parametrize(
     "case", DECODE, ids=lambda c: f"{c[0]}-{'causal' if c[1] else 'full'}-splits{c[2]}-{c[3]}"
 )
-def test_decode_step_against_a_long_cache(case, monkeypatch):
+def test_decode_step_against_a_long_cache(case, packed, monkeypatch):
     """Lq = 1 against a long cache (1000: far past every clip, T5's 128 included), grouped-query
-    heads, forward only (as decoding runs it): the keys split into that many programs merged by
-    their log-sum-exps, not split, or as the heuristic chooses (here: 8 programs on the 132 SMs
-    assumed off a GPU), all equal to the reference."""
+    heads (4 on 2 kv heads: packed two a program, or one head a program), forward only (as
+    decoding runs it): the keys split into that many programs merged by their log-sum-exps,
+    not split, or as the heuristic chooses (here: 4 programs on the 132 SMs assumed off a GPU),
+    all equal to the reference."""
     family, causal, splits, lk = case
     torch.manual_seed(5)
     q = torch.randn(2, 4, 1, 32)
     k, v = (torch.randn(2, 2, lk, 32) for _ in range(2))
     seen, chosen = [], []
-    merge, key_split = relbias.merge, relbias.key_split
+    merge, forward_grid = relbias.merge, relbias.forward_grid
     spy = lambda part, *a: seen.append(part.shape[2]) or merge(part, *a)  # noqa: E731
     monkeypatch.setattr(relbias, "merge", spy)
-    monkeypatch.setattr(relbias, "key_split", lambda *a: chosen.append(key_split(*a)) or chosen[-1])
+    monkeypatch.setattr(
+        relbias, "forward_grid", lambda *a: chosen.append(forward_grid(*a)) or chosen[-1]
+    )
+    if not packed:
+        monkeypatch.setattr(relbias, "packed_heads", lambda *a: 1)
+    launched = []
+    monkeypatch.setattr(relbias, "_relbias_fwd_kernel", _LaunchSpy(launched))
     want, _, got, _ = _pair(family, q, k, v, causal, grad=False, extra={"num_splits": splits})
     _check(want, None, got, None, torch.float32, backward=False)
-    assert (seen or [1]) == [chosen[0][0]]  # the merge saw as many partial outputs as chosen
+    grid = chosen[0]
+    assert (seen or [1]) == [grid.splits]  # the merge saw as many partial outputs as chosen
+    assert grid.pack == (2 if packed else 1)
+    assert grid.programs == 2 * 4 // grid.pack * grid.splits  # B x H / pack x splits
+    assert launched == [((grid.programs,), grid.pack)]  # the grid the model describes
     if DEVICE == "cpu":  # the interpreter's 16 x 16 tiles and the 132 SMs assumed off a GPU:
-        # 1000 keys (63 blocks of 16): 15 asked (15 x 8 programs fill 91% of 132 SMs), 13 of 5
-        # blocks each; 300 keys (19 blocks): 3 asked, 3 of 7 blocks; 8 asked, 7 of 3
-        assert chosen[0][0] == {None: 13, 1: 1, 3: 3, 8: 7}[splits]
+        # 1000 keys (63 blocks of 16): packed, 15 asked of 4 programs (45% of 132 SMs, the
+        # fullest), 13 of 5 blocks each; 8 programs: 15 asked (91%), 13 again; 300 keys (19
+        # blocks): 3 asked, 3 of 7 blocks; 8 asked, 7 of 3
+        assert grid.splits == {None: 13, 1: 1, 3: 3, 8: 7}[splits]
 
 
 CACHES = [  # (family, Lq, causal, dtype): ragged caches of one batch, forward and backward
@@ -166,20 +194,6 @@ def test_queries_that_see_no_key_output_zero():
     grads = torch.autograd.grad(out, [q, k, v], torch.ones_like(out))
     assert all(torch.isfinite(g).all() for g in grads)
     assert grads[0][1].abs().max() == 0 and grads[1][:, :, 2:].abs().max() == 0
-
-
-def test_num_splits_fills_the_gpu_and_leaves_full_grids_alone():
-    """The split heuristic: none when the programs fill the SMs or the keys are few; a decode
-    step of 8 programs on 132 SMs fills at least 90% of a wave; never more than the keys
-    allow (MIN_SPLIT_BLOCKS each) or MAX_SPLITS."""
-    n = _relbias_seq.num_splits
-    assert n(132, 1000, 132) == 1 and n(500, 1000, 132) == 1
-    assert n(8, 7, 132) == 1  # under 2 x MIN_SPLIT_BLOCKS key blocks
-    s = n(8, 1000, 132)
-    assert 8 * s / 132 >= 0.9 and 8 * (s - 1) / 132 < 0.9
-    assert n(1, 10_000, 132) == _relbias_seq.MAX_SPLITS
-    assert n(1, 40, 132) == 40 // _relbias_seq.MIN_SPLIT_BLOCKS
-    assert n(100, 1000, 132) == 5  # 500 programs: 4 waves, the last 95% full (1-4: 76%)
 
 
 def _call(**kwargs):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import triton
 
+from posenc_kernels._relbias_grid import programs_per_sm
+
 SHARED_LIMIT = {90: 232448, 80: 166912}  # bytes of shared memory one block may use
 SM_SHARED = {90: 233472, 80: 167936}  # per multiprocessor
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -122,12 +124,9 @@ def _tool(name: str, *args: str) -> str:
 
 
 def blocks_per_sm(registers: int, warps: int, shared: int, capability: int) -> int:
-    """Resident blocks per multiprocessor: registers (allocated per warp in units of 256),
-    shared memory, 64 warps and 32 blocks per SM."""
-    per_warp = -(-registers * 32 // 256) * 256
-    by_regs = 65536 // (per_warp * warps) if registers else 32
-    by_shared = SM_SHARED[capability] // (shared + 1024) if shared else 32  # 1 KiB reserved
-    return min(by_regs, by_shared, 64 // warps, 32)
+    """Resident blocks per multiprocessor, as the forward's split reads them (programs_per_sm)."""
+    sm = dict(regs=65536, shared=SM_SHARED[capability], threads=2048)
+    return programs_per_sm(registers, warps, shared, sm)
 
 
 def problems(row: dict, capability: int) -> str:
