@@ -54,7 +54,7 @@ from posenc_kernels._relbias_tiles import (
     _run,
     check_tiles,
 )
-from posenc_kernels._runtime import launches
+from posenc_kernels._runtime import compiling, launches
 
 _LOG2E = math.log2(math.e)  # the kernels' logits are base 2: scale * log2(e) in one multiply
 # the dots' float32 modes (the kernels' F32 constexpr)
@@ -208,7 +208,7 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
 
         def slots() -> int:  # SMs x the programs one holds, read from the split kernel
             sms, sm = sm_of(q.device)
-            if sm is None or _interpreting():
+            if sm is None or _interpreting() or compiling():  # (Dynamo traces no warmup)
                 return sms
             trial = Grid(pack, 2, t.block_n, 1)
             pos, kw = kernel_args(*partials(trial), trial, t)
