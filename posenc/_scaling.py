@@ -16,36 +16,13 @@ function), in float64 where that code works in float32: equal to it within float
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from posenc._checks import check_pairs
-
-TYPES = ("linear", "dynamic", "yarn", "llama3", "longrope")
-KEYS = {  # variant -> (required keys, optional keys with their defaults)
-    "linear": ({"factor"}, {}),
-    "dynamic": ({"factor", "original_max_position_embeddings"}, {}),
-    "yarn": (
-        {"factor", "original_max_position_embeddings"},
-        {
-            "beta_fast": 32.0,
-            "beta_slow": 1.0,
-            "attention_factor": None,
-            "truncate": True,
-            "mscale": None,
-            "mscale_all_dim": None,
-        },
-    ),
-    "llama3": (
-        {"factor", "original_max_position_embeddings"},
-        {"low_freq_factor": 1.0, "high_freq_factor": 4.0},
-    ),
-    "longrope": (
-        {"short_factor", "long_factor", "original_max_position_embeddings"},
-        {"factor": None, "attention_factor": None},
-    ),
-}
 
 
 def _checked(scaling: dict, dim: int) -> dict:
@@ -53,9 +30,9 @@ def _checked(scaling: dict, dim: int) -> dict:
     if not isinstance(scaling, dict):
         raise TypeError(f"scaling must be None or a dict, got {type(scaling).__name__}")
     kind = scaling.get("type")
-    if kind not in TYPES:
-        raise ValueError(f"scaling['type'] must be one of {', '.join(TYPES)}, got {kind!r}")
-    required, optional = KEYS[kind]
+    if kind not in SCHEDULES:
+        raise ValueError(f"scaling['type'] must be one of {', '.join(SCHEDULES)}, got {kind!r}")
+    required, optional = SCHEDULES[kind].required, SCHEDULES[kind].optional
     unknown = set(scaling) - required - set(optional) - {"type"}
     if unknown:
         raise ValueError(
@@ -73,26 +50,39 @@ def _checked(scaling: dict, dim: int) -> dict:
         raise ValueError(
             f"scaling['original_max_position_embeddings'] must be a positive int, got {original!r}"
         )
-    if kind == "yarn" and not s["beta_fast"] > s["beta_slow"] > 0:
+    SCHEDULES[kind].check(s, dim)
+    if s.get("attention_factor") is not None and not s["attention_factor"] > 0:
+        raise ValueError(f"scaling['attention_factor'] must be > 0, got {s['attention_factor']!r}")
+    return s
+
+
+def _check_yarn(s: dict, dim: int) -> None:
+    if not s["beta_fast"] > s["beta_slow"] > 0:
         raise ValueError(
             f"scaling['beta_fast'] must exceed scaling['beta_slow'] > 0, got "
             f"{s['beta_fast']!r} and {s['beta_slow']!r}"
         )
-    if kind == "llama3" and not s["high_freq_factor"] >= s["low_freq_factor"] > 0:
+
+
+def _check_llama3(s: dict, dim: int) -> None:
+    if not s["high_freq_factor"] >= s["low_freq_factor"] > 0:
         raise ValueError(
             f"scaling['low_freq_factor'] must be at most scaling['high_freq_factor'] "
             f"(both > 0), got {s['low_freq_factor']!r} and "
             f"{s['high_freq_factor']!r}"
         )
-    if kind == "longrope":
-        for key in ("short_factor", "long_factor"):
-            if len(s[key]) != dim // 2:
-                raise ValueError(
-                    f"scaling[{key!r}] must have dim/2 = {dim // 2} entries, got {len(s[key])}"
-                )
-    if s.get("attention_factor") is not None and not s["attention_factor"] > 0:
-        raise ValueError(f"scaling['attention_factor'] must be > 0, got {s['attention_factor']!r}")
-    return s
+
+
+def _check_longrope(s: dict, dim: int) -> None:
+    for key in ("short_factor", "long_factor"):
+        if len(s[key]) != dim // 2:
+            raise ValueError(
+                f"scaling[{key!r}] must have dim/2 = {dim // 2} entries, got {len(s[key])}"
+            )
+
+
+def _no_check(s: dict, dim: int) -> None:
+    pass
 
 
 def _default(dim: int, base: float, device) -> Tensor:
@@ -204,13 +194,86 @@ def rope_frequencies(
     if scaling is None:
         return _default(dim, base, device), 1.0
     s = _checked(scaling, dim)
-    kind = s["type"]
-    if kind == "linear":
-        return _linear(_default(dim, base, device), s), 1.0
-    if kind == "dynamic":
-        return _dynamic(dim, base, s, seq_len, device), 1.0
-    if kind == "yarn":
-        return _yarn(_default(dim, base, device), dim, base, s)
-    if kind == "llama3":
-        return _llama3(_default(dim, base, device), s), 1.0
-    return _longrope(dim, base, s, seq_len, device)
+    return SCHEDULES[s["type"]].frequencies(dim, base, s, seq_len, device)
+
+
+def _longrope_example(factor: float, original: int, dim: int) -> dict:
+    """Per-dimension factors: 1 (short) and 1 to the extension's factor, rising with the
+    wavelength (long), as LongRoPE's searched factors do."""
+    pairs = dim // 2
+    long = [1.0 + (factor - 1.0) * i / max(pairs - 1, 1) for i in range(pairs)]
+    return dict(short_factor=[1.0] * pairs, long_factor=long, factor=factor)
+
+
+class Schedule(NamedTuple):
+    """One long-context schedule: its keys (required; optional with their defaults), a check of
+    its values beyond their keys, its (dim, base, checked dict, seq_len, device) ->
+    (inv_freq, attention_factor), and an extension by `factor` of an `original` context
+    (factor, original, dim) -> its keys: the harness's point, a sweep's schedule."""
+
+    required: frozenset
+    optional: dict
+    check: Callable[[dict, int], None]
+    frequencies: Callable[..., tuple[Tensor, float]]
+    example: Callable[[float, int, int], dict]
+
+
+def _with_original(factor: float, original: int, dim: int) -> dict:
+    return {"factor": factor, "original_max_position_embeddings": original}
+
+
+_CONTEXT = frozenset({"factor", "original_max_position_embeddings"})
+# The schedules, by their transformers rope_type: the one place a schedule is declared (its
+# name reaches scaling["type"], the harness's rope_scaling knob and its sweeps from here).
+SCHEDULES = {
+    "linear": Schedule(
+        frozenset({"factor"}),
+        {},
+        _no_check,
+        lambda dim, base, s, seq_len, device: (_linear(_default(dim, base, device), s), 1.0),
+        lambda factor, original, dim: {"factor": factor},
+    ),
+    "dynamic": Schedule(
+        _CONTEXT,
+        {},
+        _no_check,
+        lambda dim, base, s, seq_len, device: (_dynamic(dim, base, s, seq_len, device), 1.0),
+        _with_original,
+    ),
+    "yarn": Schedule(
+        _CONTEXT,
+        {
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "attention_factor": None,
+            "truncate": True,
+            "mscale": None,
+            "mscale_all_dim": None,
+        },
+        _check_yarn,
+        lambda dim, base, s, seq_len, device: _yarn(_default(dim, base, device), dim, base, s),
+        _with_original,
+    ),
+    "llama3": Schedule(
+        _CONTEXT,
+        {"low_freq_factor": 1.0, "high_freq_factor": 4.0},
+        _check_llama3,
+        lambda dim, base, s, seq_len, device: (_llama3(_default(dim, base, device), s), 1.0),
+        _with_original,
+    ),
+    "longrope": Schedule(
+        frozenset({"short_factor", "long_factor", "original_max_position_embeddings"}),
+        {"factor": None, "attention_factor": None},
+        _check_longrope,
+        _longrope,
+        lambda factor, original, dim: dict(
+            _longrope_example(factor, original, dim), original_max_position_embeddings=original
+        ),
+    ),
+}
+
+
+def extension(kind: str, factor: float, original: int, dim: int) -> dict:
+    """The scaling dict of schedule `kind` extending an `original` context by `factor`, for
+    rotary dim `dim` (LongRoPE's per-dimension factors need it)."""
+    return {"type": kind, **SCHEDULES[kind].example(factor, original, dim)}

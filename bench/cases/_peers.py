@@ -34,9 +34,10 @@ def rope_parameters(base: float, scaling: dict | None, rotate_fraction: float = 
     params = {"rope_type": "default", "rope_theta": base}
     mpe = 4096
     if scaling is not None:
-        from posenc._scaling import KEYS  # the schedule's defaults, spelled out for transformers
+        from posenc._scaling import SCHEDULES  # the defaults, spelled out for transformers
 
-        optional = {k: v for k, v in KEYS[scaling["type"]][1].items() if v is not None}
+        defaults = SCHEDULES[scaling["type"]].optional
+        optional = {k: v for k, v in defaults.items() if v is not None}
         extra = {**optional, **{k: v for k, v in scaling.items() if k != "type"}}
         params.update(extra, rope_type=scaling["type"])
         original = extra.get("original_max_position_embeddings", mpe)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from bench.checks import at_least_one, one_of, positive_ints, positive_numbers
 from bench.registry import Knob, Point
+from posenc._scaling import SCHEDULES, extension
 
 # Long-context schedules (posenc/_scaling.py), as a sweep knob: an 8x extension of a 4096-token
 # original context, the shape of Llama 3.1's (which extends 8192 by 8) at this harness's lengths.
-SCALINGS = ("none", "linear", "dynamic", "yarn", "llama3", "longrope")
+SCALINGS = ("none", *SCHEDULES)
 ROPE_SCALING = Knob(
     "rope_scaling",
     "none",
@@ -34,16 +35,9 @@ SCHEDULE = (ROPE_THETA, ROPE_FACTOR, ROPE_ORIGINAL)
 
 def scaling_of(point: Point) -> dict | None:
     """The scaling dict of the point's schedule (knobs rope_scaling, rope_factor,
-    rope_original); LongRoPE's per-dimension factors: 1 (short) and 1 to the extension's factor,
-    rising with the wavelength (long), as its searched factors do."""
-    name, factor = point.rope_scaling, float(point.rope_factor)
-    if name == "none":
+    rope_original): the schedule's extension of that context by that factor."""
+    if point.rope_scaling == "none":
         return None
-    base = {"type": name, "original_max_position_embeddings": point.rope_original}
-    if name == "longrope":
-        pairs = point.head_dim // 2
-        long = [1.0 + (factor - 1.0) * i / max(pairs - 1, 1) for i in range(pairs)]
-        return dict(base, short_factor=[1.0] * pairs, long_factor=long, factor=factor)
-    if name == "linear":
-        return {"type": "linear", "factor": factor}
-    return dict(base, factor=factor)
+    return extension(
+        point.rope_scaling, float(point.rope_factor), point.rope_original, point.head_dim
+    )

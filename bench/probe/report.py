@@ -26,6 +26,7 @@ from bench.probe.encodings import ENCODINGS  # noqa: E402
 from bench.probe.tasks import TASKS  # noqa: E402
 from bench.report.figures import LEGEND_PT, save, wrap  # noqa: E402
 from bench.tables import markdown_table  # noqa: E402
+from posenc._scaling import SCHEDULES  # noqa: E402
 
 # Kazemnejad et al. 2023 (NeurIPS), "The Impact of Positional Encoding on Length Generalization
 # in Transformers", Figure 1: mean reciprocal rank of five encodings over their 10 tasks, by
@@ -205,6 +206,9 @@ def _reciprocal_rank(df: pd.DataFrame) -> list[str]:
     ]
 
 
+DASHES = (":", "--", "-.", (0, (5, 1, 1, 1)), (0, (3, 1, 1, 1, 1, 1)))
+
+
 def plot(df: pd.DataFrame, path: Path) -> None:
     s = summary(df)
     tasks = [t for t in TASKS if t in set(s["task"])]
@@ -220,13 +224,9 @@ def plot(df: pd.DataFrame, path: Path) -> None:
         for line in _order(st["line"]):
             g = st[st["line"] == line].sort_values("eval_len")
             enc, _, schedule = line.partition("+")
-            style = {
-                "": "-",
-                "linear": ":",
-                "dynamic": "--",
-                "yarn": "-.",
-                "llama3": (0, (5, 1, 1, 1)),
-            }.get(schedule, "-")
+            style = "-"  # an encoding as trained; an evaluation schedule a dash pattern each
+            if schedule in SCHEDULES:
+                style = DASHES[list(SCHEDULES).index(schedule) % len(DASHES)]
             ax.plot(
                 g["eval_len"],
                 g["mean"],

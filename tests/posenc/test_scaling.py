@@ -215,3 +215,37 @@ BAD = [
 def test_bad_scaling_names_the_key(scaling, exc, text):
     with pytest.raises(exc, match=text):
         rope_frequencies(8, 10000.0, scaling)
+
+
+def test_a_schedule_is_declared_in_one_place(monkeypatch):
+    """A schedule added to posenc/_scaling.py's SCHEDULES alone is checked, computed and
+    extended: its keys, its frequencies, its name in the error that lists the schedules."""
+    from posenc import _scaling
+
+    def halved(dim, base, s, seq_len, device):
+        return _scaling._default(dim, base, device) / (2 * s["factor"]), 1.0
+
+    new = _scaling.Schedule(
+        frozenset({"factor"}), {}, _scaling._no_check, halved, lambda f, o, d: {"factor": f}
+    )
+    monkeypatch.setitem(_scaling.SCHEDULES, "halved", new)
+    scaling = _scaling.extension("halved", 2.0, 16, 8)
+    assert scaling == {"type": "halved", "factor": 2.0}
+    inv_freq, factor = rope_frequencies(8, 10000.0, scaling)
+    assert_close(inv_freq, torch.tensor(DEFAULT8, dtype=torch.float64) / 4) and factor == 1.0
+    with pytest.raises(ValueError, match="scaling\\['beta_fast'\\]: not a key of the halved"):
+        rope_frequencies(8, 10000.0, dict(scaling, beta_fast=3.0))
+    with pytest.raises(ValueError, match="linear, dynamic, yarn, llama3, longrope, halved"):
+        rope_frequencies(8, 10000.0, {"type": "nope"})
+
+
+@pytest.mark.parametrize("kind", ["linear", "dynamic", "yarn", "llama3", "longrope"])
+def test_each_extension_is_a_valid_schedule(kind):
+    """extension(kind, factor, original, dim): what the harness's rope_scaling knob builds,
+    accepted by rope_frequencies at that dim, the factor and the context where it takes them."""
+    from posenc._scaling import extension
+
+    scaling = extension(kind, 8.0, 4096, 64)
+    inv_freq, _ = rope_frequencies(64, 10000.0, scaling, seq_len=8 * 4096)
+    assert inv_freq.shape == (32,) and scaling["factor"] == 8.0
+    assert scaling.get("original_max_position_embeddings", 4096) == 4096
