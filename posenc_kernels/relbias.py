@@ -54,7 +54,7 @@ from posenc_kernels._relbias_tiles import (
     _run,
     check_tiles,
 )
-from posenc_kernels._runtime import compiling, launches
+from posenc_kernels._runtime import compiling
 
 _LOG2E = math.log2(math.e)  # the kernels' logits are base 2: scale * log2(e) in one multiply
 # the dots' float32 modes (the kernels' F32 constexpr)
@@ -111,7 +111,6 @@ def _kv_strides(k: Tensor, v: Tensor, seq: Sequences) -> tuple[int, ...]:
     return (0, kh, kn, kd, 0, vh, vn, vd, kp, vp, seq.block_table.stride(0))
 
 
-@launches
 def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
     """-> out (like q), lse (B * H, Lq) float32 in base 2, pn (B * H, Lq, NR) or None.
     p: the family's Prepared tensors; sinks: (H,) float32 or None.
@@ -248,7 +247,6 @@ def _delta(do: Tensor, out: Tensor) -> Tensor:
     return delta
 
 
-@launches
 def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
     """-> dq, dk, dv (in q's dtype), the per-bucket table gradient (H, n_rel) or None, d relk,
     d E_V, d col (FoX's D_j) and d sinks (None where unused)."""

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from posenc_kernels import rope_cpu
 from posenc_kernels._rope_checks import check as _check
 from posenc_kernels._rope_checks import check_start as _check_start
-from posenc_kernels._runtime import compiling, launches, native_cpu, takes_c_kernel
+from posenc_kernels._runtime import compiling, native_cpu, takes_c_kernel
 
 # ---------------------------------------------------------------------------------------------
 # Kernel
@@ -230,7 +230,6 @@ def _rope_kernel(
 # ---------------------------------------------------------------------------------------------
 
 
-@launches
 def _launch(
     q,
     k,

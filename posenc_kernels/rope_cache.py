@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from posenc_kernels._runtime import compiling, launches
+from posenc_kernels._runtime import compiling
 from posenc_kernels._runtime import interpreting as _interpreting
 from posenc_kernels.rope import _rotate_heads
 
@@ -298,7 +298,6 @@ def _check(q, k, v, cos, sin, positions, k_cache, v_cache, slot_mapping, rotary)
     )
 
 
-@launches
 def _launch(q, k, v, q_out, cos, sin, positions, k_cache, v_cache, slot_mapping, rotary, inter):
     tokens, hq, d = q.shape
     hk, half, n_freq = k.shape[1], rotary // 2, cos.shape[1]

@@ -9,6 +9,11 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
+from tests._interpreter import install  # noqa: E402
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    install()  # each interpreted launch patches Triton's language once (tests/_interpreter.py)
+
 # `make test` runs one xdist worker per core; each worker's torch would otherwise start a thread
 # per core too, and on 2 cores the 4 threads take turns (OpenMP waits spin): give each worker its
 # share. Subprocesses (python -m bench ...) are left to their own settings.

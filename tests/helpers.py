@@ -15,6 +15,9 @@ from bench.registry import Case, Cost, Point
 from bench.run.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
+# the subprocesses' path: the repository, and tests/_site (its sitecustomize speeds up Triton's
+# interpreter there as tests/conftest.py does here)
+PYTHONPATH = os.pathsep.join([str(ROOT), str(ROOT / "tests" / "_site")])
 FAST = TimingConfig(warmup_s=0.0, min_reps=2, max_reps=3, budget_s=0.0, rel_spread=None)
 
 
@@ -89,7 +92,7 @@ TINY = [
 def run_bench(*args, cwd=ROOT, report=False):
     """python -m bench with args; without its report and plots (about 2 s a run) unless a
     test reads them (report=True), or the command is --help or a multirun."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=PYTHONPATH)
     plain = not report and not {"--help", "-m", "--multirun"} & set(args)
     if plain and not any(str(a).startswith("report=") for a in args):
         args = (*args, "report=false")

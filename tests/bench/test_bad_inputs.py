@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.helpers import FAST_ARGS, ROOT
+from tests.helpers import FAST_ARGS, PYTHONPATH, ROOT
 
 # A tiny run, so that an input that is not refused ends in seconds; an input's own keys win.
 BASE = [
@@ -257,7 +257,7 @@ def outcomes(tmp_path_factory):
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": PYTHONPATH},
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

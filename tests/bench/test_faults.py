@@ -14,7 +14,7 @@ import time
 import pytest
 
 from bench.report import rows as report_rows
-from tests.helpers import FAST_ARGS, ROOT, read_rows, run_bench
+from tests.helpers import FAST_ARGS, PYTHONPATH, ROOT, read_rows, run_bench
 
 QUICK = [
     "cases=[rope]",
@@ -64,7 +64,7 @@ def _plugin(tmp_path, name: str, code: str):
 
 def _start(tmp_path, run, *extra):
     plugin = _plugin(tmp_path, "slow", SLOW)
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=PYTHONPATH)
     args = [f"plugins=[{plugin}]", "impls=[reference,slow]", *QUICK, f"hydra.run.dir={run}"]
     return subprocess.Popen(
         [sys.executable, "-m", "bench", *args, *extra],
@@ -219,7 +219,7 @@ def test_a_full_disk_keeps_the_rows_before_and_says_how_to_resume(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "bench", *args],
         cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        env=dict(os.environ, PYTHONPATH=PYTHONPATH),
         capture_output=True,
         text=True,
         preexec_fn=small_disk,

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from tests.helpers import ROOT, TINY, read_rows, run_bench
+from tests.helpers import PYTHONPATH, ROOT, TINY, read_rows, run_bench
 
 
 def test_single_run_writes_results_env_report_and_plots(tmp_path):
@@ -183,7 +183,7 @@ def test_ctrl_c_keeps_the_rows_and_says_how_to_resume(tmp_path):
         "calibrate=false",
         f"hydra.run.dir={out}",
     ]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=PYTHONPATH)
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench", *slow],
         cwd=ROOT,

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from bench.results import COLUMNS, RESULTS, ResultsWriter, read_rows
-from tests.helpers import ROOT, run_bench
+from tests.helpers import PYTHONPATH, ROOT, run_bench
 from tests.helpers import read_rows as read_dicts
 
 
@@ -115,7 +115,7 @@ def test_the_report_of_a_malformed_csv_is_one_line_naming_it(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        env=dict(os.environ, PYTHONPATH=PYTHONPATH),
     )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr

@@ -74,8 +74,11 @@ def read_ttgir(ttgir: str) -> dict:
     plain = re.findall(r"= tt\.dot .*", ttgir)
     mma = sum("#mma" in line for line in plain)
     atomics = len(re.findall(r"tt\.atomic_(?:rmw|cas)", ttgir))
-    loops = [lp for lp in _loops(ttgir) if lp["dots"]]
+    loops = [lp for lp in _loops(ttgir, _wgmma_widths(ttgir)) if lp["dots"]]
+    widths = [n for lp in loops for n in lp["wgmma_n"]]
     return dict(
+        loop_wgmma=" ".join(f"m64n{n}" for n in sorted(set(widths))),
+        narrow_wgmma=sum(n <= NARROW_N for n in widths),
         dots=wgmma + len(plain),
         wgmma_dots=wgmma,
         mma_dots=mma,
@@ -89,9 +92,23 @@ def read_ttgir(ttgir: str) -> dict:
     )
 
 
-def _loops(ttgir: str) -> list[dict]:
-    """Every scf.for of the TTGIR with what its body holds: dots, inner loops, and whether it is
-    pipelined (async global-to-shared copies in it; its wgmma, if any, asynchronous)."""
+# A wgmma this narrow (N columns) in a loop takes 4-8x the instructions of one of 64-128 for
+# the same product, each reading its A operand again: the backward's score products at 32 x 64
+# tiles on 8 warps (one m64n16 a warp group).
+NARROW_N = 16
+
+
+def _wgmma_widths(ttgir: str) -> dict[str, int]:
+    """N of each Hopper MMA layout of the TTGIR (#mma = #ttg.nvidia_mma<{versionMajor = 3, ...
+    instrShape = [16, N, 16]}>: per warp 16 rows, so a warp group's wgmma is m64nNk16)."""
+    pattern = r"^(#mma\d*) = #ttg\.nvidia_mma<\{versionMajor = 3.*instrShape = \[\d+, (\d+), \d+\]"
+    return {m.group(1): int(m.group(2)) for m in re.finditer(pattern, ttgir, re.M)}
+
+
+def _loops(ttgir: str, widths: dict[str, int]) -> list[dict]:
+    """Every scf.for of the TTGIR with what its body holds: dots, inner loops, the N of each
+    wgmma (widths: the layouts'), and whether it is pipelined (async global-to-shared copies in
+    it; its wgmma, if any, asynchronous)."""
     lines = ttgir.splitlines()
     out, open_loops = [], []  # [first line, brace depth]
     for i, line in enumerate(lines):
@@ -111,6 +128,11 @@ def _loops(ttgir: str) -> list[dict]:
                     dots=dots,
                     inner=len(re.findall(r"\bscf\.for\b", body)) - 1,
                     fma=sum("#mma" not in line for line in plain),
+                    wgmma_n=[
+                        widths.get(m.group(1), 0)
+                        for w in wg
+                        if (m := re.search(r"-> tensor<[^>]*?(#mma\d*)>", w))
+                    ],
                     pipelined=bool(copies) and all("isAsync = true" in w for w in wg),
                 )
             )

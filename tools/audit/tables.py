@@ -33,6 +33,8 @@ COLUMNS = (
     "dots",
     "wgmma_dots",
     "mma_dots",
+    "loop_wgmma",
+    "narrow_wgmma",
     "tensor_core_insts",
     "vector_global_insts",
     "narrow_global_insts",
@@ -104,7 +106,9 @@ def markdown(rows: list[dict]) -> str:
         "(`16-bit`: two-byte ones); `pipelined`: loops holding dots that Triton's software "
         "pipeliner took (async copies into multi-buffered shared memory, async wgmma on "
         "sm_90a) of all such loops, `+n nested`: those holding an inner loop, which it skips "
-        "(the attention band's per-index sums); `exp2`: exponentials in base 2 (of all).",
+        "(the attention band's per-index sums); `loop wgmma`: the shapes of the wgmma in "
+        "those loops (`narrow`: how many are m64n16, a quarter of an m64n64's columns per "
+        "instruction); `exp2`: exponentials in base 2 (of all).",
         "",
         f"{len(rows)} kernels; problems at default tiles: {len(bad)}.",
         "",
@@ -119,6 +123,7 @@ def markdown(rows: list[dict]) -> str:
         "shared KiB",
         "blocks/SM",
         "dots (wgmma, mma)",
+        "loop wgmma",
         "TC",
         "LDG/STG.128",
         "16-bit",
@@ -148,6 +153,7 @@ def markdown(rows: list[dict]) -> str:
             shared,
             r.get("blocks_per_sm", ""),
             dots,
+            _loop_wgmma(r),
             r.get("tensor_core_insts", ""),
             r.get("vector_global_insts", ""),
             r.get("narrow_global_insts", ""),
@@ -157,6 +163,13 @@ def markdown(rows: list[dict]) -> str:
         ]
         body.append(cells)
     return "\n".join([*lines, *markdown_table(header, body)]) + "\n"
+
+
+def _loop_wgmma(r: dict) -> str:
+    """The wgmma shapes of the key loops, and how many are m64n16 or narrower."""
+    shapes = r.get("loop_wgmma") or ""
+    narrow = r.get("narrow_wgmma") or 0
+    return f"{shapes} ({narrow} narrow)" if narrow else shapes
 
 
 def _pipelined(r: dict) -> str:

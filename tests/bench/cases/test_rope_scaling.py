@@ -85,12 +85,11 @@ def test_an_unknown_schedule_is_named(tmp_path):
 def test_the_knob_offers_every_schedule_and_builds_its_extension():
     """rope_scaling's values are posenc's schedule table (posenc/_scaling.py: a schedule added
     there reaches the knob), each point's dict the schedule's extension of its context."""
-    from posenc._scaling import SCHEDULES, extension
-
     from bench.cases._schedule import ROPE_SCALING, SCALINGS, scaling_of
     from bench.registry import Point
+    from posenc._scaling import SCHEDULES, extension
 
-    assert SCALINGS == ("none", *SCHEDULES)
+    assert ("none", *SCHEDULES) == SCALINGS
     for kind in SCHEDULES:
         assert ROPE_SCALING.check(kind, "rope_scaling") == [kind]
         point = Point(1, 16, 64, 2, rope_scaling=kind, rope_factor=4.0, rope_original=1024)

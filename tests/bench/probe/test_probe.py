@@ -15,7 +15,7 @@ from bench.probe.model import ProbeModel
 from bench.probe.run import run_cell
 from bench.probe.tasks import make_task
 from bench.probe.train import TrainConfig, evaluate, train
-from tests.helpers import ROOT, read_rows
+from tests.helpers import PYTHONPATH, ROOT, read_rows
 
 GEN = torch.Generator
 
@@ -250,7 +250,7 @@ def _probe(*args):
     import subprocess
     import sys
 
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=PYTHONPATH)
     return subprocess.run(
         [sys.executable, "-m", "bench.probe", "probe=tiny", *args],
         cwd=ROOT,

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.helpers import PYTHONPATH
 from tools.gpurun.parts import BUDGET_S, ENV_S, PARTS
 from tools.gpurun.warm import CARRIED
 
@@ -45,9 +46,8 @@ def _smoke_run(tmp_path, *args, audit=None, env=None):
         str(audit),
         *args,
     ]
-    proc = subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800, env=env or os.environ
-    )
+    env = dict(env or os.environ, PYTHONPATH=PYTHONPATH)  # the interpreter as in the tests
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with tarfile.open(out / "results.tgz") as tar:
         tar.extractall(tmp_path / "x", filter="data")

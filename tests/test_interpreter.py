@@ -1,6 +1,10 @@
-"""Under Triton's interpreter, a launch patches triton.language once and its @triton.jit
-helpers find it patched (posenc_kernels._runtime.launches): the same results, Triton left as
-it was after the call."""
+"""Under Triton's interpreter, with the tests' launch wrapper (tests/_interpreter.py), a launch
+patches triton.language once and its @triton.jit helpers find it patched: the same results,
+Triton left as it was after the call; the processes the tests start get the same wrapper."""
+
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -9,6 +13,7 @@ from torch.testing import assert_close
 import posenc_kernels
 from posenc import functional as F
 from posenc_kernels._runtime import interpreting
+from tests.helpers import PYTHONPATH, ROOT
 
 pytestmark = pytest.mark.skipif(not interpreting(), reason="needs Triton's interpreter")
 
@@ -59,3 +64,18 @@ def test_a_launch_computes_no_overflow_check_the_interpreter_would_drop(monkeypa
     c, s = cos.double()[:, None], sin.double()[:, None]
     for g, x in zip(got, (q, k), strict=True):
         assert_close(g.double(), F.apply_rope(x.double(), c, s), atol=1e-6, rtol=1e-6)
+
+
+def test_the_processes_the_tests_start_wrap_their_launches_too():
+    """tests/_site/sitecustomize.py on their PYTHONPATH installs the wrapper where the
+    interpreter runs, and nothing without it."""
+    code = (
+        "from triton.runtime import interpreter as i; "
+        "print(hasattr(i.GridExecutor.__call__, 'once_per_launch'))"
+    )
+    for interpret, want in (("1", "True"), ("0", "False")):
+        env = dict(os.environ, PYTHONPATH=PYTHONPATH, TRITON_INTERPRET=interpret)
+        proc = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        assert proc.stdout.strip() == want, proc.stderr[-2000:]
