@@ -94,15 +94,14 @@ class Knob:
         return value is not None and value != self.default
 
 
-KNOBS: dict[str, Knob] = {}  # every knob a declared case has, by name (filled by Case)
+KNOBS: dict[str, Knob] = {}  # every knob of the registered cases, by name (register_case)
 
 
-def _declare(knob: Knob) -> None:
+def _check_knob(knob: Knob) -> None:
     if knob.name in BASE_AXES or not knob.name.isidentifier():
         raise ValueError(f"knob {knob.name!r}: not a name a knob can have")
     if KNOBS.get(knob.name, knob) != knob:
         raise ValueError(f"knob {knob.name!r} is declared twice, differently")
-    KNOBS[knob.name] = knob
 
 
 class Point:
@@ -264,10 +263,6 @@ class Case:
         """The implementation impl's share is measured against (None: no share)."""
         return self.share_partners.get(impl, self.share_base)
 
-    def __post_init__(self):
-        for knob in self.knobs:
-            _declare(knob)
-
     @property
     def knob_names(self) -> tuple[str, ...]:
         return tuple(k.name for k in self.knobs)
@@ -299,7 +294,10 @@ def register_case(case: Case) -> Case:
             raise ValueError(
                 f"register_case: {case.name}: share partner {partner!r} is not one of its impls"
             )
+    for knob in case.knobs:  # all checked before any is declared: a refused case adds none
+        _check_knob(knob)
     CASES[case.name] = case
+    KNOBS.update((k.name, k) for k in case.knobs)
     return case
 
 

@@ -34,6 +34,8 @@ from posenc_kernels._relbias_tiles import Tiles, default_tiles
 # the kernels' bias paths (their BIAS constexpr) as the ints the launchers pass; T5 and Shaw's
 # scalar bias are both TABLE: an (H, n) lookup through a bucket index
 ALIBI, TABLE, SHAW_KV = jit.ALIBI.value, jit.TABLE.value, jit.SHAW_KV.value
+# the name of a bias path's own rows in the tile tables (posenc_kernels/_relbias_tiles.py)
+_FAMILY_ROWS = {ALIBI: "alibi", SHAW_KV: "shaw_kv"}
 
 
 class _Spec:
@@ -72,15 +74,10 @@ class _Spec:
         if self.user_tiles[backward] is not None:
             return self.user_tiles[backward], None
         # "value" tiles: the backward's for Shaw's per-index gathers (not FoX's one index),
-        # the forward's for Shaw's value term
+        # the forward's for Shaw's value term; a family's own rows first
         value = (self.bias == SHAW_KV and not self.col) if backward else self.has_value
-        tiles, fallback = default_tiles(q, backward, "value" if value else "plain")
-        if self.col and not backward and q.element_size() == 4:
-            # FoX's float32 forward (3xTF32): 8 warps, and 16 query rows at D=128. On sm_90a
-            # 32 x 32 on 4 warps spilled 16 local stores (Triton 3.9), on 8 warps 4 (3.6);
-            # 16 x 32 on 8: 173 (3.9) and 205 (3.6) registers, no spill, both loops pipelined
-            block_m = 16 if q.shape[-1] > 64 else tiles.block_m
-            tiles = tiles._replace(block_m=min(tiles.block_m, block_m), num_warps=8)
+        family = "fox" if self.col else _FAMILY_ROWS.get(self.bias, "")
+        tiles, fallback = default_tiles(q, backward, (family, "value" if value else "plain"))
         return tiles, fallback
 
     def row_tiles(self, tiles: Tiles) -> Tiles:

@@ -92,6 +92,23 @@ _BWD_TILES["sm86"] = {
     key: Tiles(16, 32, 4, 1) if key[0] == 4 else Tiles(32, 64, 4, 2) for key in _BWD_TILES["sm80"]
 }
 _GENERIC = {False: Tiles(64, 64, 4, 3), True: Tiles(32, 32, 4, 1)}  # before sm_80
+_FWD_TILES[None], _BWD_TILES[None] = {}, {}  # before sm_80: the families' rows alone
+
+# A family's own rows, looked up before its kind's (the key's third field is the family).
+# ALiBi's backward on sm_90a at 32 x 64 on 4 warps: its score products are m64n32 wgmma
+# where the kind's 8 warps split them into m64n16 (a quarter of an m64n64's columns per
+# instruction); no spill under Triton 3.9 or 3.6 (255 registers). T5's, Shaw's and FoX's
+# dk/dv spill there under 3.6 (2, 2 and 7 local stores), so they keep the kind's row.
+_BWD_TILES["sm90"][(2, 128, "alibi")] = Tiles(32, 64, 4, 2)
+# FoX's float32 forward (3xTF32) on 8 warps, 16 query rows at D=128: on sm_90a 32 x 32 on 4
+# warps spilled 16 local stores (Triton 3.9), on 8 warps 4 (3.6); 16 x 32 on 8: 173 (3.9) and
+# 205 (3.6) registers, no spill, both loops pipelined. The other tables take the same rule
+# (unaudited for FoX there).
+for _arch_key, _rows in _FWD_TILES.items():
+    for _d in (128, 64):
+        _plain = _rows.get((4, _d, "plain"), _GENERIC[False])
+        _m = min(_plain.block_m, 16 if _d > 64 else _plain.block_m)
+        _rows[(4, _d, "fox")] = _plain._replace(block_m=_m, num_warps=8)
 
 
 def _arch(major: int, minor: int) -> str | None:
@@ -127,16 +144,20 @@ def check_tiles(name: str, tiles) -> Tiles:
     return tiles
 
 
-def default_tiles(q: Tensor, backward: bool, kind: str) -> tuple[Tiles, Tiles]:
-    """(tiles, fallback) of q's GPU for a kernel of `kind` ("plain", or "value": Shaw's value
-    term, whose forward and dq kernels keep per-row sums per relative index); _INTERPRETER
-    under the interpreter."""
+def default_tiles(q: Tensor, backward: bool, kinds: tuple[str, ...]) -> tuple[Tiles, Tiles]:
+    """(tiles, fallback) of q's GPU for a kernel of `kinds`, the most specific first: the
+    family ("alibi", "fox", ...), then its kind ("plain", or "value": Shaw's value term, whose
+    forward and dq kernels keep per-row sums per relative index); _INTERPRETER under the
+    interpreter."""
     if _interpreting():
         return _INTERPRETER, None
     major, minor = torch.cuda.get_device_capability(q.device)
-    key = (q.element_size(), 64 if q.shape[-1] <= 64 else 128, kind)
-    table = (_BWD_TILES if backward else _FWD_TILES).get(_arch(major, minor), {})
-    return table.get(key, _GENERIC[backward]), _SAFE
+    size, d = q.element_size(), 64 if q.shape[-1] <= 64 else 128
+    table = (_BWD_TILES if backward else _FWD_TILES)[_arch(major, minor)]
+    for kind in kinds:
+        if (size, d, kind) in table:
+            return table[size, d, kind], _SAFE
+    return _GENERIC[backward], _SAFE
 
 
 def _run(launch, tiles: Tiles, fallback: Tiles | None, name: str):

@@ -24,9 +24,10 @@ from bench.cases import CASES
 from bench.checks import as_list, choices, positive_ints
 from bench.config.schema import MODES
 from bench.config.schema import axes as axis_names
+from bench.config.settings import check_settings
 from bench.plans import Entry, Plan
 from bench.registry import DTYPES, KNOBS, Point
-from bench.run import heap, memory
+from bench.run import memory
 
 
 def changed_since(saved_path: Path, cfg, free: tuple[str, ...]) -> str | None:
@@ -54,49 +55,6 @@ def _devices(value, key: str) -> list[str]:
         if v not in ("cpu", "cuda"):
             raise ValueError(f"{key}: unknown value {v!r}; choose from cpu, cuda, auto")
     return devices
-
-
-SWITCHES = (  # the keys that are true or false
-    "smoke",
-    "tutorial_timing",
-    "calibrate",
-    "resume",
-    "retry_timeouts",
-    "allow_unchecked",
-    "report",
-    "profile",
-)
-
-
-def _check_timing(t) -> None:
-    for key in ("warmup_s", "budget_s"):
-        if not t[key] >= 0:
-            raise ValueError(f"timing.{key}: seconds >= 0, got {t[key]!r}")
-    if t["min_reps"] < 1:
-        raise ValueError(f"timing.min_reps: at least 1, got {t['min_reps']!r}")
-    if t["max_reps"] < t["min_reps"]:
-        raise ValueError(
-            f"timing.max_reps: at least min_reps ({t['min_reps']}), got {t['max_reps']!r}"
-        )
-    if isinstance(t["passes"], bool) or not isinstance(t["passes"], int) or t["passes"] < 1:
-        raise ValueError(f"timing.passes: must be a positive integer, got {t['passes']!r}")
-    threads = t["threads"]
-    if threads not in ("auto", None) and (
-        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
-    ):
-        raise ValueError(f"timing.threads: auto, a positive integer or null, got {threads!r}")
-    limit = t.get("row_limit_s")
-    if limit is not None and (
-        isinstance(limit, bool) or not isinstance(limit, int | float) or not limit > 0
-    ):
-        raise ValueError(f"timing.row_limit_s: seconds > 0 or null (auto), got {limit!r}")
-    if t.get("cpu_heap", "keep") not in heap.CHOICES:
-        raise ValueError(f"timing.cpu_heap: {' or '.join(heap.CHOICES)}, got {t['cpu_heap']!r}")
-    for key in ("rel_ci", "rel_spread"):
-        if t[key] is not None and not t[key] > 0:
-            raise ValueError(
-                f"timing.{key}: must be positive or null (no early stop), got {t[key]!r}"
-            )
 
 
 def _knob_values(axes: dict, name) -> dict[str, list]:
@@ -218,30 +176,35 @@ def _impls(value, key: str) -> list[str] | None:
 def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
     """Validates the whole config; raises ValueError naming the offending key. pinned: the
     axes the command line set (they win over the grids')."""
-    _check_timing(cfg["timing"])
-    seed = cfg["seed"]
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-        raise ValueError(f"seed: an integer from 0 to 2**63 - 1, got {seed!r}")
-    for key in SWITCHES:
-        if not isinstance(cfg.get(key, False), bool):
-            raise ValueError(f"{key}: true or false, got {cfg[key]!r}")
-    for knob in KNOBS.values():  # what a set knob decides, the command line may not set too
-        given = knob.sets and _set(as_list(cfg[knob.name]), knob)
-        clash = [k for k in knob.sets if k in pinned] if given else []
-        if clash:
-            raise ValueError(
-                f"{clash[0]}: {knob.name}= sets it; leave it out (or drop {knob.name}=)"
-            )
+    check_settings(cfg, pinned)
+    filters = _filters(cfg)
+    entries = []
+    for axes, name in resolve_axes(cfg, pinned, filters):
+        entries += _entries(_smoke(axes) if cfg["smoke"] else axes, name, filters)
+    _check_entries(cfg, pinned, entries)
+    if big := _nothing_fits(entries):
+        raise ValueError(big)
+    return Plan(tuple(entries))
+
+
+def _filters(cfg) -> dict:
+    """With grids, the top level's cases and impls filter what the grids list (None: all)."""
+    if not cfg["grids"]:
+        return {"cases": None, "impls": None}
+    top = choices(cfg["cases"], "cases", list(CASES))
+    return {
+        "cases": None if top == list(CASES) else top,
+        "impls": _impls(cfg["impls"], "impls"),
+    }
+
+
+def resolve_axes(cfg, pinned: frozenset[str], filters: dict) -> list[tuple[dict, object]]:
+    """The axes of each grid (the config's own without grids; the command line's pinned values
+    over a grid's), then of the cases the command line names and no grid lists, each with the
+    function naming a key as the user wrote it (grids[i].axis for a value the grid set)."""
     base = {axis: cfg[axis] for axis in axis_names()}
     grids = as_list(cfg["grids"]) if cfg["grids"] else []
-    filters = {"cases": None, "impls": None}
-    if grids:  # the top level filters what the grids list
-        top = choices(cfg["cases"], "cases", list(CASES))
-        filters = {
-            "cases": None if top == list(CASES) else top,
-            "impls": _impls(cfg["impls"], "impls"),
-        }
-    entries = []
+    out = []
     for i, grid in enumerate(grids or [{}]):
         prefix = f"grids[{i}]." if grids else ""
         if not hasattr(grid, "keys"):
@@ -254,19 +217,23 @@ def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
         if any(k in pinned for k in grid):  # the grid's own values are checked all the same
             _entries({**base, **dict(grid)}, lambda a, g=grid, p=prefix: p * (a in g) + a, filters)
         own = {k: v for k, v in dict(grid).items() if k not in pinned or k in ("cases", "impls")}
-        axes = {**base, **own}
 
         def name(axis, own=own, prefix=prefix):
             return prefix + axis if axis in own else axis
 
-        entries += _entries(_smoke(axes) if cfg["smoke"] else axes, name, filters)
+        out.append(({**base, **own}, name))
     listed = {c for g in grids for c in choices(g.get("cases", "all"), "cases", list(CASES))}
     orphans = [c for c in filters["cases"] or [] if c not in listed]
     if orphans:  # cases the command line names and no grid lists: at the top-level axes
-        axes = dict(base, cases=orphans)
-        entries += _entries(_smoke(axes) if cfg["smoke"] else axes, lambda a: a, filters)
+        out.append((dict(base, cases=orphans), lambda a: a))
+    return out
+
+
+def _check_entries(cfg, pinned: frozenset[str], entries: list[Entry]) -> None:
+    """A plan that measures something, and no pinned knob or exclusive knob that no case of it
+    reads (it would change nothing, silently)."""
     unread = [k for k in sorted(pinned) if k in KNOBS and not _reads(entries, k)]
-    if entries and unread:  # a knob no case of the plan reads would be silently ignored
+    if entries and unread:
         readers = [c for c in CASES if unread[0] in CASES[c].knob_names]
         readers = ", ".join(readers[:8]) + (f" and {len(readers) - 8} more" * (len(readers) > 8))
         raise ValueError(
@@ -286,9 +253,6 @@ def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
             f"impls: none of the chosen implementations ({wanted}) belongs to a "
             f"chosen case ({have}); pass impls=[...] or impls=all"
         )
-    if big := _nothing_fits(entries):
-        raise ValueError(big)
-    return Plan(tuple(entries))
 
 
 def _nothing_fits(entries: list[Entry]) -> str | None:

@@ -510,6 +510,27 @@ def test_default_tiles_are_valid_on_every_gpu(monkeypatch):
     assert spec.tiles(q, False) == (relbias.Tiles(32, 16), None)  # the user's: no fallback
 
 
+def test_a_family_row_comes_before_its_kind(monkeypatch):
+    """The tile tables' family rows: ALiBi's sm_90a backward (m64n32 score products on 4 warps),
+    FoX's float32 forward (16 rows on 8 warps at D=128, every GPU generation); the other
+    families take their kind's row."""
+    monkeypatch.setattr(_relbias_tiles, "_interpreting", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d: (9, 0))
+    half = torch.empty(1, 1, 1, 128, dtype=torch.bfloat16)
+    alibi, t5 = _Spec(relbias.ALIBI, False, 1.0, 0, 1), _Spec(relbias.TABLE, False, 1.0, 4, 9)
+    assert alibi.tiles(half, True)[0] == relbias.Tiles(32, 64, 4, 2)
+    assert t5.tiles(half, True)[0] == _relbias_tiles._BWD_TILES["sm90"][2, 128, "plain"]
+    assert alibi.tiles(half, False) == t5.tiles(half, False)  # the forward: no ALiBi row
+    fox = _Spec(relbias.SHAW_KV, True, 1.0, 0, 1, col=True)
+    for capability, want in (
+        ((9, 0), (16, 32, 8, 2)),
+        ((8, 0), (16, 32, 8, 1)),
+        ((7, 5), (16, 64, 8, 3)),
+    ):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d, c=capability: c)
+        assert fox.tiles(torch.empty(1, 1, 1, 128), False)[0] == relbias.Tiles(*want)
+
+
 def test_tiles_that_do_not_fit_fall_back_or_name_the_argument():
     """A default that needs more shared memory than the GPU has is relaunched with _SAFE; a
     user's tiles that do not fit raise an error naming the argument."""

@@ -1,6 +1,8 @@
 """Configuration validated into a plan: every bad value named, the product of the axes, knobs
 crossed only where declared, grids and their filters, smoke points, pinned axes."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -161,3 +163,30 @@ def test_a_share_case_runs_its_partner_whatever_the_impls():
         cfg(cases=["layer_rope"], impls=["reference"], d_model=32, num_heads=4, seq_len=8)
     )
     assert plan.entries[0].impls == ("nope", "reference")
+
+
+def test_knobs_are_those_of_the_registered_cases(monkeypatch):
+    """KNOBS is derived from the registered cases: a case built but not registered declares
+    nothing; a registered one adds its knobs; a knob named like a base axis, or a second knob
+    of a name with other settings, refuses the case in one line and adds nothing."""
+    from bench import registry
+    from bench.checks import one_of
+
+    monkeypatch.setattr(registry, "CASES", dict(registry.CASES))
+    monkeypatch.setattr(registry, "KNOBS", dict(registry.KNOBS))
+    rope = registry.CASES["rope"]
+
+    def case(name, *knobs):
+        return dataclasses.replace(rope, name=name, knobs=knobs)
+
+    flavour = registry.Knob("flavour", "a", "a test knob", one_of("a", "b"))
+    built = case("built_only", flavour)
+    assert "flavour" not in registry.KNOBS
+    registry.register_case(built)
+    assert registry.KNOBS["flavour"] is flavour
+    other = registry.Knob("flavour", "b", "the same name, another default", one_of("a", "b"))
+    shadow = registry.Knob("batch", 1, "a base axis", one_of(1))
+    for bad, why in ((other, "declared twice, differently"), (shadow, "not a name a knob")):
+        with pytest.raises(ValueError, match=why):
+            registry.register_case(case("refused", registry.Knob("extra", 0, "x", one_of(0)), bad))
+        assert "refused" not in registry.CASES and "extra" not in registry.KNOBS
