@@ -94,3 +94,27 @@ def copy_call(n_bytes: int, device: torch.device) -> Callable[[], object] | None
     except Exception:  # out of memory: the row keeps its other columns
         return None
     return lambda: dst.copy_(src)
+
+
+class Calibrations:
+    """A run's copy and matmul rates per (device, dtype), measured once each (none when not
+    enabled), and the notes they raise (a half-precision dtype this device emulates: env.json,
+    the report). clock: where their seconds are counted (calib_s)."""
+
+    def __init__(self, enabled: bool, clock):
+        self.enabled, self.clock = enabled, clock
+        self.rates: dict[tuple[str, str], dict] = {}
+        self.notes: list[str] = []
+
+    def of(self, device, dtype) -> dict:
+        key = (str(device), str(dtype))
+        if self.enabled and key not in self.rates:
+            float32 = self.of(device, torch.float32) if dtype != torch.float32 else {}
+            t0 = time.perf_counter()
+            self.rates[key] = calibrate(device, dtype)
+            if float32:  # a half-precision rate against float32's on the same device
+                note = matmul_note(self.rates[key], float32, str(dtype).removeprefix("torch."))
+                if note and note not in self.notes:
+                    self.notes.append(note)
+            self.clock.calib_s += time.perf_counter() - t0
+        return self.rates.get(key, {})

@@ -22,7 +22,7 @@ import torch
 from bench.registry import Status
 from bench.results import row_key
 from bench.run import check, machine, share
-from bench.run.calibrate import calibrate, copy_call, matmul_note
+from bench.run.calibrate import Calibrations, copy_call
 from bench.run.memory import inputs_too_big, peak_bytes, peak_reserved_bytes
 from bench.run.metrics import row_metrics
 from bench.run.passes import Pool
@@ -72,30 +72,29 @@ class Measurer:
         timing,
         pool: Pool,
         *,
-        seed: int = 0,
-        tutorial_timing: bool = False,
-        do_calibrate: bool = True,
+        clock: Clock,
+        calibrations: Calibrations,
+        monitor: machine.Monitor,
+        guard: Guard,
+        now: Callable[[], float],
         emit: Callable,
         advance: Callable,
-        guard: Guard | None = None,
+        seed: int = 0,
+        tutorial_timing: bool = False,
     ):
         self.timing, self.pool, self.seed = timing, pool, seed
         self.passes = pool.passes
-        self.tutorial_timing, self.do_calibrate = tutorial_timing, do_calibrate
+        self.tutorial_timing = tutorial_timing
         self.emit, self.advance = emit, advance  # a finished row; a pass of a row done
-        self.clock = Clock()
-        self.calibration: dict[tuple[str, str], dict] = {}
-        self.calibration_notes: list[str] = []  # a dtype this device emulates (env.json, report)
+        self.clock, self.calibrations, self.monitor = clock, calibrations, monitor
+        self.guard = guard  # row time limits (bench/run/watchdog.py)
+        self.now = now  # the timer's clock (tests pass a fake one)
         self._flusher = None  # made on the first CUDA row
-        self.pass_index = 0
-        self.now = time.perf_counter  # the timer's clock (tests pass a fake one)
-        self.monitor = machine.Monitor()  # what other processes take, around each group
-        self.guard = guard or Guard()  # row time limits (bench/run/watchdog.py)
-        self.checker = Checker(seed, pool, self.clock, self.guard)
+        self.checker = Checker(seed, pool, clock, guard)
 
-    def point(self, todo: list[Task], rows: dict) -> None:
-        """Measures the tasks of one point (each with its row's identity fields in rows),
-        emitting every row."""
+    def point(self, todo: list[Task], rows: dict, pass_index: int = 0) -> None:
+        """Measures the tasks of one point (each with its row's identity fields in rows) in
+        pass pass_index of the run's passes, emitting every row."""
         first = todo[0]
         case, point, device, dtype = first.case, first.point, first.device, first.dtype
         reason = case.check(point)
@@ -126,21 +125,22 @@ class Measurer:
                     ),
                 )
             return
-        calib = self.calibration_of(device, dtype)
+        calib = self.calibrations.of(device, dtype)
         for mode in dict.fromkeys(t.mode for t in todo):
             group = [(t, dict(rows[t], **calib)) for t in todo if t.mode == mode]
-            self._group(state, group)
+            self._group(state, group, pass_index == self.passes - 1)
         del state
         gc.collect()  # once per point: tens of ms with torch loaded
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
-    def _group(self, state: PointState, group: list[tuple[Task, dict]]) -> None:
+    def _group(self, state: PointState, group: list[tuple[Task, dict]], last: bool) -> None:
         """The implementations of one point and mode: each checked (the baseline first), then
         the passing ones timed side by side (bench.run.timing.measure_side_by_side), so that a slow
         phase of the machine lands on all of them and their speedups stay honest; `backward`
         mode, whose calls each keep a forward graph alive, times one implementation at a time.
-        With timing.copy_ref, a copy of the row's modelled bytes joins each group."""
+        With timing.copy_ref, a copy of the row's modelled bytes joins each group. last: the
+        run's last pass (its rows are written; earlier passes pool their samples)."""
         case, mode = state.case, group[0][0].mode
         for name in case.grad_inputs:  # the leaves users would train
             for t in check.leaves(state.inputs, (name,)).values():
@@ -162,11 +162,11 @@ class Measurer:
                 ready.append((task, dict(row, **fields), call, leaves))
         batches = [ready] if mode != "backward" else [[r] for r in ready]
         for batch in filter(None, batches):
-            self._time(batch)
+            self._time(batch, last)
         for t in check.leaves(state.inputs, case.grad_inputs).values():
             t.requires_grad_(False)
 
-    def _time(self, batch: list) -> None:
+    def _time(self, batch: list, last: bool) -> None:
         """One side-by-side group: timed calls made (a backward call holds its forward graph),
         timed with the copy, then each row finished (metrics, memory) or failed."""
         task0 = batch[0][0]
@@ -203,7 +203,6 @@ class Measurer:
         fns = None  # the copy's buffers go before memory is probed
         if device.type == "cuda":
             torch.cuda.empty_cache()  # nor stay in the reserved pool that the probe reads
-        last = self.pass_index == passes - 1
         pooled = {}  # impl -> (its samples over the passes, the copy's) or the exception
         for task, row, _call, _leaves in batch:
             try:
@@ -271,7 +270,7 @@ class Measurer:
         self.clock.work_s += time.perf_counter() - t0
         cost = task.case.cost(task.point, task.dtype, task.mode)
         row = row_metrics(
-            cost, t, self.calibration_of(task.device, task.dtype), copy_t, torch.get_num_threads()
+            cost, t, self.calibrations.of(task.device, task.dtype), copy_t, torch.get_num_threads()
         )
         notes = [
             note,
@@ -295,21 +294,6 @@ class Measurer:
         if self._flusher is None:
             self._flusher = l2_flusher(device)
         return self._flusher
-
-    def calibration_of(self, device, dtype) -> dict:
-        key = (str(device), str(dtype))
-        if self.do_calibrate and key not in self.calibration:
-            float32 = self.calibration_of(device, torch.float32) if dtype != torch.float32 else {}
-            t0 = time.perf_counter()
-            self.calibration[key] = calibrate(device, dtype)
-            if float32:  # a half-precision rate against float32's on the same device
-                note = matmul_note(
-                    self.calibration[key], float32, str(dtype).removeprefix("torch.")
-                )
-                if note and note not in self.calibration_notes:
-                    self.calibration_notes.append(note)
-            self.clock.calib_s += time.perf_counter() - t0
-        return self.calibration.get(key, {})
 
     def _tutorial_ms(self, fn) -> float | None:
         """Section 5.2's way: wall clock around 100 calls, no warm-up, no device sync."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -22,9 +23,10 @@ from bench.plans import Entry, Plan
 from bench.registry import DTYPES, Status
 from bench.results import ResultsWriter, row_key
 from bench.run import heap, machine
+from bench.run.calibrate import Calibrations
 from bench.run.eta import Eta, call_seconds, row_seconds, timed_rows
 from bench.run.passes import Pool
-from bench.run.point import Measurer
+from bench.run.point import Clock, Measurer
 from bench.run.progress import Progress, clock
 from bench.run.tasks import Task
 from bench.run.verify import Guard
@@ -85,15 +87,23 @@ class Runner:
         self.devices = [d for d in plan.devices if d != "cuda" or torch.cuda.is_available()]
         self.done = 0  # rows written by this run
         self._total = plan.rows(tuple(self.devices))
+        self.now = time.perf_counter  # the timer's and the progress line's clock
+        self.clock = Clock()
+        self.calibrations = Calibrations(do_calibrate, self.clock)
+        self.monitor = machine.Monitor()  # what other processes take, around each group
+        self.guard = Guard(limit_s=self.limit_s)
         self.measure = Measurer(
             timing,
             self.pool,
-            seed=seed,
-            tutorial_timing=tutorial_timing,
-            do_calibrate=do_calibrate,
+            clock=self.clock,
+            calibrations=self.calibrations,
+            monitor=self.monitor,
+            guard=self.guard,
+            now=lambda: self.now(),
             emit=self._emit,
             advance=self._advance,
-            guard=Guard(limit_s=self.limit_s),
+            seed=seed,
+            tutorial_timing=tutorial_timing,
         )
         self.progress: Progress | None = None
         self._lock = threading.Lock()  # rows come from the watchdog's thread too
@@ -102,15 +112,7 @@ class Runner:
     def set_watchdog(self, watch) -> None:
         """The watchdog that enforces the rows' time limits (the command line's restart on a
         stuck row, bench/__main__.py)."""
-        self.measure.guard.watch = watch
-
-    @property
-    def now(self):
-        return self.measure.now
-
-    @now.setter
-    def now(self, clock_fn) -> None:  # the timer's and the progress line's clock
-        self.measure.now = clock_fn
+        self.guard.watch = watch
 
     def total(self) -> int:
         """Rows this plan makes on this machine (a device it lacks is left out)."""
@@ -154,9 +156,9 @@ class Runner:
         finally:
             self.progress.close()
             self.writer.close()
-        summary = dict(self.measure.clock.summary(), passes=self.passes, rows_before=already)
-        if self.measure.calibration_notes:
-            summary["calibration_notes"] = self.measure.calibration_notes
+        summary = dict(self.clock.summary(), passes=self.passes, rows_before=already)
+        if self.calibrations.notes:
+            summary["calibration_notes"] = self.calibrations.notes
         (self.out_dir / "timing_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
 
@@ -164,7 +166,7 @@ class Runner:
         """The thread count (timing.threads: auto, a number, or null for torch's default), and
         a warning when other processes already hold the CPU."""
         n, others = machine.cores(), machine.others_now()
-        self.measure.monitor.mark()  # the first group's window starts here
+        self.monitor.mark()  # the first group's window starts here
         threads = self.timing.threads
         if threads == "auto":
             threads = machine.auto_threads(n, others)
@@ -212,32 +214,31 @@ class Runner:
             if key in self.writer.existing:
                 continue
             cost = case.cost(point, DTYPES[dtype], mode)
-            call = call_seconds(cost, self.measure.calibration_of(task.device, task.dtype))
+            call = call_seconds(cost, self.calibrations.of(task.device, task.dtype))
             predicted[key] = row_seconds(call, self.timing, self.passes)
         return Eta(predicted, self.now())
 
     def _passes(self) -> None:
         self.progress.step(self.total() * self._first_pass)
         for k in range(self._first_pass, self.passes):
-            self.measure.pass_index = k
             if self.passes > 1 and self.progress.plain:  # plain lines: rows come at the end
                 print(f"pass {k + 1} of {self.passes}", flush=True)
-            self._sweep()
+            self._sweep(k)
             if k < self.passes - 1:
                 self.pool.save(passes_done=k + 1)
         self.pool.finish()
 
-    def _sweep(self) -> None:
+    def _sweep(self, pass_index: int) -> None:
         for entry in self.plan.entries:
             for device in self._devices(entry):
                 for dtype in entry.dtypes:
                     for point in entry.points:
-                        self._point(entry, point, torch.device(device), DTYPES[dtype])
+                        self._point(entry, point, torch.device(device), DTYPES[dtype], pass_index)
 
     def _devices(self, entry: Entry) -> list[str]:
         return [d for d in entry.devices if d in self.devices]
 
-    def _point(self, entry: Entry, point, device: torch.device, dtype: torch.dtype) -> None:
+    def _point(self, entry: Entry, point, device, dtype, pass_index: int) -> None:
         case = CASES[entry.case]
         tasks = [
             Task(case, impl, mode, point, device, dtype)
@@ -251,7 +252,7 @@ class Runner:
             marker = self.out_dir / IN_FLIGHT  # what the process measures, for a resume to name
             marker.write_text(f"{entry.case} {point.label()} {device.type} {dtype}\n")
             try:
-                self.measure.point(todo, rows)
+                self.measure.point(todo, rows, pass_index)
             finally:  # Ctrl-C and errors are said; only a process that vanished leaves it
                 marker.unlink(missing_ok=True)
 

@@ -59,11 +59,11 @@ def test_the_time_left_follows_the_rows_costs_not_their_count(tmp_path, monkeypa
     """Small rows first, then rows 16x as large: the progress line halfway through predicts the
     rest within 10% of what it takes. Dividing the time so far by the rows done (the estimate
     before bench/run/eta.py) would predict a sixth of it."""
-    from bench.run import point, runner
+    from bench.run import calibrate, runner
 
     clock = FakeClock()
     monkeypatch.setitem(runner.CASES, "toy", _case(clock))
-    monkeypatch.setattr(point, "calibrate", lambda device, dtype: dict(RATES))
+    monkeypatch.setattr(calibrate, "calibrate", lambda device, dtype: dict(RATES))
     points = tuple(Point(1, n, 4, 2) for n in [*range(64, 70), *range(1024, 1030)])
     plan = Plan((Entry("toy", ("a", "b"), points, ("float32",), ("cpu",), ("forward",)),))
     r = Runner(plan, TIMING, tmp_path, run_id="t")
