@@ -268,10 +268,11 @@ def _relbias_fwd_kernel(
         seq_ptr, H // QPACK, LQ, LK, LG, LQ, BLOCK_M, SEQ, NUM_SPLITS
     )
     r = tl.arange(0, BLOCK_M)
-    if QPACK > 1:  # kv head hp's query heads in one tile: row r is head r // lq, query r % lq
-        h = hp * QPACK + r // lq
+    if QPACK > 1:  # kv head hp's query heads in one tile: row r is query r // QPACK of head
+        # r % QPACK (a constexpr divisor: no integer division at run time)
+        h = hp * QPACK + r % QPACK
         m0 = 0
-        offs_m = r % lq
+        offs_m = r // QPACK
         mask_m = r < QPACK * lq
         kv_h = hp
     else:
@@ -282,8 +283,12 @@ def _relbias_fwd_kernel(
         kv_h = hp // GROUP  # grouped-query: its group's kv
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < D
-    q_rows = h * stride_qh + (first + offs_m) * stride_qm
-    q = _load_block(q_ptr + row * stride_qb, q_rows, mask_m, 1, offs_d, mask_d, stride_qd, UPCAST)
+    if QPACK > 1:  # a head per row
+        q_base, q_rows = q_ptr + row * stride_qb, h * stride_qh + (first + offs_m) * stride_qm
+        q = _load_block(q_base, q_rows, mask_m, 1, offs_d, mask_d, stride_qd, UPCAST)
+    else:  # one head's rows, spelled as ptxas allocates them without a spill (docs/kernels.md)
+        q_base = q_ptr + row * stride_qb + h * stride_qh + first * stride_qm
+        q = _load_block(q_base, offs_m, mask_m, stride_qm, offs_d, mask_d, stride_qd, UPCAST)
     k_base = k_ptr + row * stride_kb + kv_h * stride_kh + first * stride_kn
     v_base = v_ptr + row * stride_vb + kv_h * stride_vh + first * stride_vn
     bt_row = bt_ptr + row * stride_btb  # paged: this sequence's block table (stride_kb is 0)
@@ -390,7 +395,10 @@ def _relbias_fwd_kernel(
                 mask=mask_m[:, None] & (offs_r[None, :] < NR),
             )
     out = acc / l_safe[:, None]
-    o_rows = o_ptr + row * stride_ob + (h * stride_oh + (first + offs_m) * stride_om)[:, None]
+    if QPACK > 1:
+        o_rows = o_ptr + row * stride_ob + (h * stride_oh + (first + offs_m) * stride_om)[:, None]
+    else:
+        o_rows = o_ptr + row * stride_ob + h * stride_oh + (first + offs_m[:, None]) * stride_om
     if SPLIT_K:  # float32 partials (B, H, splits, LQ, D), merged by _relbias_combine_kernel
         o_rows += split * stride_os
     tl.store(

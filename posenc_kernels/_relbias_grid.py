@@ -5,8 +5,8 @@ A decode step (a few queries against a long cache) reads every key and value onc
 that streams them and does little arithmetic per byte, so its time is the bytes it moves over
 the memory bandwidth, provided the grid keeps every SM busy:
 - Grouped-query heads packed: the query heads that share a kv head are rows of one tile
-  (GROUP x Lq rows, head r // Lq, query r % Lq), so that kv head's keys and values are read
-  once instead of GROUP times (Llama-3.1-8B: 32 query heads on 8 kv heads, 4x fewer bytes).
+  (GROUP x Lq rows, query r // GROUP of head r % GROUP), so that kv head's keys and values are
+  read once instead of GROUP times (Llama-3.1-8B: 32 query heads on 8 kv heads, 4x fewer bytes).
 - Keys split (flash-decoding) into fixed chunks of whole key blocks, each chunk a program whose
   partial output is merged by log-sum-exp; the split count fills the GPU's program slots (SMs x
   the programs one SM holds at once, from the compiled kernel's registers and shared memory).

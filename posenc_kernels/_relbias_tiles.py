@@ -94,16 +94,13 @@ _BWD_TILES["sm86"] = {
 _GENERIC = {False: Tiles(64, 64, 4, 3), True: Tiles(32, 32, 4, 1)}  # before sm_80
 _FWD_TILES[None], _BWD_TILES[None] = {}, {}  # before sm_80: the families' rows alone
 
-# A family's own rows, looked up before its kind's (the key's third field is the family).
-# ALiBi's backward on sm_90a at 32 x 64 on 4 warps: its score products are m64n32 wgmma
-# where the kind's 8 warps split them into m64n16 (a quarter of an m64n64's columns per
-# instruction); no spill under Triton 3.9 or 3.6 (255 registers). T5's, Shaw's and FoX's
-# dk/dv spill there under 3.6 (2, 2 and 7 local stores), so they keep the kind's row.
+# A family's own rows, looked up before its kind's (the key's third field is the family;
+# the compile audit's evidence for each: docs/kernels.md). ALiBi's backward on sm_90a on 4
+# warps: its score products become m64n32 wgmma where 8 warps split them into m64n16; the
+# other families' dk/dv spill at that tile under Triton 3.6.
 _BWD_TILES["sm90"][(2, 128, "alibi")] = Tiles(32, 64, 4, 2)
-# FoX's float32 forward (3xTF32) on 8 warps, 16 query rows at D=128: on sm_90a 32 x 32 on 4
-# warps spilled 16 local stores (Triton 3.9), on 8 warps 4 (3.6); 16 x 32 on 8: 173 (3.9) and
-# 205 (3.6) registers, no spill, both loops pipelined. The other tables take the same rule
-# (unaudited for FoX there).
+# FoX's float32 forward (3xTF32): 8 warps, 16 query rows at D=128, where the kind's tile
+# spills on sm_90a; the other tables take the same rule (unaudited for FoX there).
 for _arch_key, _rows in _FWD_TILES.items():
     for _d in (128, 64):
         _plain = _rows.get((4, _d, "plain"), _GENERIC[False])

@@ -213,3 +213,26 @@ def test_bad_input_names_the_argument():
         relbias.relative_attention(q, q, q, fox_log_f=gates, causal=True, sinks=gates[0, 0, :3])
     with pytest.raises(ValueError, match="pass at most one of"):
         relbias.relative_attention(q, q, q, fox_log_f=gates, alibi_slopes=gates[0, :, 0])
+
+
+@pytest.mark.parametrize("family", ["alibi", "t5", "shaw"])
+def test_packed_decode_with_sinks_and_a_group_of_three(family):
+    """A decode step of 2 queries whose 6 heads share 2 kv heads (a group of 3, not a power of
+    two: the kernel packs each group's 6 rows into one tile), each head its own sink and bias
+    row, against posenc's attention over the kv heads repeated, in float64."""
+    gen = torch.Generator().manual_seed(9)
+    q = torch.randn(2, 6, 2, 16, generator=gen, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, 45, 16, generator=gen, dtype=torch.float64) for _ in range(2))
+    sinks = torch.randn(6, generator=gen, dtype=torch.float64)
+    kwargs, module, _ = _family(family, 6)
+    wide = [t.repeat_interleave(3, dim=1) for t in (k, v)]
+    want = F.relative_attention(q, *wide, bias=module, causal=True, sinks=sinks)
+    tables = {n: t.detach().float().to(DEVICE) for n, t in kwargs.items()}
+    with torch.no_grad():
+        got = relbias.relative_attention(
+            *(t.float().to(DEVICE) for t in (q, k, v)),
+            causal=True,
+            sinks=sinks.float().to(DEVICE),
+            **tables,
+        )
+    assert_close(got.cpu().double(), want, atol=2e-5, rtol=2e-5)
