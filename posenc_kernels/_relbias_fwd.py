@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from posenc_kernels._relbias_common import (
+    AFTER,
     ALIBI,
     BAND,
     BEFORE,
@@ -88,6 +89,7 @@ def _fwd_part(
     PAGE: tl.constexpr,
     COL: tl.constexpr,
     WINDOW: tl.constexpr,
+    PER_ROW: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -95,11 +97,17 @@ def _fwd_part(
     acc, l_i, m_i; with Shaw's value term the probability sums per index (band: sums; before
     and after: side0, side1 at indices 0 and 2K), rescaled like acc. table_row: the table's
     row per query (a pointer, or one a row); slope2, table_mn: ALiBi's slope and the table's
-    row laid out to broadcast against a (BLOCK_M, BLOCK_N) tile."""
+    row laid out to broadcast against a (BLOCK_M, BLOCK_N) tile (PER_ROW: a head a row)."""
     bias = _part_bias(
         relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
     )[:, None]
     a, z = _part_span(PART, LOW, start, lo, hi, end)
+    # ALiBi beyond the band: -slope |j - i| is sign * slope * ((j - q_off) - i), a column term
+    # minus a row term; the row term joins the running max once per row (one FMA and one add
+    # a score instead of integer, conversion, multiply and add). One slope a program only.
+    FOLD: tl.constexpr = BIAS == ALIBI and PART != BAND and not PER_ROW
+    signed2 = slope2 * (1 - 2 * (PART == AFTER))
+    row2 = offs_m.to(tl.float32) * signed2
     for n0 in range(a, z, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < LK
@@ -120,31 +128,46 @@ def _fwd_part(
             UPCAST,
             PAGE,
         )
-        qk = _dot(q, tl.trans(k), F32) * qk_scale
-        rel = (offs_n - q_off)[None, :] - offs_m[:, None]  # j - (q_off + i): a scalar shift
-        if PART == BAND:
-            s, idx, keep = _band_logits(
-                qk,
-                rel,
-                mask_m[:, None] & mask_n[None, :],
-                slope2,
-                table_mn,
-                stride_tb,
-                gidx_ptr,
-                relk_rows[:, None],
-                stride_rr,
-                BIAS,
-                CAUSAL,
-                K,
-                WINDOW,
-            )
-        else:
-            s = _far_logits(qk, bias, rel, mask_n[None, :], slope2, PART, BIAS, MASK_N, WINDOW)
+        if FOLD:  # ALiBi beyond the band: s = qk + the column term, minus the row term
+            col2 = (offs_n - q_off).to(tl.float32) * signed2
+            s = _dot(q, tl.trans(k), F32) * qk_scale + col2[None, :]
+            if MASK_N:
+                s = tl.where(mask_n[None, :], s, float("-inf"))
+            if WINDOW > 0:
+                rel = (offs_n - q_off)[None, :] - offs_m[:, None]
+                s = tl.where(rel > -WINDOW, s, float("-inf"))
+            shift = row2  # a per-row term of the logits left out of s, taken with the max
+        else:  # (the other paths as ptxas allocates them without a spill: docs/kernels.md)
+            qk = _dot(q, tl.trans(k), F32) * qk_scale
+            rel = (offs_n - q_off)[None, :] - offs_m[:, None]  # j - (q_off + i): a scalar shift
+            if PART == BAND:
+                s, idx, keep = _band_logits(
+                    qk,
+                    rel,
+                    mask_m[:, None] & mask_n[None, :],
+                    slope2,
+                    table_mn,
+                    stride_tb,
+                    gidx_ptr,
+                    relk_rows[:, None],
+                    stride_rr,
+                    BIAS,
+                    CAUSAL,
+                    K,
+                    WINDOW,
+                )
+            else:
+                s = _far_logits(qk, bias, rel, mask_n[None, :], slope2, PART, BIAS, MASK_N, WINDOW)
         if COL:  # FoX: - D_j
             s -= _key_col(col_base, offs_n, mask_n, stride_cn, COL)[None, :]
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing yet
-        p = tl.exp2(s - m_safe[:, None])
+        if FOLD:  # the row term with the max and the exponent: a per-row add, not per score
+            m_new = tl.maximum(m_i, tl.max(s, 1) - shift)
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing yet
+            p = tl.exp2(s - (m_safe + shift)[:, None])
+        else:
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing yet
+            p = tl.exp2(s - m_safe[:, None])
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, F32)
@@ -366,6 +389,7 @@ def _relbias_fwd_kernel(
             PAGE,
             COL,
             WINDOW,
+            QPACK > 1,
             BLOCK_M,
             BLOCK_N,
         )

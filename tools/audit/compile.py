@@ -15,6 +15,7 @@ import triton
 
 from posenc_kernels._relbias_grid import programs_per_sm
 
+FP32_OPS = ("FADD", "FMUL", "FFMA", "FMNMX", "FSEL", "FSETP", "I2F")
 SHARED_LIMIT = {90: 232448, 80: 166912}  # bytes of shared memory one block may use
 SM_SHARED = {90: 233472, 80: 167936}  # per multiprocessor
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -57,6 +58,10 @@ def read_cubin(cubin: bytes) -> dict:
         spill_stores=sum(op.startswith("STL") for op in ops),
         spill_loads=sum(op.startswith("LDL") for op in ops),
         tensor_core_insts=sum(op.startswith(("HGMMA", "HMMA")) for op in ops),
+        # the CUDA cores' float work beside the tensor cores (static counts, the whole kernel):
+        # adds, multiplies, FMAs, min/max, selects, compares, int-to-float; and MUFU (exp2)
+        fp32_insts=sum(op.startswith(FP32_OPS) for op in ops),
+        mufu_insts=sum(op.startswith("MUFU") for op in ops),
         vector_global_insts=sum(op.startswith(("LDG", "STG")) and ".128" in op for op in ops),
         narrow_global_insts=sum(
             op.startswith(("LDG", "STG")) and (".U16" in op or ".S16" in op) for op in ops

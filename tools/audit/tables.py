@@ -36,6 +36,8 @@ COLUMNS = (
     "loop_wgmma",
     "narrow_wgmma",
     "tensor_core_insts",
+    "fp32_insts",
+    "mufu_insts",
     "vector_global_insts",
     "narrow_global_insts",
     "atomics",
