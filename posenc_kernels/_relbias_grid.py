@@ -17,6 +17,7 @@ the memory bandwidth, provided the grid keeps every SM busy:
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -75,13 +76,13 @@ def sm_of(device: torch.device) -> tuple[int, dict | None]:
 _OCCUPANCY: dict = {}
 
 
-def occupancy(kernel, args: list, constexprs: dict, sm: dict) -> int:
-    """programs_per_sm of `kernel` compiled for these arguments (Triton's warmup: compiled, not
-    launched), kept per specialization (its constexprs, the inputs' dtype and device)."""
-    q = args[0]
-    key = (q.device, q.dtype, *sorted(constexprs.items()))
+def occupancy(kernel, args: Callable[[], list], constexprs: dict, sm: dict) -> int:
+    """programs_per_sm of `kernel` compiled for the arguments args() makes (Triton's warmup:
+    compiled, not launched; args() only then), kept per specialization (its constexprs and
+    the SM's resources: one GPU model a process, as a rule)."""
+    key = (*sorted(constexprs.items()), *sorted(sm.items()))
     if key not in _OCCUPANCY:
-        compiled = kernel.warmup(*args, grid=(1,), **constexprs)
+        compiled = kernel.warmup(*args(), grid=(1,), **constexprs)
         compiled._init_handles()  # loads the binary: its register count
         warps = compiled.metadata.num_warps
         _OCCUPANCY[key] = programs_per_sm(compiled.n_regs, warps, compiled.metadata.shared, sm)

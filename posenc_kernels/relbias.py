@@ -127,8 +127,8 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
         lk, kv_heads = seq.rows_k, k.shape[2]
     kv = _kv_strides(k, v, seq)
 
-    def kernel_args(o, o_strides, lse, pn, grid: Grid, t: Tiles) -> tuple[list, dict]:
-        positional = [
+    def kernel_args(o, o_strides, lse, pn, grid: Grid) -> list:
+        return [
             q,
             k,
             v,
@@ -162,7 +162,9 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
             *c["col"],
             sinks if sinks is not None else q,
         ]
-        constexprs = dict(
+
+    def constexprs(grid: Grid, t: Tiles) -> dict:
+        return dict(
             **spec.constexprs,
             NB=spec.nb,
             MASK_N=lk % t.block_n != 0 or seq.mode >= CACHE,
@@ -182,7 +184,6 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
             num_warps=t.num_warps,
             num_stages=t.num_stages,
         )
-        return positional, constexprs
 
     def partials(grid: Grid):
         """(o, its strides, lse, pn) of a grid: a split's float32 partials, or out itself."""
@@ -209,14 +210,14 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
             sms, sm = sm_of(q.device)
             if sm is None or _interpreting() or compiling():  # (Dynamo traces no warmup)
                 return sms
-            trial = Grid(pack, 2, t.block_n, 1)
-            pos, kw = kernel_args(*partials(trial), trial, t)
-            return sms * occupancy(_relbias_fwd_kernel, pos, kw, sm)
+            trial = Grid(pack, 2, t.block_n, 1)  # a split kernel: its arguments made once
+            args = lambda: kernel_args(*partials(trial), trial)  # noqa: E731
+            return sms * occupancy(_relbias_fwd_kernel, args, constexprs(trial, t), sm)
 
         grid = forward_grid(seq, heads, pack, t.block_m, t.block_n, splits, slots)
         o, o_strides, lse, pn = partials(grid)
-        pos, kw = kernel_args(o, o_strides, lse, pn, grid, t)
-        _relbias_fwd_kernel[_grid(grid.programs, 1, 1)](*pos, **kw)
+        args = kernel_args(o, o_strides, lse, pn, grid)
+        _relbias_fwd_kernel[_grid(grid.programs, 1, 1)](*args, **constexprs(grid, t))
         if grid.splits > 1:
             merge(o, lse, out, _block_d(d), _interpreting())
             lse = None

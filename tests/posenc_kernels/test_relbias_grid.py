@@ -76,7 +76,8 @@ def test_slots_are_read_only_when_the_split_depends_on_them():
 
 def test_occupancy_reads_the_compiled_kernel_once_per_specialization():
     """occupancy compiles without launching (warmup), reads registers, warps and shared
-    memory, and keeps the answer per specialization."""
+    memory, and keeps the answer per specialization: a later call makes no arguments (a
+    split's partial outputs) and compiles nothing."""
     compiles = []
 
     class Compiled:
@@ -93,12 +94,17 @@ def test_occupancy_reads_the_compiled_kernel_once_per_specialization():
             compiles.append(constexprs)
             return Compiled()
 
-    q = torch.zeros(1, dtype=torch.float16)
+    made = []
+
+    def args():  # the arguments are made only for a compile
+        made.append(1)
+        return [torch.zeros(1, dtype=torch.float16)]
+
     G._OCCUPANCY.clear()
     for block_n in (64, 64, 128):
-        got = G.occupancy(Kernel(), [q], dict(BLOCK_N=block_n), H100)
+        got = G.occupancy(Kernel(), args, dict(BLOCK_N=block_n), H100)
         assert got == 3  # shared: 228 KiB / 65 KiB
-    assert [c["BLOCK_N"] for c in compiles] == [64, 128]
+    assert [c["BLOCK_N"] for c in compiles] == [64, 128] and len(made) == 2
     G._OCCUPANCY.clear()
 
 
