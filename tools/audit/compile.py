@@ -156,6 +156,16 @@ def blocks_per_sm(registers: int, warps: int, shared: int, capability: int) -> i
     return programs_per_sm(registers, warps, shared, sm)
 
 
+def narrow_allowed(row: dict) -> bool:
+    """Where an m64n16 product in a key loop is known and kept (docs/kernels.md): every tile
+    without one spills under one of the Tritons for T5's, Shaw's and FoX's backward and for
+    Shaw's key + value term. Anywhere else (ALiBi, every forward but Shaw's value term's) one
+    is a regression."""
+    if row["family"] == "shaw_kv":
+        return True
+    return row["family"] in ("t5", "shaw", "fox") and "bwd" in row["kernel"]
+
+
 def problems(row: dict, capability: int) -> str:
     """Why a row fails the audit ("" if it does not)."""
     if row.get("problem"):
@@ -179,6 +189,9 @@ def problems(row: dict, capability: int) -> str:
         forward = "fwd" in row["kernel"] and row["family"] != "shaw_kv"
         if not half and forward and row.get("fma_loop_dots"):  # float32: 3xTF32 on tensor cores
             found.append(f"{row['fma_loop_dots']} dot(s) of the key loops on the FMA units")
+        narrow = row.get("narrow_wgmma") or 0
+        if capability == 90 and half and narrow and not narrow_allowed(row):
+            found.append(f"{narrow} m64n16 wgmma in the key loops")
         flat = row["dot_loops"] - row["nested_loops"]  # loops the pipeliner can take
         if (
             capability == 90

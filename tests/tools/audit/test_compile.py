@@ -3,7 +3,7 @@
 wgmma, the shape of each wgmma in the key loops (a narrow m64n16 product counted), and whether
 the loop was pipelined; on a TTGIR written as Triton 3.9 prints it for sm_90a."""
 
-from tools.audit.compile import read_ttgir
+from tools.audit.compile import problems, read_ttgir
 
 LAYOUTS = """\
 #mma = #ttg.nvidia_mma<{versionMajor = 3, versionMinor = 0, warpsPerCTA = [8, 1], instrShape = [16, 16, 16]}>
@@ -37,3 +37,30 @@ def test_wide_products_are_not_narrow():
     wide = LAYOUTS.replace("instrShape = [16, 16, 16]", "instrShape = [16, 128, 16]")
     got = read_ttgir(wide + LOOP)
     assert got["loop_wgmma"] == "m64n64 m64n128" and got["narrow_wgmma"] == 0
+
+
+def _row(kernel, family, narrow):
+    """An sm_90a bfloat16 row at default tiles that passes every other rule."""
+    return dict(
+        problem=None, atomics=0, shared_bytes=65536, default_tiles=True, spill_stores=0,
+        spill_loads=0, dtype="bfloat16", kernel=kernel, tiles="32x64", dots=4, wgmma_dots=4,
+        family=family, fma_loop_dots=0, dot_loops=3, nested_loops=0, pipelined_loops=3,
+        narrow_wgmma=narrow,
+    )  # fmt: skip
+
+
+def test_a_narrow_product_fails_the_audit_where_a_family_has_none():
+    """m64n16 products are kept where every wider tile spills (T5, Shaw and FoX's backward,
+    Shaw's key + value term) and fail anywhere else: ALiBi's backward, any other forward."""
+    assert problems(_row("_relbias_bwd_dkdv_kernel", "alibi", 6), 90) == (
+        "6 m64n16 wgmma in the key loops"
+    )
+    assert "m64n16" in problems(_row("_relbias_fwd_kernel", "t5", 2), 90)
+    for kernel, family in (
+        ("_relbias_bwd_dkdv_kernel", "t5"),
+        ("_relbias_bwd_dq_kernel", "fox"),
+        ("_relbias_fwd_kernel", "shaw_kv"),
+    ):
+        assert problems(_row(kernel, family, 6), 90) == ""
+    assert problems(_row("_relbias_bwd_dkdv_kernel", "alibi", 0), 90) == ""
+    assert problems(_row("_relbias_bwd_dkdv_kernel", "alibi", 6), 80) == ""  # no wgmma there
