@@ -260,7 +260,7 @@ def _relbias_bwd_dkdv_kernel(
     (stride_x*, shared: both are allocated alike). Grouped-query heads (GROUP > 1): k and v
     are read from kv head h // GROUP and dk, dv written per query head into float32 buffers
     (B, H, Lk, D) that the host sums over each group (as FlashAttention 2 does: an outer loop
-    over the group in this kernel spills at every tile tried, 255 registers). COL (FoX): the
+    over the group in this kernel spills at every tile tried: docs/kernels.md). COL (FoX): the
     gradient of the keys' D_j, minus their sums of ds, into dcol (B * H, LK) float32."""
     pid_n, _, _, _, h, row, first, lq, lk, q_off = _program_of(
         seq_ptr, H, LQ, LK, LG, LK, BLOCK_N, SEQ

@@ -68,8 +68,8 @@ _BWD_TILES = {
         (4, 64, "value"): Tiles(32, 32, 4, 1),
     },
     "sm80": {
-        # 32 x 64 (dq 64 x 32) sat at 255 registers with no spill until the sequence layouts
-        # came; then T5's and Shaw's causal dq spilled 3-5 local stores under Triton 3.6
+        # 32 x 32 at D=128: at 32 x 64 (dq 64 x 32) T5's and Shaw's causal dq spill under
+        # Triton 3.6 (docs/kernels.md, the tiles' exceptions)
         (2, 128, "plain"): Tiles(32, 32, 8, 2),
         (2, 128, "value"): Tiles(16, 32, 4, 2),
         (2, 64, "plain"): Tiles(32, 64, 8, 2),

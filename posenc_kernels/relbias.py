@@ -203,8 +203,8 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
         pack = packed_heads(seq, heads, kv_heads, t.block_m, spec.col)
         if spec.user_tiles[False] is None:
             t = _fit_rows(t, seq.rows_q * pack)
-            if spec.col and seq.page_size:  # FoX over pages: on 4 warps 16 x 64 spilled 2
-                t = t._replace(num_warps=8)  # local stores (sm_90a, Triton 3.6); 8: 92 regs
+            if spec.col and seq.page_size:  # FoX over pages: 4 warps spill on sm_90a under
+                t = t._replace(num_warps=8)  # Triton 3.6 (docs/kernels.md, the exceptions)
 
         def slots() -> int:  # SMs x the programs one holds, read from the split kernel
             sms, sm = sm_of(q.device)
@@ -231,7 +231,7 @@ def _delta(do: Tensor, out: Tensor) -> Tensor:
     """rowsum(do * out) (B * H, Lq) float32, by one small kernel in the inputs' dtype."""
     bsz, heads, lq, d = out.shape
     delta = torch.empty(bsz * heads, lq, device=out.device, dtype=torch.float32)
-    # 4096 elements of each operand per program: 32 registers a thread (4 warps), no spill
+    # 4096 elements of each operand per program, on 4 warps: a few registers a thread, no spill
     block_m = 16 if _interpreting() else max(16, 4096 // _block_d(d))
     _relbias_bwd_delta_kernel[_grid(triton.cdiv(lq, block_m), bsz, heads)](
         out,

@@ -371,9 +371,9 @@ def _(q, k, cos, sin, scale, pos, offset, rotary, start, interleaved, backward):
 
 def _rope(q, k, cos, sin, *args):
     """The op as torch.compile sees it (a custom op it can trace), or, in eager mode, the launch
-    itself: the custom op's dispatch cost more host time than the rest of the call (96 -> 37 us,
-    python -m tools.audit.host, docs/kernels.md). args: scale, pos, offset, rotary, start,
-    interleaved, backward."""
+    itself: the custom op's dispatch cost more host time than the rest of the call (python -m
+    tools.audit.host; docs/kernels.md, host work per call). args: scale, pos, offset, rotary,
+    start, interleaved, backward."""
     if compiling():
         return _rope_op(q, k, cos, sin, *args)
     q_out, k_out = torch.empty_like(q), torch.empty_like(k)

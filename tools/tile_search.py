@@ -34,7 +34,7 @@ FP32_FWD = [(64, 32, 8, 2), (32, 32, 4, 2), (32, 16, 4, 2), (16, 16, 4, 1)]
 HALF_BWD = [(64, 128, 8, 3), (32, 128, 8, 2), (32, 64, 8, 2), (32, 64, 4, 2), (16, 64, 4, 2)]
 FP32_BWD = [(32, 32, 4, 1), (16, 32, 4, 1), (16, 16, 4, 1)]
 FAMILIES = {  # the kernel's families by the tile table they run with
-    kind: tuple(f.kernel for f in DECLARED.values() if f.tile_kind == kind)
+    kind: tuple(f.name for f in DECLARED.values() if f.tile_kind == kind)
     for kind in ("plain", "value")
 }
 
@@ -81,7 +81,7 @@ def _groups():
 def _passes(direction, dtype, d, families, tiles, target, pool) -> tuple[bool, str]:
     cap = TARGETS[target]
     jobs = []
-    causal_only = {f.kernel for f in DECLARED.values() if f.needs_causal}
+    causal_only = {f.name for f in DECLARED.values() if f.needs_causal}
     for family in families:
         for causal in (True,) if family in causal_only else (False, True):
             key = "fwd_tiles" if direction == "fwd" else "bwd_tiles"

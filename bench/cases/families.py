@@ -37,9 +37,9 @@ class BiasFamily:
     """One bias family (see the module docstring). Every callable takes the point's inputs
     (q (B, H, Lq, D), k and v (B, Hk, Lk, D) and the family's tables) unless it says otherwise.
 
-    name       the cases' names: {name}_attention, {name}_decode, {name}_packed, layer_{name};
-    kernel     the kernel's name of it (posenc_kernels.relbias FAMILY_*), the compile audit's
-    family; learned    (heads, head_dim) -> the module holding its learned tables, or None;
+    name       the family's one name: its cases' ({name}_attention, {name}_decode, {name}_packed,
+               layer_{name}), the compile audit's and the tile tables' family;
+    learned    (heads, head_dim) -> the module holding its learned tables, or None;
     fixed      heads -> its tables that never train, by input name (float32 on the CPU);
     module     inputs -> posenc's bias module computing with the inputs' tables (`.bias(Lq,
                Lk, offset=)` -> (H, Lq, Lk)); None: no additive bias (SDPA and FlexAttention
@@ -64,7 +64,6 @@ class BiasFamily:
     """
 
     name: str
-    kernel: str
     learned: Callable[[int, int], nn.Module] | None
     fixed: Callable[[int], dict[str, torch.Tensor]]
     module: Callable[[dict], nn.Module] | None
@@ -214,7 +213,6 @@ def _fox_gates(batch: int, heads: int, keys: int) -> dict[str, torch.Tensor]:
 
 ALIBI = BiasFamily(
     name="alibi",
-    kernel="alibi",
     learned=None,
     fixed=lambda heads: {"slopes": F.alibi_slopes(heads).float()},
     module=_alibi_module,
@@ -224,7 +222,6 @@ ALIBI = BiasFamily(
 )
 T5 = BiasFamily(
     name="t5",
-    kernel="t5",
     learned=lambda heads, head_dim: posenc.T5RelativeBias(heads, **T5_ARGS),
     fixed=lambda heads: {},
     module=_bound(lambda heads: posenc.T5RelativeBias(heads, **T5_ARGS)),
@@ -239,7 +236,6 @@ T5 = BiasFamily(
 )
 SHAW_BIAS = BiasFamily(
     name="shaw_bias",
-    kernel="shaw",
     learned=lambda heads, head_dim: posenc.ShawBias(heads, SHAW_K),
     fixed=lambda heads: {},
     module=_bound(lambda heads: posenc.ShawBias(heads, SHAW_K)),
@@ -249,7 +245,6 @@ SHAW_BIAS = BiasFamily(
 )
 SHAW_KV = BiasFamily(
     name="shaw_kv",
-    kernel="shaw_kv",
     learned=_shaw_tables,
     fixed=lambda heads: {},
     module=None,  # Shaw's value term adds to the output: no attn_mask, no score_mod
@@ -267,7 +262,6 @@ SHAW_KV = BiasFamily(
 )
 FOX = BiasFamily(
     name="fox",
-    kernel="fox",
     learned=lambda heads, head_dim: posenc.ForgettingGate(heads * head_dim, heads),
     fixed=lambda heads: {},
     module=None,  # a per-row, data-dependent bias: no (H, L, L) table or position score_mod
@@ -307,7 +301,6 @@ def _plain_eager(inputs: dict, causal: bool, seq: dict) -> Attention:
 # has no cases of its own.
 NO_BIAS = BiasFamily(
     name="none",
-    kernel="none",
     learned=None,
     fixed=lambda heads: {},
     module=lambda inputs: _Zeros(inputs["q"].device),

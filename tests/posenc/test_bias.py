@@ -114,7 +114,7 @@ def test_relative_attention_against_loops(lq, lk, causal):
                 _t5_bucket_one(j - i, True, 8, 16), h
             ].item(),
         ),
-        "shaw": (shaw, lambda h, i, j: shaw.table[h, min(max(j - i, -2), 2) + 2].item()),
+        "shaw_bias": (shaw, lambda h, i, j: shaw.table[h, min(max(j - i, -2), 2) + 2].item()),
     }
     for module, fn in biases.values():
         got = F.relative_attention(q, k, v, bias=module, causal=causal)
@@ -159,7 +159,7 @@ def test_flex_attention_agrees_on_the_cpu(kind):
     assert_close(flex_attention(q, k, v, score_mod=score_mod), want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("family", ["alibi", "t5", "shaw"])
+@pytest.mark.parametrize("family", ["alibi", "t5", "shaw_bias"])
 def test_grouped_query_heads_read_their_groups_kv_head(family):
     """k and v with Hk = H / 3 heads: query head h attends with kv head h // 3, as if each
     kv head were repeated for its group (checked head by head against an MHA call)."""
@@ -169,7 +169,8 @@ def test_grouped_query_heads_read_their_groups_kv_head(family):
     b, h, hk, lq, lk, d = 2, 6, 2, 5, 7, 8
     q = torch.randn(b, h, lq, d, dtype=torch.float64)
     k, v = (torch.randn(b, hk, lk, d, dtype=torch.float64) for _ in range(2))
-    bias = {"alibi": ALiBi(h), "t5": T5RelativeBias(h), "shaw": ShawBias(h, 3)}[family].double()
+    modules = {"alibi": ALiBi(h), "t5": T5RelativeBias(h), "shaw_bias": ShawBias(h, 3)}
+    bias = modules[family].double()
     got = F.relative_attention(q, k, v, bias=bias)
     full = F.relative_attention(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), bias=bias)
     torch.testing.assert_close(got, full, rtol=0, atol=0)

@@ -19,7 +19,7 @@ GPU = torch.cuda.is_available()
 DEVICE = "cuda" if GPU else "cpu"
 LENGTHS = [384, 1100] if GPU else [40]
 DTYPES = [torch.float16, torch.bfloat16]
-FAMILIES = ["alibi", "t5", "shaw", "shaw_kv"]
+FAMILIES = ["alibi", "t5", "shaw_bias", "shaw_kv"]
 
 
 def _rel(got, want):

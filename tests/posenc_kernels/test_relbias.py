@@ -60,8 +60,8 @@ CASES = [  # (family, B, H, Lq, Lk, D, causal): odd lengths, Lq != Lk, D = 80
     ("alibi", 2, 1, 19, 19, 32, True),
     ("t5", 1, 2, 17, 40, 32, False),
     ("t5", 1, 2, 33, 33, 80, True),
-    ("shaw", 2, 2, 9, 23, 32, False),
-    ("shaw", 1, 3, 18, 18, 64, True),
+    ("shaw_bias", 2, 2, 9, 23, 32, False),
+    ("shaw_bias", 1, 3, 18, 18, 64, True),
 ]
 
 
@@ -358,7 +358,7 @@ class _Spy:
         return launch
 
 
-@pytest.mark.parametrize("family", ["alibi", "t5", "shaw"])
+@pytest.mark.parametrize("family", ["alibi", "t5", "shaw_bias"])
 def test_table_gradient_only_when_the_table_trains(family, monkeypatch):
     spy = _Spy(relbias._relbias_bwd_dq_kernel)
     monkeypatch.setattr(relbias, "_relbias_bwd_dq_kernel", spy)
@@ -426,7 +426,7 @@ TILES = [
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("tiles", TILES, ids=["32x16", "16x64", "16x16-long", "one-loop"])
-@pytest.mark.parametrize("family", ["alibi", "t5", "shaw", "shaw_kv"])
+@pytest.mark.parametrize("family", ["alibi", "t5", "shaw_bias", "shaw_kv"])
 def test_other_tiles_match_reference(family, tiles, causal, monkeypatch):
     """ "one loop": the GPU's float32 IEEE path, the key loop unsplit."""
     lq, lk = tiles[2] if causal else tiles[3]
@@ -455,7 +455,7 @@ def test_other_tiles_match_reference(family, tiles, causal, monkeypatch):
         module, kwargs = _family(family, 2)
         name = next(n for n in kwargs if n in ("alibi_slopes", "t5_table", "shaw_bias"))
         tables = [kwargs[name].detach().float() + 0.1 * torch.randn(kwargs[name].shape)]
-        attr = {"alibi": "slopes", "shaw": "table"}.get(family)
+        attr = {"alibi": "slopes", "shaw_bias": "table"}.get(family)
 
         def reference(q, k, v, table):
             ref = copy.deepcopy(module).double()
@@ -666,7 +666,7 @@ def test_grids_stay_within_cudas_limits_past_65535_heads():
 GQA = [  # (family, B, H, Hk, Lq, Lk, D, causal): groups of 2 and 3, one kv head
     ("alibi", 1, 4, 2, 19, 19, 32, True),
     ("t5", 2, 6, 2, 17, 29, 32, False),
-    ("shaw", 1, 3, 1, 18, 18, 32, True),
+    ("shaw_bias", 1, 3, 1, 18, 18, 32, True),
     ("shaw_kv", 1, 4, 1, 21, 21, 32, False),
 ]
 
@@ -720,7 +720,7 @@ def test_grouped_query_heads_that_do_not_divide_are_named():
 DECODE = [  # (family, B, H, Hk, Lq, Lk, causal): a decode step, a short prefill, past the clip
     ("alibi", 2, 4, 2, 1, 300, True),
     ("t5", 1, 2, 2, 5, 150, True),
-    ("shaw", 1, 2, 1, 3, 40, False),
+    ("shaw_bias", 1, 2, 1, 3, 40, False),
     ("shaw_kv", 1, 2, 2, 4, 70, True),
 ]
 

@@ -31,7 +31,7 @@ def _tables(family: str, heads: int, d: int, gen: torch.Generator) -> dict:
         return {
             "t5_table": torch.randn(T5["num_buckets"], heads, generator=gen, dtype=torch.float64)
         }
-    if family == "shaw":
+    if family == "shaw_bias":
         return {"shaw_bias": torch.randn(heads, 2 * K_SHAW + 1, generator=gen, dtype=torch.float64)}
     e = 0.5 * torch.randn(2, 2 * K_SHAW + 1, d, generator=gen, dtype=torch.float64)
     return {"shaw_k": e[0], "shaw_v": e[1]}
@@ -98,7 +98,7 @@ def _paged(lens, page: int, hk: int, d: int, dtype, gen):
 CASES = [  # (family, Lq, kv_lens, causal, num_splits, dtype, block_size)
     ("alibi", 1, (37, 5, 1), True, None, torch.float32, 4),
     ("t5", 1, (300, 129, 17), False, None, torch.float32, 16),
-    ("shaw", 3, (20, 2, 11), True, 1, torch.bfloat16, 8),
+    ("shaw_bias", 3, (20, 2, 11), True, 1, torch.bfloat16, 8),
     ("shaw_kv", 2, (40, 9, 25), True, 3, torch.float32, 4),
     ("shaw_kv", 1, (64, 33), False, None, torch.bfloat16, 16),
     ("t5", 4, (50, 7), True, 2, torch.float16, 8),

@@ -11,7 +11,7 @@ from posenc import functional as F
 from posenc_kernels import relbias
 from tests.posenc_kernels.test_relbias import DEVICE, TOL, _assert_grad_close, _leaf, trained
 
-FAMILIES = ("alibi", "t5", "shaw", "shaw_kv")
+FAMILIES = ("alibi", "t5", "shaw_bias", "shaw_kv")
 
 
 def _pair(family, q, k, v, causal, grad=True, extra=None, **seq):
@@ -62,11 +62,11 @@ def _check(want, want_leaves, got, leaves, dtype, backward=True):
 DECODE = [  # (family, causal, splits, Lk): the heuristic's split at 1000, others at 300
     ("alibi", True, None, 1000),
     ("t5", False, None, 1000),
-    ("shaw", True, None, 1000),
+    ("shaw_bias", True, None, 1000),
     ("shaw_kv", True, None, 1000),
     ("alibi", False, 3, 300),
     ("t5", True, 8, 300),
-    ("shaw", False, 8, 300),
+    ("shaw_bias", False, 8, 300),
     ("shaw_kv", False, 3, 300),
     ("shaw_kv", True, 1, 300),
 ]
@@ -129,7 +129,7 @@ def test_decode_step_against_a_long_cache(case, packed, monkeypatch):
 CACHES = [  # (family, Lq, causal, dtype): ragged caches of one batch, forward and backward
     ("alibi", 1, True, torch.float32),
     ("t5", 4, True, torch.bfloat16),
-    ("shaw", 3, False, torch.float32),
+    ("shaw_bias", 3, False, torch.float32),
     ("shaw_kv", 4, True, torch.float32),
     ("t5", 2, False, torch.float32),
     ("shaw_kv", 1, False, torch.bfloat16),
@@ -155,7 +155,7 @@ def test_batch_of_caches_of_their_own_lengths(case):
 PACKED = [  # (family, document lengths, causal, dtype): 3-5 documents of unequal length
     ("alibi", (7, 30, 1, 19), True, torch.float32),
     ("t5", (40, 3, 22), True, torch.bfloat16),
-    ("shaw", (9, 9, 16, 2, 25), False, torch.float32),
+    ("shaw_bias", (9, 9, 16, 2, 25), False, torch.float32),
     ("shaw_kv", (12, 31, 5), True, torch.float32),
     ("alibi", (18, 5, 27), False, torch.bfloat16),
     ("shaw_kv", (3, 20, 8, 14), False, torch.bfloat16),

@@ -163,7 +163,7 @@ def narrow_allowed(row: dict) -> bool:
     is a regression."""
     if row["family"] == "shaw_kv":
         return True
-    return row["family"] in ("t5", "shaw", "fox") and "bwd" in row["kernel"]
+    return row["family"] in ("t5", "shaw_bias", "fox") and "bwd" in row["kernel"]
 
 
 def problems(row: dict, capability: int) -> str:

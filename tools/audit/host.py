@@ -99,10 +99,10 @@ def _calls(shape=(1, 2, 64, 64)):
     q, k, v = (rand(b, h, n, d, **half) for _ in range(3))
     torch.manual_seed(0)  # the learned tables' initialization
     tables = {  # every family as the cases declare it, its learned tables trained
-        f.kernel: f.kernel_args(f.inputs(h, d, "cpu", torch.float32, batch=b, keys=n))
+        f.name: f.kernel_args(f.inputs(h, d, "cpu", torch.float32, batch=b, keys=n))
         for f in _families()
     }
-    needs_causal = {f.kernel: f.needs_causal for f in _families()}
+    needs_causal = {f.name: f.needs_causal for f in _families()}
     out = {}
     for family, kw in tables.items():
         for causal in (True,) if needs_causal[family] else (False, True):

@@ -76,15 +76,15 @@ def specs(only: str | None = None) -> list[Spec]:
         Spec("rope_cache", positions="table"),
     ]
     every = [f for f in _families()]
-    families = tuple(f.kernel for f in every)
+    families = tuple(f.name for f in every)
     # each family causal or not (where it is defined so), then other dtypes and D=64
     attn = [
-        Spec("relbias", f.kernel, causal=c)
+        Spec("relbias", f.name, causal=c)
         for f in every
         for c in (False, True)
         if c or not f.needs_causal
     ]
-    causal = {f.kernel: f.needs_causal for f in every}
+    causal = {f.name: f.needs_causal for f in every}
     attn += [
         Spec("relbias", f, dtype=d, causal=causal[f])
         for f in families
@@ -117,9 +117,9 @@ def _families():
     return FAMILIES.values()
 
 
-def family_of(kernel: str):
-    """The family declaration whose kernel name is `kernel`."""
-    return next(f for f in _families() if f.kernel == kernel)
+def family_of(name: str):
+    """The family declaration named `name`."""
+    return next(f for f in _families() if f.name == name)
 
 
 def tile_candidates() -> list[Spec]:

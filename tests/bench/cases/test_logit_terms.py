@@ -1,8 +1,8 @@
 """The 2025 schemes through the harness: FoX as a bias family (its attention and layer cases;
 its decode, packed and paged ones are the families' generic cases, whose kernel paths
-tests/posenc_kernels/test_relbias_2025.py covers), sinks on the attention cases, iRoPE's temperature
-in a layer; every implementation gated against float64 (gradients too: the gates', the
-sinks'), the kernels under the interpreter."""
+tests/posenc_kernels/test_relbias_fox_sinks.py covers), sinks on the attention cases, iRoPE's
+temperature in a layer; every implementation gated against float64 (gradients too: the gates',
+the sinks'), the kernels under the interpreter."""
 
 import json
 

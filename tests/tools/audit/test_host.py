@@ -17,7 +17,7 @@ def test_attention_and_rope_calls_do_no_host_work_besides_their_kernels(rows):
     index is cached, delta is a kernel and the gradients are written in the inputs' dtype. What
     is left: the table gradient's sum over programs, and Shaw's key+value terms (torch matmuls
     that autograd differentiates)."""
-    for family in ("alibi", "t5", "shaw"):
+    for family in ("alibi", "t5", "shaw_bias"):
         for causal in ("", " causal"):
             call = f"attention {family}{causal}"
             assert rows[(call, "forward")]["launches"] == 0, rows[(call, "forward")]

@@ -1,7 +1,7 @@
-"""posenc_kernels.relative_attention's schemes of 2025: forgetting attention (fox_log_f, Lin et al.
-2025) and attention sinks (sinks=, gpt-oss), forward and backward, against float64 written from
-the definitions: FoX's bias as the sum of the log gates between key and query, a sink as one
-more softmax column that carries no value."""
+"""posenc_kernels.relative_attention's forget gates and sinks: forgetting attention
+(fox_log_f, Lin et al. 2025) and attention sinks (sinks=, gpt-oss), forward and backward, against
+float64 written from the definitions: FoX's bias as the sum of the log gates between key and
+query, a sink as one more softmax column that carries no value."""
 
 import math
 
@@ -162,7 +162,7 @@ def _family(name, heads):
     return {"shaw_bias": m.table}, m, m.table
 
 
-@pytest.mark.parametrize("family", ["alibi", "t5", "shaw", "shaw_kv"])
+@pytest.mark.parametrize("family", ["alibi", "t5", "shaw_bias", "shaw_kv"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_sinks_with_every_family(family, causal):
     """A sink per head with each bias family: outputs and every gradient (the sinks' too)
@@ -215,7 +215,7 @@ def test_bad_input_names_the_argument():
         relbias.relative_attention(q, q, q, fox_log_f=gates, alibi_slopes=gates[0, :, 0])
 
 
-@pytest.mark.parametrize("family", ["alibi", "t5", "shaw"])
+@pytest.mark.parametrize("family", ["alibi", "t5", "shaw_bias"])
 def test_packed_decode_with_sinks_and_a_group_of_three(family):
     """A decode step of 2 queries whose 6 heads share 2 kv heads (a group of 3, not a power of
     two: the kernel packs each group's 6 rows into one tile), each head its own sink and bias
