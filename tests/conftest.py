@@ -11,6 +11,8 @@ import pytest  # noqa: E402
 
 from tests._interpreter import install  # noqa: E402
 
+pytest_plugins = ["tests._record"]  # the session's record for the README (tests/_record.py)
+
 if os.environ.get("TRITON_INTERPRET") == "1":
     install()  # each interpreted launch patches Triton's language once (tests/_interpreter.py)
 

@@ -1,0 +1,143 @@
+"""README.md's figures are its committed rows: each figure tools/figures.py writes is quoted in the
+README as written, no other measured number is there, and the test count comes from a record
+that only a whole, passing `make test` on a committed tree may write."""
+
+import inspect
+import json
+import re
+
+import pytest
+
+from bench.probe.report import reciprocal_rank
+from bench.run.check import FACTOR
+from bench.run.samples import Timing
+from tools import figures
+
+README = figures.README.read_text()
+
+# Numbers the README states that are settings, not measurements: each as the code or the
+# run's configuration gives it.
+SETTINGS = {
+    "at most 3x the reference's own": lambda: f"at most {FACTOR:g}x the reference's own",
+    "with its 95% interval": lambda: (
+        f"with its {inspect.signature(Timing.median_ci).parameters['level'].default:.0%} interval"
+    ),
+    "medians come with their 95% interval": lambda: (
+        "medians come with their "
+        f"{inspect.signature(Timing.median_ci).parameters['level'].default:.0%} interval"
+    ),
+    "(decode: 8 rows": lambda: f"(decode: {_decode_batch()} rows",
+    "RoPE falls by 8x": lambda: f"RoPE falls by {_probe_factor()}x",
+    "Ranked at 2x": lambda: (
+        f"Ranked at {inspect.signature(reciprocal_rank).parameters['factor'].default}x"
+    ),
+}
+# A measured figure: a percentage, a time, a ratio, an accuracy, a count of rows or of cases
+FIGURE = re.compile(
+    r"(?<![\w.])\d+(?:\.\d+)?(?: ?%| ?ms\b| ?min\b| minutes\b| ?s\b|x\b)|\b\d+:\d\d\b"
+    r"|(?<![\w.])[01]\.\d\d\b|\b\d+ rows\b|\b\d+ of \d+\b"
+)
+
+
+def _decode_batch() -> int:
+    df = figures._rows(figures.LAYER)
+    return int(df.loc[df["case"].str.endswith("_decode"), "batch"].max())
+
+
+def _probe_factor() -> int:
+    df = figures._rows_probe(figures.PROBE)
+    return int(df["eval_len"].max() // df["train_len"].min())
+
+
+@pytest.mark.parametrize("name", sorted(figures.FIGURES))
+def test_the_readme_quotes_each_figure_as_its_rows_give_it(name):
+    assert name not in figures.misquoted(README), figures.FIGURES[name]()
+
+
+@pytest.mark.parametrize("quoted", sorted(SETTINGS))
+def test_each_setting_the_readme_states_is_the_code_s(quoted):
+    assert figures.flat(quoted) in figures.flat(README)
+    assert SETTINGS[quoted]() == quoted
+
+
+def _loose(page: str) -> list[str]:
+    text = figures.flat(page.split("```python")[0] + page.split("```python")[1].split("```", 1)[1])
+    covered = [False] * len(text)
+    quoted = [figures.flat(f()) for f in figures.FIGURES.values()]
+    for q in quoted + [figures.flat(s) for s in SETTINGS]:
+        for m in re.finditer(re.escape(q), text):
+            covered[m.start() : m.end()] = [True] * (m.end() - m.start())
+    return [m.group() for m in FIGURE.finditer(text) if not all(covered[m.start() : m.end()])]
+
+
+def test_no_other_measured_figure_is_in_the_readme():
+    assert not _loose(README), "quoted without a row behind it (tools/figures.py)"
+
+
+def test_a_figure_that_drifts_from_its_rows_is_caught():
+    """The checks can fail: a figure changed in the text, and one written loose."""
+    drifted = README.replace(figures.probe_run(), figures.probe_run().replace(" s)", "1 s)"))
+    assert figures.misquoted(drifted) == ["probe_run"]
+    assert _loose(README + "\nThe kernel is 1.7x faster.\n") == ["1.7x"]
+
+
+RUN = {
+    "commit": "abc1234",
+    "dirty": False,
+    "passed": 1800,
+    "failed": 0,
+    "exitstatus": 0,
+    "seconds": 390,
+    "cores": 2,
+    "python": "3.11.7",
+    "torch": "2.13.0+cpu",
+    "whole_suite": True,
+}
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({"whole_suite": False}, "not recorded: it did not run the whole suite as make test does"),
+        ({"failed": 2}, "not recorded: 2 tests failed"),
+        ({"dirty": True}, "not recorded: its tree had uncommitted changes"),
+    ],
+)
+def test_only_a_whole_passing_run_on_a_committed_tree_is_recorded(
+    tmp_path, monkeypatch, change, why
+):
+    last, record = tmp_path / "run", tmp_path / "tests.json"
+    monkeypatch.setattr(figures, "LAST_RUN", last)
+    monkeypatch.setattr(figures, "TESTS", record)
+    monkeypatch.setattr(figures, "ROOT", tmp_path)
+    assert figures.record_tests().startswith("no record of a test run")
+    last.write_text(json.dumps(dict(RUN, **change)))
+    assert figures.record_tests() == why and not record.exists()
+    last.write_text(json.dumps(RUN))
+    assert figures.record_tests() == "recorded tests.json: 1800 in 6:30 on 2 cores at abc1234"
+    assert json.loads(record.read_text())["passed"] == 1800
+
+
+def test_the_record_knows_a_whole_suite_from_a_part(tmp_path):
+    """make test's selection is whole; a path, a test id, -k or other marks are parts."""
+    from types import SimpleNamespace
+
+    from tests._record import MAKE_TEST_MARKS, _whole_suite
+
+    (tmp_path / "tests").mkdir()
+
+    def config(args, **option):
+        opts = dict(keyword="", markexpr=MAKE_TEST_MARKS, deselect=None, lf=False) | option
+        return SimpleNamespace(
+            args=args,
+            rootpath=tmp_path,
+            invocation_params=SimpleNamespace(dir=tmp_path),
+            option=SimpleNamespace(**opts),
+        )
+
+    assert _whole_suite(config(["tests"])) and _whole_suite(config([]))
+    assert not _whole_suite(config(["tests/test_readme.py"]))
+    assert not _whole_suite(config(["tests/test_a.py::test_b"]))
+    assert not _whole_suite(config(["tests"], keyword="readme"))
+    assert not _whole_suite(config(["tests"], markexpr=""))
+    assert not _whole_suite(config(["tests"], lf=True))
