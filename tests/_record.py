@@ -1,7 +1,7 @@
 """A pytest plugin (tests/conftest.py loads it): at the end of a session, what it ran, in
-pytest's cache (.pytest_cache/v/posenc/run): the tests that passed and failed, the wall time, the
-cores, the commit and whether the tree had changes, and whether it ran the whole suite as `make
-test` does. `python -m tools.figures --record-tests` turns a clean, whole, passing one into
+pytest's cache (.pytest_cache/v/posenc-bench/run): the tests that passed and failed, the wall
+time, the cores, the commit and whether the tree had changes, and whether it ran the whole suite
+as `make test` does. `python -m tools.figures --record-tests` turns a clean, whole, passing one into
 results/reference/tests.json, the README's test count and time."""
 
 import os
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-KEY = "posenc/run"
+KEY = "posenc-bench/run"
 MAKE_TEST_MARKS = "not rehearsal"  # the Makefile's `make test` selection
 
 

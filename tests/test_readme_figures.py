@@ -137,7 +137,7 @@ def test_the_record_knows_a_whole_suite_from_a_part(tmp_path):
 
     assert _whole_suite(config(["tests"])) and _whole_suite(config([]))
     assert not _whole_suite(config(["tests/test_readme.py"]))
-    assert not _whole_suite(config(["tests/test_a.py::test_b"]))
+    assert not _whole_suite(config(["tests/test_readme.py::test_links_and_paths_exist"]))
     assert not _whole_suite(config(["tests"], keyword="readme"))
     assert not _whole_suite(config(["tests"], markexpr=""))
     assert not _whole_suite(config(["tests"], lf=True))

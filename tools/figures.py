@@ -25,7 +25,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "results" / "reference"
 README = ROOT / "README.md"
-LAST_RUN = ROOT / ".pytest_cache" / "v" / "posenc" / "run"  # tests/_record.py writes it
+LAST_RUN = ROOT / ".pytest_cache" / "v" / "posenc-bench" / "run"  # written by tests/_record.py
 TESTS = REF / "tests.json"
 
 
