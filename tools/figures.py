@@ -1,13 +1,14 @@
-"""Every figure README.md quotes, written from the committed files that hold it: the reference
-runs' rows (results/reference/<run>/: results.csv or probe.csv, env.json, timing_summary.json),
-docs/models.md's conformance section (written by `python -m bench.conformance --markdown`) and
-the record of the last full `make test` (results/reference/tests.json).
+"""Every figure README.md quotes, and docs/kernels.md's compile table, written from the committed
+files that hold it: the reference runs' rows (results/reference/<run>/: results.csv or
+probe.csv, env.json, timing_summary.json), docs/models.md's conformance section (written by
+`python -m bench.conformance --markdown`), the record of the last full `make test`
+(results/reference/tests.json) and the compile audit's tables (results/gpu-compile/*.csv).
 
     python -m tools.figures                  # each figure as the README must quote it
-    python -m tools.figures --check          # the ones the README does not quote so (exit 1)
+    python -m tools.figures --check          # the ones a page does not quote so (exit 1)
     python -m tools.figures --record-tests   # after `make test` on a clean tree: its record
 
-tests/test_readme_figures.py checks that the README quotes each as written here, and that it
+tests/test_figures.py checks that each page quotes each as written here, and that the README
 holds no other measured figure. A new run: commit its folder, point the figure at it, paste.
 """
 
@@ -281,7 +282,7 @@ def tests_line() -> str:
     return f"{r['passed']} in {_minutes(r['seconds'])} on {r['cores']} cores at {r['commit']}"
 
 
-FIGURES = {
+README_FIGURES = {
     "quick_run": quick_run,
     "probe_minutes": probe_minutes,
     "conformance": conformance,
@@ -296,6 +297,141 @@ FIGURES = {
     "probe_ranks": probe_ranks,
     "tests_line": tests_line,
 }
+
+
+# docs/kernels.md: the compile audit's table at what `sweep=gpu` runs.
+AUDIT = ROOT / "results" / "gpu-compile"
+TRITONS = ("3.9.0", "3.6.0")
+FAMILY_NAMES = {
+    "alibi": "ALiBi",
+    "t5": "T5",
+    "shaw_bias": "Shaw scalar",
+    "shaw_kv": "Shaw key + value",
+    "fox": "FoX",
+}
+COMPILE_GROUPS = [  # (label, kernel, families)
+    ("forward", "_relbias_fwd_kernel", ("alibi", "t5", "shaw_bias", "fox")),
+    ("forward", "_relbias_fwd_kernel", ("shaw_kv",)),
+    ("delta (backward's row term)", "_relbias_bwd_delta_kernel", None),
+    ("dk/dv", "_relbias_bwd_dkdv_kernel", ("alibi",)),
+    ("dk/dv", "_relbias_bwd_dkdv_kernel", ("t5", "shaw_bias", "shaw_kv", "fox")),
+    ("dq", "_relbias_bwd_dq_kernel", ("alibi",)),
+    ("dq", "_relbias_bwd_dq_kernel", ("fox",)),
+    ("dq", "_relbias_bwd_dq_kernel", ("t5", "shaw_bias", "shaw_kv")),
+]
+
+
+@cache
+def _audit(triton: str) -> pd.DataFrame:
+    df = pd.read_csv(AUDIT / f"triton-{triton}.csv", keep_default_na=False, na_values=[""])
+    at = (df["target"] == "sm_90a") & (df["dtype"] == "bfloat16") & (df["head_dim"] == 128)
+    return df[at & (df["variant"] == "default") & df["default_tiles"]]
+
+
+def _one(values) -> str:
+    """A value the rows share, or every value they hold, in order of first appearance."""
+    return " / ".join(dict.fromkeys(str(v) for v in values))
+
+
+def _loops(rows: pd.DataFrame) -> str:
+    def of(r) -> str:
+        nested = f" +{r.nested_loops}" if r.nested_loops else ""
+        return f"{r.pipelined_loops} of {r.dot_loops}{nested}"
+
+    full = _one(of(r) for r in rows[~rows["causal"]].itertuples())
+    causal = _one(of(r) for r in rows[rows["causal"]].itertuples())
+    if not full or causal in (full, ""):
+        return full or causal
+    return f"{full} (causal {causal})"
+
+
+def _span_of(values: pd.Series) -> str:
+    lo, hi = values.min(), values.max()
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+def _narrowest(shapes) -> str:
+    every = {s for v in shapes if isinstance(v, str) for s in v.split()}
+    return min(every, key=lambda s: int(s.split("n")[1])) if every else "-"
+
+
+def _tiles(r) -> str:
+    m, n = r.tiles.split("x")
+    return (
+        f"{m} rows ({r.num_warps})" if n == "None" else f"{m} x {n} ({r.num_warps}, {r.num_stages})"
+    )
+
+
+def compile_table() -> str:
+    head = [
+        "kernel",
+        "tiles (warps, stages)",
+        f"registers ({' / '.join(t.rsplit('.', 1)[0] for t in TRITONS)})",
+        "spills",
+        "key loops pipelined",
+        "dots on wgmma",
+        "score products",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, kernel, families in COMPILE_GROUPS:
+        parts = []
+        for triton in TRITONS:
+            df = _audit(triton)
+            df = df[df["kernel"] == kernel]
+            parts.append(df[df["family"].isin(families)] if families else df)
+        both = pd.concat(parts)
+        if families:
+            label = f"{label}, {' / '.join(FAMILY_NAMES[f] for f in families)}"
+        tiles = _one(_tiles(r) for r in both.itertuples())
+        regs = " / ".join(_span_of(p["registers"]) for p in parts)
+        dots = both["dots"].sum()
+        wgmma = "no dots" if not dots else "all" if both["wgmma_dots"].sum() == dots else "some"
+        loops = "no dots" if not dots else _one(_loops(p) for p in parts)
+        cells = [
+            label,
+            tiles,
+            regs,
+            str(both["spill_stores"].max()),
+            loops,
+            wgmma if dots else "-",
+            _narrowest(both["loop_wgmma"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append(_rope_row())
+    return "\n".join(lines)
+
+
+def narrow_count() -> str:
+    """How many sm_90a attention kernels at default tiles keep an m64n16 product in a key loop."""
+    counts = []
+    for triton in TRITONS:
+        df = pd.read_csv(AUDIT / f"triton-{triton}.csv", keep_default_na=False, na_values=[""])
+        df = df[(df["target"] == "sm_90a") & df["kernel"].str.startswith("_relbias")]
+        df = df[df["default_tiles"]]
+        counts.append(f"{(df['narrow_wgmma'] > 0).sum()} of the {len(df)}")
+    return f"{_one(counts)} sm_90a attention kernels at default tiles hold m64n16 products"
+
+
+def _rope_row() -> str:
+    """RoPE's kernel as sweep=gpu runs it: bshd, 32 query and 8 kv heads, forward and backward."""
+    parts = []
+    for triton in TRITONS:
+        df = pd.read_csv(AUDIT / f"triton-{triton}.csv", keep_default_na=False, na_values=[""])
+        at = (df["target"] == "sm_90a") & (df["dtype"] == "bfloat16") & (df["head_dim"] == 128)
+        at &= df["kernel"].str.startswith("_rope_kernel") & (df["tiles"] == "heads 32+8")
+        parts.append(df[at & (df["variant"] == "bshd half-split full pos=none")])
+    both = pd.concat(parts)
+    cells = [
+        f"RoPE forward and backward (bshd, GQA 32/8: {_one(both['vector_global_insts'])} 128-bit"
+        " accesses)",
+        f"one token per program ({_one(both['num_warps'])} warps)",
+        " / ".join(_span_of(p["registers"]) for p in parts),
+        str(both["spill_stores"].max()),
+        "no dots",
+        "-",
+        "-",
+    ]
+    return "| " + " | ".join(cells) + " |"
 
 
 def record_tests() -> str:
@@ -320,15 +456,21 @@ def record_tests() -> str:
     return f"recorded {TESTS.relative_to(ROOT)}: {tests_line()}"
 
 
+PAGES = {  # each page -> its figures
+    "README.md": README_FIGURES,
+    "docs/kernels.md": {"compile_table": compile_table, "narrow_count": narrow_count},
+}
+
+
 def flat(text: str) -> str:
     """Text with its line breaks and runs of spaces as single spaces: a figure may wrap."""
     return " ".join(text.split())
 
 
-def misquoted(page: str) -> list[str]:
-    """The figures `page` does not quote as written here."""
-    text = flat(page)
-    return [name for name, figure in FIGURES.items() if flat(figure()) not in text]
+def misquoted(text: str, page: str = "README.md") -> list[str]:
+    """The figures of `page` that `text` (its contents) does not quote as written here."""
+    text = flat(text)
+    return [name for name, figure in PAGES[page].items() if flat(figure()) not in text]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,11 +484,14 @@ def main(argv: list[str] | None = None) -> int:
         message = record_tests()
         print(message)
         return 0 if message.startswith("recorded") else 1
-    wrong = misquoted(README.read_text())
-    for name, figure in FIGURES.items():
-        if not args.check or name in wrong:
-            print(f"--- {name}{' (not in README.md as written)' if name in wrong else ''}")
-            print(figure())
+    wrong = 0
+    for page, figures in PAGES.items():
+        bad = misquoted((ROOT / page).read_text(), page)
+        wrong += len(bad)
+        for name, figure in figures.items():
+            if not args.check or name in bad:
+                print(f"--- {page}: {name}{' (not quoted as written)' if name in bad else ''}")
+                print(figure())
     return 1 if args.check and wrong else 0
 
 

@@ -1,6 +1,7 @@
-"""README.md's figures are its committed rows: each figure tools/figures.py writes is quoted in the
-README as written, no other measured number is there, and the test count comes from a record
-that only a whole, passing `make test` on a committed tree may write."""
+"""The pages' figures are their committed rows: each figure tools/figures.py writes is quoted in
+its page (README.md, docs/kernels.md's compile table) as written, no other measured number is in
+the README, and its test count comes from a record that only a whole, passing `make test` on a
+committed tree may write."""
 
 import inspect
 import json
@@ -49,9 +50,12 @@ def _probe_factor() -> int:
     return int(df["eval_len"].max() // df["train_len"].min())
 
 
-@pytest.mark.parametrize("name", sorted(figures.FIGURES))
-def test_the_readme_quotes_each_figure_as_its_rows_give_it(name):
-    assert name not in figures.misquoted(README), figures.FIGURES[name]()
+@pytest.mark.parametrize(
+    "page, name", [(page, name) for page, names in figures.PAGES.items() for name in names]
+)
+def test_each_page_quotes_each_figure_as_its_rows_give_it(page, name):
+    text = (figures.ROOT / page).read_text()
+    assert name not in figures.misquoted(text, page), figures.PAGES[page][name]()
 
 
 @pytest.mark.parametrize("quoted", sorted(SETTINGS))
@@ -63,7 +67,7 @@ def test_each_setting_the_readme_states_is_the_code_s(quoted):
 def _loose(page: str) -> list[str]:
     text = figures.flat(page.split("```python")[0] + page.split("```python")[1].split("```", 1)[1])
     covered = [False] * len(text)
-    quoted = [figures.flat(f()) for f in figures.FIGURES.values()]
+    quoted = [figures.flat(f()) for f in figures.README_FIGURES.values()]
     for q in quoted + [figures.flat(s) for s in SETTINGS]:
         for m in re.finditer(re.escape(q), text):
             covered[m.start() : m.end()] = [True] * (m.end() - m.start())
