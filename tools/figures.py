@@ -1,8 +1,9 @@
-"""Every figure README.md quotes, and docs/kernels.md's compile table, written from the committed
-files that hold it: the reference runs' rows (results/reference/<run>/: results.csv or
+"""Every figure README.md quotes, and docs/kernels.md's compile and host tables, written from what
+holds it: the reference runs' rows (results/reference/<run>/: results.csv or
 probe.csv, env.json, timing_summary.json), docs/models.md's conformance section (written by
 `python -m bench.conformance --markdown`), the record of the last full `make test`
-(results/reference/tests.json) and the compile audit's tables (results/gpu-compile/*.csv).
+(results/reference/tests.json), the compile audit's tables (results/gpu-compile/*.csv) and the
+host audit's counts (`python -m tools.audit.host`, machine-independent).
 
     python -m tools.figures                  # each figure as the README must quote it
     python -m tools.figures --check          # the ones a page does not quote so (exit 1)
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from functools import cache
@@ -412,6 +414,33 @@ def narrow_count() -> str:
     return f"{_one(counts)} sm_90a attention kernels at default tiles hold m64n16 products"
 
 
+def host_table() -> str:
+    """docs/kernels.md's host work per call: the counts of `python -m tools.audit.host` (its
+    launches stubbed under Triton's interpreter, which this process turns on if it can)."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    from tools.audit.host import measure
+
+    head = ["call", "part", "Triton kernels", "torch operations besides them", "allocations"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in measure(reps=2):  # the counts; its timings (a CPU proxy) are not quoted
+        cells = [r["call"], r["part"], r["kernels"], r["launches"], r["allocs"]]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def alibi_fp32() -> str:
+    """The float instructions of ALiBi's forward at the default tile, per Triton."""
+    counts = []
+    for triton in TRITONS:
+        df = _audit(triton)
+        at = (df["kernel"] == "_relbias_fwd_kernel") & (df["family"] == "alibi") & ~df["causal"]
+        counts.append(
+            f"{_one(df.loc[at, 'fp32_insts'])} under {'Triton ' if not counts else ''}"
+            f"{triton.rsplit('.', 1)[0]}"
+        )
+    return f"(`fp32_insts`, static): {' and '.join(counts)} at the default tile"
+
+
 def _rope_row() -> str:
     """RoPE's kernel as sweep=gpu runs it: bshd, 32 query and 8 kv heads, forward and backward."""
     parts = []
@@ -458,7 +487,12 @@ def record_tests() -> str:
 
 PAGES = {  # each page -> its figures
     "README.md": README_FIGURES,
-    "docs/kernels.md": {"compile_table": compile_table, "narrow_count": narrow_count},
+    "docs/kernels.md": {
+        "compile_table": compile_table,
+        "narrow_count": narrow_count,
+        "host_table": host_table,
+        "alibi_fp32": alibi_fp32,
+    },
 }
 
 
