@@ -428,6 +428,38 @@ def host_table() -> str:
     return "\n".join(lines)
 
 
+PASSES = {
+    "_relbias_fwd_kernel": "forward",
+    "_relbias_bwd_dkdv_kernel": "dk/dv",
+    "_relbias_bwd_dq_kernel": "dq",
+}
+
+
+def _per_score(loop: str, scores: float) -> str:
+    insts, fp32, mufu, _ = (int(n) for n in loop.split("/"))
+    return f"{insts / scores:.1f} / {fp32 / scores:.1f} / {mufu / scores:.2f}"
+
+
+def loop_table() -> str:
+    """What one key loop's iteration issues per score, per pass and family (Triton 3.9, not
+    causal where the family is defined so): its instructions, FP32 and MUFU instructions over
+    the scores a thread holds."""
+    df = _audit(TRITONS[0])
+    df = df[df["kernel"].isin(PASSES)].sort_values("causal", kind="stable")
+    df = df.drop_duplicates(["kernel", "family"])  # the first: not causal where there is one
+    head = ["pass", "family", "tile (warps)", "scores a thread", "outside the band", "the band"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for kernel, name in PASSES.items():
+        for r in df[df["kernel"] == kernel].itertuples():
+            m, n = (int(x) for x in r.tiles.split("x"))
+            scores = m * n / (32 * r.num_warps)
+            loops = r.loop_sass.split()
+            cells = [name, FAMILY_NAMES[r.family], f"{m} x {n} ({r.num_warps})", f"{scores:g}"]
+            cells += [_per_score(loops[0], scores), _per_score(loops[-1], scores)]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def alibi_fp32() -> str:
     """The float instructions of ALiBi's forward at the default tile, per Triton."""
     counts = []
@@ -492,6 +524,7 @@ PAGES = {  # each page -> its figures
         "narrow_count": narrow_count,
         "host_table": host_table,
         "alibi_fp32": alibi_fp32,
+        "loop_table": loop_table,
     },
 }
 

@@ -53,6 +53,7 @@ def read_cubin(cubin: bytes) -> dict:
     stack = re.search(r"STACK:(\d+)", usage)
     ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass)
     return dict(
+        loop_sass=" ".join("/".join(str(n) for n in lp) for lp in sass_loops(sass)),
         registers=int(regs.group(1)) if regs else None,
         stack_bytes=int(stack.group(1)) if stack else None,
         spill_stores=sum(op.startswith("STL") for op in ops),
@@ -67,6 +68,28 @@ def read_cubin(cubin: bytes) -> dict:
             op.startswith(("LDG", "STG")) and (".U16" in op or ".S16" in op) for op in ops
         ),
     )
+
+
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)([^;]*);")
+
+
+def sass_loops(sass: str) -> list[tuple[int, int, int, int]]:
+    """Each tensor-core loop of the SASS, in address order, as what one iteration issues per
+    thread: (instructions, FP32 instructions, MUFU instructions, tensor-core instructions). A
+    loop is the span from a backward branch's target to the branch; one that holds another such
+    loop counts its inner loop once (the cost model reads the innermost)."""
+    code = [(int(a, 16), op, rest) for a, op, rest in _INSTRUCTION.findall(sass)]
+    out = []
+    for addr, op, rest in code:
+        target = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
+        if target is None or int(target.group(1), 16) >= addr:
+            continue
+        body = [o for a, o, _ in code if int(target.group(1), 16) <= a <= addr]
+        tensor = sum(o.startswith(("HGMMA", "HMMA")) for o in body)
+        if tensor:
+            fp32 = sum(o.startswith(FP32_OPS) for o in body)
+            out.append((len(body), fp32, sum(o.startswith("MUFU") for o in body), tensor))
+    return out
 
 
 def read_ttgir(ttgir: str) -> dict:

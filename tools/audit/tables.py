@@ -34,6 +34,7 @@ COLUMNS = (
     "wgmma_dots",
     "mma_dots",
     "loop_wgmma",
+    "loop_sass",
     "narrow_wgmma",
     "tensor_core_insts",
     "fp32_insts",

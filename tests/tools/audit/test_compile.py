@@ -3,7 +3,7 @@
 wgmma, the shape of each wgmma in the key loops (a narrow m64n16 product counted), and whether
 the loop was pipelined; on a TTGIR written as Triton 3.9 prints it for sm_90a."""
 
-from tools.audit.compile import problems, read_ttgir
+from tools.audit.compile import problems, read_ttgir, sass_loops
 
 LAYOUTS = """\
 #mma = #ttg.nvidia_mma<{versionMajor = 3, versionMinor = 0, warpsPerCTA = [8, 1], instrShape = [16, 16, 16]}>
@@ -64,3 +64,27 @@ def test_a_narrow_product_fails_the_audit_where_a_family_has_none():
         assert problems(_row(kernel, family, 6), 90) == ""
     assert problems(_row("_relbias_bwd_dkdv_kernel", "alibi", 0), 90) == ""
     assert problems(_row("_relbias_bwd_dkdv_kernel", "alibi", 6), 80) == ""  # no wgmma there
+
+
+SASS = """\
+        /*0100*/                   MOV R1, c[0x0][0x28] ;
+        /*0110*/                   MUFU.RCP R6, R6 ;
+        /*0200*/                   HGMMA.64x64x16.F32.BF16 R88, gdesc[UR8], RZ, !UPT ;
+        /*0210*/                   FMUL R90, R90, R3 ;
+        /*0220*/                   FFMA R91, R91, R3, -R4 ;
+        /*0230*/                   FMNMX R5, R90, R91, !PT ;
+        /*0240*/                   MUFU.EX2 R90, R90 ;
+        /*0250*/                   HGMMA.64x128x16.F32.BF16 R24, R120, gdesc[UR8].tnspB, R24 ;
+        /*0260*/                   IADD3 R7, R7, 0x40, RZ ;
+        /*0270*/              @!P2 BRA 0x200 ;
+        /*0280*/                   FADD R9, R9, R8 ;
+        /*0290*/                   IADD3 R10, R10, 0x1, RZ ;
+        /*02a0*/               @P0 BRA 0x280 ;
+        /*02b0*/                   BRA 0x2c0 ;
+"""
+
+
+def test_the_sass_loops_are_read_per_iteration():
+    """The loop from 0x200 to its backward branch: 8 instructions, 3 FP32, 1 MUFU, 2 HGMMA; the
+    loop without a tensor-core instruction (0x280) and the forward branch are not counted."""
+    assert sass_loops(SASS) == [(8, 3, 1, 2)]
