@@ -29,7 +29,7 @@ import triton
 from torch import Tensor
 
 from posenc_kernels import _relbias_common as jit
-from posenc_kernels._relbias_tiles import Tiles, default_tiles
+from posenc_kernels._relbias_tiles import Tiles, default_dq_tiles, default_tiles
 
 # the kernels' bias paths (their BIAS constexpr) as the ints the launchers pass; T5 and Shaw's
 # scalar bias are both TABLE: an (H, n) lookup through a bucket index
@@ -73,12 +73,23 @@ class _Spec:
         _SAFE as the fallback (block_m capped per kernel by row_tiles)."""
         if self.user_tiles[backward] is not None:
             return self.user_tiles[backward], None
-        # "value" tiles: the backward's for Shaw's per-index gathers (not FoX's one index),
-        # the forward's for Shaw's value term; a family's own rows first
+        return default_tiles(q, backward, self._kinds(backward))
+
+    def dq_tiles(self, q: Tensor, dkdv: Tiles) -> Tiles:
+        """The dq kernel's tiles beside dk/dv's `dkdv`: their transpose for a user's bwd_tiles
+        or the fallback, else the GPU's dq row where it has one (_relbias_tiles._DQ_TILES)."""
+        default, _ = self.tiles(q, backward=True)
+        if self.user_tiles[True] is not None or dkdv != default:
+            return dkdv._replace(block_m=dkdv.block_n, block_n=dkdv.block_m)
+        return default_dq_tiles(q, self._kinds(True), dkdv)
+
+    def _kinds(self, backward: bool) -> tuple[str, str]:
+        """The tile tables' keys, the most specific first: the family's own rows, then its kind
+        ("value": the backward's for Shaw's per-index gathers (not FoX's one index), the
+        forward's for Shaw's value term; else "plain")."""
         value = (self.bias == SHAW_KV and not self.col) if backward else self.has_value
         family = "fox" if self.col else _FAMILY_ROWS.get(self.bias, "")
-        tiles, fallback = default_tiles(q, backward, (family, "value" if value else "plain"))
-        return tiles, fallback
+        return family, "value" if value else "plain"
 
     def row_tiles(self, tiles: Tiles) -> Tiles:
         """tiles for a kernel that keeps (block_m, NB) float32 per-row bucket sums in registers

@@ -32,7 +32,8 @@ class Tiles(NamedTuple):
 # forward and dq kernels keep (block_m, NB) per-row sums. float32 runs IEEE dots on the CUDA
 # cores, whose register use swings with the tile (hence its small tiles). Backward tiles are
 # the dk/dv kernel's (block_m queries streamed past block_n keys held, the tile computed keys
-# by queries so that every dot has M = block_n); the dq kernel runs the transpose. A GPU
+# by queries so that every dot has M = block_n); the dq kernel runs the transpose unless
+# _DQ_TILES has a row of its own. A GPU
 # before sm_80 gets _GENERIC; one after sm_90, the sm80 table (neither audited).
 _FWD_TILES = {
     "sm90": {
@@ -108,6 +109,15 @@ for _arch_key, _rows in _FWD_TILES.items():
         _rows[(4, _d, "fox")] = _plain._replace(block_m=_m, num_warps=8)
 
 
+# dq's own tiles, where they are not the transpose of dk/dv's (a dq tile is (query rows, key
+# columns)). sm_90a: dk/dv's 32 x 64 on 8 warps, transposed, splits dq's score products into
+# m64n16 pieces and computes each exponent twice; 64 x 32 on 4 warps gives m64n32 products and
+# one exponent a score, with no spill under Triton 3.9 or 3.6 for ALiBi, T5, Shaw's scalar bias
+# and FoX (docs/kernels.md). Shaw's key + value term ("value") spills there and keeps the
+# transpose.
+_DQ_TILES = {"sm90": {(2, 128, "plain"): Tiles(64, 32, 4, 2)}}
+
+
 def _arch(major: int, minor: int) -> str | None:
     """The tile table of a compute capability: sm90 (H100/H200), sm86 (99 KiB of shared memory),
     sm80 (A100 and the rest from 8.0 on, unaudited beyond sm_80), None before sm_80."""
@@ -155,6 +165,18 @@ def default_tiles(q: Tensor, backward: bool, kinds: tuple[str, ...]) -> tuple[Ti
         if (size, d, kind) in table:
             return table[size, d, kind], _SAFE
     return _GENERIC[backward], _SAFE
+
+
+def default_dq_tiles(q: Tensor, kinds: tuple[str, ...], dkdv: Tiles) -> Tiles:
+    """dq's tiles beside dk/dv's default `dkdv`: its own row for q's GPU and the most specific
+    of `kinds` where _DQ_TILES has one, else the transpose of dkdv."""
+    transpose = dkdv._replace(block_m=dkdv.block_n, block_n=dkdv.block_m)
+    if _interpreting():
+        return transpose
+    major, minor = torch.cuda.get_device_capability(q.device)
+    size, d = q.element_size(), 64 if q.shape[-1] <= 64 else 128
+    table = _DQ_TILES.get(_arch(major, minor), {})
+    return next((table[size, d, k] for k in kinds if (size, d, k) in table), transpose)
 
 
 def _run(launch, tiles: Tiles, fallback: Tiles | None, name: str):

@@ -321,7 +321,7 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
             num_warps=tiles.num_warps,
             num_stages=tiles.num_stages,
         )
-        t = tiles._replace(block_m=tiles.block_n, block_n=tiles.block_m)
+        t = spec.dq_tiles(q, tiles)
         t = spec.row_tiles(t) if spec.bias == SHAW_KV else t
         n_mblocks = triton.cdiv(seq.rows_q, t.block_m)
         part = None
@@ -497,7 +497,8 @@ def relative_attention(
     Differentiable in q, k, v and every table (slopes, T5 and Shaw tables, shaw_k, shaw_v,
     FoX's gates, sinks).
     fwd_tiles, bwd_tiles: `Tiles` overriding the per-GPU defaults (for tuning); bwd_tiles are
-      the dk/dv kernel's, the dq kernel runs their transpose; block_m of the dq kernel (and of
+      the dk/dv kernel's, the dq kernel runs their transpose (by default dq has tiles of its
+      own where its GPU's table has them: docs/kernels.md); block_m of the dq kernel (and of
       the forward with shaw_v) is capped at 4096 / NB, NB the table's entries rounded up to a
       power of two (>= 16). The interpreter ignores warps and stages.
     """

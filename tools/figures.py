@@ -317,9 +317,9 @@ COMPILE_GROUPS = [  # (label, kernel, families)
     ("delta (backward's row term)", "_relbias_bwd_delta_kernel", None),
     ("dk/dv", "_relbias_bwd_dkdv_kernel", ("alibi",)),
     ("dk/dv", "_relbias_bwd_dkdv_kernel", ("t5", "shaw_bias", "shaw_kv", "fox")),
-    ("dq", "_relbias_bwd_dq_kernel", ("alibi",)),
-    ("dq", "_relbias_bwd_dq_kernel", ("fox",)),
-    ("dq", "_relbias_bwd_dq_kernel", ("t5", "shaw_bias", "shaw_kv")),
+    ("dq", "_relbias_bwd_dq_kernel", ("alibi", "fox")),
+    ("dq", "_relbias_bwd_dq_kernel", ("t5", "shaw_bias")),
+    ("dq", "_relbias_bwd_dq_kernel", ("shaw_kv",)),
 ]
 
 

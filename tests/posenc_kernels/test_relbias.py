@@ -412,20 +412,21 @@ def test_cpu_tensor_outside_the_interpreter_says_how(monkeypatch):
 
 
 # Tiles other than the interpreter's 16 x 16: rectangular, both orientations, the dq kernel's
-# transpose of bwd_tiles, tiles longer than the sequence; and 16 x 16 at lengths where every
-# part of the key loop (beyond the clip on either side, the band) spans several blocks, at a
-# length that is not a multiple of the tile (the last block's bounds); float32 forward and
-# backward, table gradients included.
+# transpose of bwd_tiles (32 x 64: sm_90a's dk/dv and dq shapes), tiles longer than the
+# sequence; and 16 x 16 at lengths where every part of the key loop (beyond the clip on either
+# side, the band) spans several blocks, at a length that is not a multiple of the tile (the last
+# block's bounds); float32 forward and backward, table gradients included.
 TILES = [
     (relbias.Tiles(32, 16), relbias.Tiles(16, 32), (37, 37), (29, 45)),
     (relbias.Tiles(16, 64, 8, 3), relbias.Tiles(64, 16, 8, 3), (37, 37), (29, 45)),
+    (relbias.Tiles(32, 16), relbias.Tiles(32, 64), (37, 37), (29, 45)),
     (relbias.Tiles(16, 16), relbias.Tiles(16, 16), (101, 101), (83, 117)),
     (relbias.Tiles(16, 16), relbias.Tiles(16, 16), (101, 101), (83, 117), "one loop"),
 ]
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("tiles", TILES, ids=["32x16", "16x64", "16x16-long", "one-loop"])
+@pytest.mark.parametrize("tiles", TILES, ids=["32x16", "16x64", "32x64", "16x16-long", "one-loop"])
 @pytest.mark.parametrize("family", ["alibi", "t5", "shaw_bias", "shaw_kv"])
 def test_other_tiles_match_reference(family, tiles, causal, monkeypatch):
     """ "one loop": the GPU's float32 IEEE path, the key loop unsplit."""
@@ -529,6 +530,36 @@ def test_a_family_row_comes_before_its_kind(monkeypatch):
     ):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d, c=capability: c)
         assert fox.tiles(torch.empty(1, 1, 1, 128), False)[0] == relbias.Tiles(*want)
+
+
+def test_dq_takes_its_own_tiles_only_beside_the_default(monkeypatch):
+    """On sm_90a in half precision at D=128, dq runs 64 x 32 on 4 warps beside dk/dv's default
+    (not their transpose, whose m64n16 products compute each exponent twice), except Shaw's key
+    + value term; a user's bwd_tiles, the fallback and other GPUs and dtypes: the transpose."""
+    monkeypatch.setattr(_relbias_tiles, "_interpreting", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d: (9, 0))
+    half = torch.empty(1, 1, 1, 128, dtype=torch.bfloat16)
+    own = relbias.Tiles(64, 32, 4, 2)
+    families = {
+        "alibi": _Spec(relbias.ALIBI, False, 1.0, 0, 1),
+        "t5": _Spec(relbias.TABLE, False, 1.0, 4, 9),
+        "fox": _Spec(relbias.SHAW_KV, True, 1.0, 0, 1, col=True),
+        "shaw_kv": _Spec(relbias.SHAW_KV, False, 1.0, 4, 9, has_value=True),
+    }
+    for name, spec in families.items():
+        dkdv = spec.tiles(half, True)[0]
+        transpose = dkdv._replace(block_m=dkdv.block_n, block_n=dkdv.block_m)
+        assert spec.dq_tiles(half, dkdv) == (transpose if name == "shaw_kv" else own), name
+        assert spec.dq_tiles(half, _relbias_tiles._SAFE) == _relbias_tiles._SAFE  # square
+    user = relbias.Tiles(32, 64, 8, 2)
+    t5 = _Spec(relbias.TABLE, False, 1.0, 4, 9, bwd_tiles=user)
+    assert t5.dq_tiles(half, user) == relbias.Tiles(64, 32, 8, 2)
+    plain = families["t5"]
+    for dtype, capability in ((torch.float32, (9, 0)), (torch.bfloat16, (8, 0))):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d, c=capability: c)
+        q = torch.empty(1, 1, 1, 128, dtype=dtype)
+        dkdv = plain.tiles(q, True)[0]
+        assert plain.dq_tiles(q, dkdv) == dkdv._replace(block_m=dkdv.block_n, block_n=dkdv.block_m)
 
 
 def test_tiles_that_do_not_fit_fall_back_or_name_the_argument():

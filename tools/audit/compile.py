@@ -181,12 +181,12 @@ def blocks_per_sm(registers: int, warps: int, shared: int, capability: int) -> i
 
 def narrow_allowed(row: dict) -> bool:
     """Where an m64n16 product in a key loop is known and kept (docs/kernels.md): every tile
-    without one spills under one of the Tritons for T5's, Shaw's and FoX's backward and for
-    Shaw's key + value term. Anywhere else (ALiBi, every forward but Shaw's value term's) one
-    is a regression."""
+    without one spills under one of the Tritons for T5's, Shaw's and FoX's dk/dv and for
+    Shaw's key + value term. Anywhere else (ALiBi, every forward but Shaw's value term's, every
+    other dq) one is a regression."""
     if row["family"] == "shaw_kv":
         return True
-    return row["family"] in ("t5", "shaw_bias", "fox") and "bwd" in row["kernel"]
+    return row["family"] in ("t5", "shaw_bias", "fox") and "dkdv" in row["kernel"]
 
 
 def problems(row: dict, capability: int) -> str:

@@ -50,15 +50,18 @@ def _row(kernel, family, narrow):
 
 
 def test_a_narrow_product_fails_the_audit_where_a_family_has_none():
-    """m64n16 products are kept where every wider tile spills (T5, Shaw and FoX's backward,
-    Shaw's key + value term) and fail anywhere else: ALiBi's backward, any other forward."""
+    """m64n16 products are kept where every wider tile spills (T5's, Shaw's and FoX's dk/dv,
+    Shaw's key + value term) and fail anywhere else: ALiBi's backward, any other forward, any
+    other dq."""
     assert problems(_row("_relbias_bwd_dkdv_kernel", "alibi", 6), 90) == (
         "6 m64n16 wgmma in the key loops"
     )
     assert "m64n16" in problems(_row("_relbias_fwd_kernel", "t5", 2), 90)
+    assert "m64n16" in problems(_row("_relbias_bwd_dq_kernel", "t5", 2), 90)
     for kernel, family in (
         ("_relbias_bwd_dkdv_kernel", "t5"),
-        ("_relbias_bwd_dq_kernel", "fox"),
+        ("_relbias_bwd_dkdv_kernel", "fox"),
+        ("_relbias_bwd_dq_kernel", "shaw_kv"),
         ("_relbias_fwd_kernel", "shaw_kv"),
     ):
         assert problems(_row(kernel, family, 6), 90) == ""
