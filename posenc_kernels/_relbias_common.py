@@ -58,6 +58,13 @@ NATIVE, TF32X3, IEEE = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 # the parts of a loop (masked band, r <= -K, r >= K) and log2(e)
 BAND, BEFORE, AFTER = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 LOG2E = tl.constexpr(1.4426950408889634)
+# the order the flat grid's programs take their blocks (ORDER, _program): a head's blocks
+# adjacent; or, for a causal forward or dk/dv, the heaviest blocks first (the query blocks last
+# in the sequence, LAST_FIRST; the key blocks first, FIRST_FIRST), HEAD_GROUP heads at a time
+# so that the programs in flight read a few heads' k and v (they stay in L2): the last wave holds
+# light programs, not the heaviest (docs/kernels.md: a list-scheduling model of the waves)
+NATURAL, LAST_FIRST, FIRST_FIRST = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
+HEAD_GROUP = tl.constexpr(8)
 
 
 @triton.jit
@@ -132,13 +139,27 @@ def _key_col(col_base, offs_n, mask_n, stride_cn, COL: tl.constexpr):
 
 
 @triton.jit
-def _program(L, BLOCK: tl.constexpr, SPLITS=1):
-    """(block index, key split, b * h) of this program in the flat grid: a head's blocks (and
-    their splits) adjacent. L: the longest sequence's rows (the grid's blocks per head)."""
+def _program(L, BLOCK: tl.constexpr, SPLITS=1, ORDER: tl.constexpr = NATURAL):
+    """(block index, key split, b * h) of this program in the flat grid (ORDER above; NATURAL:
+    a head's blocks and their splits adjacent). L: the longest sequence's rows (the grid's
+    blocks per head)."""
     n_blocks = tl.cdiv(L, BLOCK)
     pid = tl.program_id(0)
-    rest = pid // n_blocks
-    return pid % n_blocks, rest % SPLITS, (rest // SPLITS).to(tl.int64), n_blocks
+    if ORDER == NATURAL:
+        rest = pid // n_blocks
+        return pid % n_blocks, rest % SPLITS, (rest // SPLITS).to(tl.int64), n_blocks
+    # a group of HEAD_GROUP heads (the last one may hold fewer), within it block by block
+    # from the heaviest, each block's heads adjacent
+    q = pid // SPLITS
+    heads = tl.num_programs(0) // (n_blocks * SPLITS)
+    g0 = q // (HEAD_GROUP * n_blocks) * HEAD_GROUP
+    size = tl.minimum(heads - g0, HEAD_GROUP)
+    within = q - g0 * n_blocks
+    rank = within // size
+    block = rank
+    if ORDER == LAST_FIRST:
+        block = n_blocks - 1 - rank
+    return block, pid % SPLITS, (g0 + within % size).to(tl.int64), n_blocks
 
 
 @triton.jit
@@ -322,7 +343,18 @@ def _part_span(PART: tl.constexpr, LOW: tl.constexpr, start, lo, hi, end):
 
 
 @triton.jit
-def _program_of(seq_ptr, H, LQ, LK, LG, L, BLOCK: tl.constexpr, SEQ: tl.constexpr, SPLITS=1):
+def _program_of(
+    seq_ptr,
+    H,
+    LQ,
+    LK,
+    LG,
+    L,
+    BLOCK: tl.constexpr,
+    SEQ: tl.constexpr,
+    SPLITS=1,
+    ORDER: tl.constexpr = NATURAL,
+):
     """This program's (block, key split, b * h, blocks per head, head) and its sequence's
     (batch row, first row, query rows, key rows, query offset: _sequence). L: the rows its grid
     spans per head (LQ for query blocks, LK for key blocks); packed, the longest document's, LG
@@ -330,7 +362,7 @@ def _program_of(seq_ptr, H, LQ, LK, LG, L, BLOCK: tl.constexpr, SEQ: tl.constexp
     grid_rows = L
     if SEQ == PACKED:
         grid_rows = LG
-    pid, split, pid_bh, n_blocks = _program(grid_rows, BLOCK, SPLITS)
+    pid, split, pid_bh, n_blocks = _program(grid_rows, BLOCK, SPLITS, ORDER)
     h = pid_bh % H
     row, first, lq, lk, q_off = _sequence(seq_ptr, pid_bh // H, LQ, LK, SEQ)
     return pid, split, pid_bh, n_blocks, h, row, first, lq, lk, q_off

@@ -249,6 +249,7 @@ def _relbias_bwd_dkdv_kernel(
     SPLIT: tl.constexpr,
     GROUP: tl.constexpr,
     SEQ: tl.constexpr,
+    ORDER: tl.constexpr,
     COL: tl.constexpr,
     WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -263,7 +264,7 @@ def _relbias_bwd_dkdv_kernel(
     over the group in this kernel spills at every tile tried: docs/kernels.md). COL (FoX): the
     gradient of the keys' D_j, minus their sums of ds, into dcol (B * H, LK) float32."""
     pid_n, _, _, _, h, row, first, lq, lk, q_off = _program_of(
-        seq_ptr, H, LQ, LK, LG, LK, BLOCK_N, SEQ
+        seq_ptr, H, LQ, LK, LG, LK, BLOCK_N, SEQ, 1, ORDER
     )
     n0 = pid_n * BLOCK_N
     offs_n = n0 + tl.arange(0, BLOCK_N)

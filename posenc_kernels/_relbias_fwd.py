@@ -267,6 +267,7 @@ def _relbias_fwd_kernel(
     GROUP: tl.constexpr,
     QPACK: tl.constexpr,
     SEQ: tl.constexpr,
+    ORDER: tl.constexpr,
     SPLIT_K: tl.constexpr,
     PAGE: tl.constexpr,
     COL: tl.constexpr,
@@ -288,7 +289,7 @@ def _relbias_fwd_kernel(
     (col_ptr, (B, H, LK) strides stride_c*). SINKS: each head's sink logit (sinks_ptr, (H,))
     joins the softmax once (split 0 of a split forward) and adds no value."""
     pid_m, split, _, _, hp, row, first, lq, lk, q_off = _program_of(
-        seq_ptr, H // QPACK, LQ, LK, LG, LQ, BLOCK_M, SEQ, NUM_SPLITS
+        seq_ptr, H // QPACK, LQ, LK, LG, LQ, BLOCK_M, SEQ, NUM_SPLITS, ORDER
     )
     r = tl.arange(0, BLOCK_M)
     if QPACK > 1:  # kv head hp's query heads in one tile: row r is query r // QPACK of head

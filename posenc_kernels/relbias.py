@@ -39,6 +39,7 @@ from posenc_kernels._relbias_grid import Grid, forward_grid, occupancy, packed_h
 from posenc_kernels._relbias_seq import (
     CACHE,
     PACKED,
+    SELF,
     Sequences,
     check_num_splits,
     merge,
@@ -59,6 +60,16 @@ from posenc_kernels._runtime import compiling
 _LOG2E = math.log2(math.e)  # the kernels' logits are base 2: scale * log2(e) in one multiply
 # the dots' float32 modes (the kernels' F32 constexpr)
 NATIVE, TF32X3, IEEE = jit.NATIVE.value, jit.TF32X3.value, jit.IEEE.value
+# the grid's orders (the kernels' ORDER constexpr: _relbias_common.py)
+NATURAL, LAST_FIRST, FIRST_FIRST = (o.value for o in (jit.NATURAL, jit.LAST_FIRST, jit.FIRST_FIRST))
+
+
+def _order(causal: bool, seq: Sequences, heaviest: int, pack: int = 1) -> int:
+    """A causal pass over whole sequences takes its heaviest blocks first (`heaviest`: the
+    forward's query blocks LAST_FIRST, dk/dv's key blocks FIRST_FIRST; dq, at the register
+    limit under Triton 3.6, spills with it and keeps NATURAL); any other keeps a head's blocks
+    adjacent (sequences of their own lengths, packed heads: the work is not in the block)."""
+    return heaviest if causal and seq.mode == SELF and pack == 1 else NATURAL
 
 
 def _upcast(q: Tensor) -> bool:
@@ -175,6 +186,7 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
             GROUP=heads // kv_heads,
             QPACK=grid.pack,
             SEQ=seq.mode,
+            ORDER=_order(spec.causal, seq, LAST_FIRST, grid.pack),
             SPLIT_K=grid.splits > 1,
             PAGE=seq.page_size,
             SINKS=sinks is not None,
@@ -315,6 +327,9 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
             *c["col"],
             dcol if dcol is not None else q,
             **shared,
+            # Shaw's value term keeps a head's blocks adjacent: its sm_80 tile spills with
+            # the grouped order (docs/kernels.md)
+            ORDER=_order(spec.causal and not spec.has_value, seq, FIRST_FIRST),
             BLOCK_M=tiles.block_m,
             BLOCK_N=tiles.block_n,
             BLOCK_D=_block_d(d),

@@ -16,6 +16,7 @@ holds no other measured figure. A new run: commit its folder, point the figure a
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import os
 import re
@@ -460,6 +461,44 @@ def loop_table() -> str:
     return "\n".join(lines)
 
 
+def _makespan(work: list[int], slots: int) -> int:
+    """The last program's end when each program starts on the first slot to free (a slot: one
+    of the programs an SM holds at once), in grid order."""
+    free = [0] * slots
+    for w in work:
+        heapq.heapreplace(free, free[0] + w)
+    return max(free)
+
+
+def _causal_work(heads: int, blocks: int, block_m: int, block_n: int, grouped: bool) -> list[int]:
+    """Each query block's key blocks under a causal mask, in the grid's order: a head's blocks
+    adjacent (NATURAL), or heaviest first eight heads at a time (LAST_FIRST, HEAD_GROUP 8)."""
+    cost = [-(-(i + 1) * block_m // block_n) for i in range(blocks)]
+    if not grouped:
+        return cost * heads
+    order = []
+    for g0 in range(0, heads, 8):
+        order += [cost[i] for i in reversed(range(blocks)) for _ in range(min(8, heads - g0))]
+    return order
+
+
+def grid_order() -> str:
+    """The causal forward's waves under both orders (128 x 64 tiles, 132 SMs): the makespan
+    over the ideal (total work / slots), per shape and programs an SM."""
+    head = ["B x H", "L", "slots", "a head's blocks adjacent", "heaviest first", "gain"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for b, h, length in ((4, 16, 4096), (1, 32, 8192), (8, 32, 2048), (1, 16, 4096)):
+        for slots in (132, 264):
+            natural, grouped = (
+                _causal_work(b * h, length // 128, 128, 64, g) for g in (False, True)
+            )
+            ideal = sum(natural) / slots
+            a, c = _makespan(natural, slots), _makespan(grouped, slots)
+            cells = [f"{b} x {h}", str(length), str(slots), f"{a / ideal:.2f}", f"{c / ideal:.2f}"]
+            lines.append("| " + " | ".join(cells + [f"{100 * (a / c - 1):.0f}%"]) + " |")
+    return "\n".join(lines)
+
+
 def alibi_fp32() -> str:
     """The float instructions of ALiBi's forward at the default tile, per Triton."""
     counts = []
@@ -525,6 +564,7 @@ PAGES = {  # each page -> its figures
         "host_table": host_table,
         "alibi_fp32": alibi_fp32,
         "loop_table": loop_table,
+        "grid_order": grid_order,
     },
 }
 

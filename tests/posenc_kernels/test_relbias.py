@@ -256,6 +256,47 @@ def test_backward_matches_reference(case, dtype):
         _assert_grad_close(g, w, dtype, label)
 
 
+@pytest.mark.parametrize("family", ["alibi", "t5", "shaw_bias"])
+def test_a_causal_grid_takes_every_block_of_every_head_heaviest_first(family, monkeypatch):
+    """A causal forward and dk/dv over whole sequences order their programs heaviest first,
+    eight heads at a time (ORDER): with 2 x 5 heads (a group of 8 and one of 2) and three blocks
+    a head, every (block, head) is computed once, forward and backward, against float64; and
+    the launchers pass that order only there."""
+    orders = []
+    for kernel in ("_relbias_fwd_kernel", "_relbias_bwd_dkdv_kernel"):
+        launcher = getattr(relbias, kernel)
+
+        class Spy:
+            def __init__(self, jit, name):
+                self.jit, self.name = jit, name
+
+            def __getitem__(self, grid):
+                def run(*args, **kwargs):
+                    orders.append((self.name, kwargs["ORDER"]))
+                    return self.jit[grid](*args, **kwargs)
+
+                return run
+
+        monkeypatch.setattr(relbias, kernel, Spy(launcher, kernel.split("_")[-2]))
+    b, h, n, d = 2, 5, 37, 32
+    q, k, v = (torch.randn(b, h, n, d) for _ in range(3))
+    kwargs, name, table, ref, ref_table = trained(family, h)
+    want_leaves = [*(_leaf(t, torch.float64) for t in (q, k, v)), ref_table]
+    out = F.relative_attention(*want_leaves[:3], bias=ref, causal=True)
+    grad_out = torch.randn(out.shape, dtype=torch.float64)
+    want = torch.autograd.grad(out, want_leaves, grad_out)
+    leaves = [_leaf(t.to(DEVICE)) for t in (q, k, v, table)]
+    got_out = relbias.relative_attention(*leaves[:3], causal=True, **{**kwargs, name: leaves[3]})
+    assert_close(got_out.double().cpu(), out.detach(), atol=TOL[torch.float32], rtol=0)
+    got = torch.autograd.grad(got_out, leaves, grad_out.to(DEVICE, torch.float32))
+    for label, g, w in zip(("dq", "dk", "dv", "d" + name), got, want, strict=True):
+        _assert_grad_close(g, w, torch.float32, label)
+    assert orders == [("fwd", relbias.LAST_FIRST), ("dkdv", relbias.FIRST_FIRST)]
+    orders.clear()
+    relbias.relative_attention(*leaves[:3], causal=False, **{**kwargs, name: leaves[3]})
+    assert orders == [("fwd", relbias.NATURAL)]
+
+
 @pytest.mark.parametrize("dtype", list(TOL), ids=str)
 @pytest.mark.parametrize(
     "case", SHAW_KV, ids=lambda c: f"K{c[5]}-{'causal' if c[6] else 'full'}-{'kv' if c[7] else 'k'}"
