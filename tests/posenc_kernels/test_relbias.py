@@ -243,7 +243,14 @@ def _leaf(t, dtype=None):
 def test_backward_matches_reference(case, dtype):
     family, b, h, lq, lk, d, causal = case
     q, k, v = (torch.randn(b, h, n, d).to(dtype) for n in (lq, lk, lk))
-    kwargs, name, table, ref, ref_table = trained(family, h)
+    _gradients_meet_float64(family, q, k, v, causal)
+
+
+def _gradients_meet_float64(family, q, k, v, causal):
+    """The kernel's gradients of q, k, v and the family's table (in q's dtype; the table's
+    float32) against float64 autograd of posenc's reference."""
+    dtype = q.dtype
+    kwargs, name, table, ref, ref_table = trained(family, q.shape[1])
     want_leaves = [*(_leaf(t, torch.float64) for t in (q, k, v)), ref_table]
     out = F.relative_attention(*want_leaves[:3], bias=ref, causal=causal)
     grad_out = torch.randn(out.shape, dtype=torch.float64)
@@ -278,22 +285,12 @@ def test_a_causal_grid_takes_every_block_of_every_head_heaviest_first(family, mo
                 return run
 
         monkeypatch.setattr(relbias, kernel, Spy(launcher, kernel.split("_")[-2]))
-    b, h, n, d = 2, 5, 37, 32
-    q, k, v = (torch.randn(b, h, n, d) for _ in range(3))
-    kwargs, name, table, ref, ref_table = trained(family, h)
-    want_leaves = [*(_leaf(t, torch.float64) for t in (q, k, v)), ref_table]
-    out = F.relative_attention(*want_leaves[:3], bias=ref, causal=True)
-    grad_out = torch.randn(out.shape, dtype=torch.float64)
-    want = torch.autograd.grad(out, want_leaves, grad_out)
-    leaves = [_leaf(t.to(DEVICE)) for t in (q, k, v, table)]
-    got_out = relbias.relative_attention(*leaves[:3], causal=True, **{**kwargs, name: leaves[3]})
-    assert_close(got_out.double().cpu(), out.detach(), atol=TOL[torch.float32], rtol=0)
-    got = torch.autograd.grad(got_out, leaves, grad_out.to(DEVICE, torch.float32))
-    for label, g, w in zip(("dq", "dk", "dv", "d" + name), got, want, strict=True):
-        _assert_grad_close(g, w, torch.float32, label)
+    q, k, v = (torch.randn(2, 5, 37, 32) for _ in range(3))
+    _gradients_meet_float64(family, q, k, v, causal=True)  # the output too, through them
     assert orders == [("fwd", relbias.LAST_FIRST), ("dkdv", relbias.FIRST_FIRST)]
     orders.clear()
-    relbias.relative_attention(*leaves[:3], causal=False, **{**kwargs, name: leaves[3]})
+    kwargs = trained(family, 5)[0]
+    relbias.relative_attention(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), **kwargs)
     assert orders == [("fwd", relbias.NATURAL)]
 
 
