@@ -23,7 +23,20 @@ from typing import NamedTuple
 import torch
 import triton
 
+from posenc_kernels import _relbias_common as jit
 from posenc_kernels._relbias_seq import AT_END, CACHE, SELF, Sequences
+
+# the grid's orders (the kernels' ORDER constexpr: _relbias_common.py)
+NATURAL, LAST_FIRST, FIRST_FIRST = (o.value for o in (jit.NATURAL, jit.LAST_FIRST, jit.FIRST_FIRST))
+
+
+def order(causal: bool, seq: Sequences, heaviest: int, pack: int = 1) -> int:
+    """A causal pass over whole sequences takes its heaviest blocks first (`heaviest`: the
+    forward's query blocks LAST_FIRST, dk/dv's key blocks FIRST_FIRST; dq, at the register
+    limit under Triton 3.6, spills with it and keeps NATURAL); any other keeps a head's blocks
+    adjacent (sequences of their own lengths, packed heads: the work is not in the block)."""
+    return heaviest if causal and seq.mode == SELF and pack == 1 else NATURAL
+
 
 # An H100 / H200 SXM's SMs: the split's GPU where there is none (the interpreter, the compile
 # audit's meta tensors), each holding one program (no compiled kernel to read)

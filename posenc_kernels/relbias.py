@@ -26,20 +26,21 @@ from torch import Tensor
 from posenc_kernels import _relbias_common as jit
 from posenc_kernels._relbias_dkdv import _relbias_bwd_delta_kernel, _relbias_bwd_dkdv_kernel
 from posenc_kernels._relbias_dq import _relbias_bwd_dq_kernel
-from posenc_kernels._relbias_families import (
-    ALIBI,
-    FAMILIES,
-    SHAW_KV,
-    TABLE,
-    Options,
-    Prepared,
-)
+from posenc_kernels._relbias_families import ALIBI, FAMILIES, SHAW_KV, TABLE, Options, Prepared
 from posenc_kernels._relbias_fwd import _relbias_fwd_kernel
-from posenc_kernels._relbias_grid import Grid, forward_grid, occupancy, packed_heads, sm_of
+from posenc_kernels._relbias_grid import (
+    FIRST_FIRST,
+    LAST_FIRST,
+    Grid,
+    forward_grid,
+    occupancy,
+    order,
+    packed_heads,
+    sm_of,
+)
 from posenc_kernels._relbias_seq import (
     CACHE,
     PACKED,
-    SELF,
     Sequences,
     check_num_splits,
     merge,
@@ -60,16 +61,6 @@ from posenc_kernels._runtime import compiling
 _LOG2E = math.log2(math.e)  # the kernels' logits are base 2: scale * log2(e) in one multiply
 # the dots' float32 modes (the kernels' F32 constexpr)
 NATIVE, TF32X3, IEEE = jit.NATIVE.value, jit.TF32X3.value, jit.IEEE.value
-# the grid's orders (the kernels' ORDER constexpr: _relbias_common.py)
-NATURAL, LAST_FIRST, FIRST_FIRST = (o.value for o in (jit.NATURAL, jit.LAST_FIRST, jit.FIRST_FIRST))
-
-
-def _order(causal: bool, seq: Sequences, heaviest: int, pack: int = 1) -> int:
-    """A causal pass over whole sequences takes its heaviest blocks first (`heaviest`: the
-    forward's query blocks LAST_FIRST, dk/dv's key blocks FIRST_FIRST; dq, at the register
-    limit under Triton 3.6, spills with it and keeps NATURAL); any other keeps a head's blocks
-    adjacent (sequences of their own lengths, packed heads: the work is not in the block)."""
-    return heaviest if causal and seq.mode == SELF and pack == 1 else NATURAL
 
 
 def _upcast(q: Tensor) -> bool:
@@ -186,7 +177,7 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
             GROUP=heads // kv_heads,
             QPACK=grid.pack,
             SEQ=seq.mode,
-            ORDER=_order(spec.causal, seq, LAST_FIRST, grid.pack),
+            ORDER=order(spec.causal, seq, LAST_FIRST, grid.pack),
             SPLIT_K=grid.splits > 1,
             PAGE=seq.page_size,
             SINKS=sinks is not None,
@@ -329,7 +320,7 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
             **shared,
             # Shaw's value term keeps a head's blocks adjacent: its sm_80 tile spills with
             # the grouped order (docs/kernels.md)
-            ORDER=_order(spec.causal and not spec.has_value, seq, FIRST_FIRST),
+            ORDER=order(spec.causal and not spec.has_value, seq, FIRST_FIRST),
             BLOCK_M=tiles.block_m,
             BLOCK_N=tiles.block_n,
             BLOCK_D=_block_d(d),
