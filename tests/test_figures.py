@@ -1,5 +1,5 @@
-"""The pages' figures are their committed rows: each figure tools/figures.py writes is quoted in
-its page (README.md, docs/kernels.md's compile table) as written, no other measured number is in
+"""The pages' figures are their committed rows: each figure tools/figures/ writes is quoted in
+its page (README.md, docs/kernels.md's tables) as written, no other measured number is in
 the README, and its test count comes from a record that only a whole, passing `make test` on a
 committed tree may write."""
 
@@ -13,6 +13,8 @@ from bench.probe.report import reciprocal_rank
 from bench.run.check import FACTOR
 from bench.run.samples import Timing
 from tools import figures
+from tools.figures import readme, sources
+from tools.figures import record as recorder
 
 README = figures.README.read_text()
 
@@ -41,12 +43,12 @@ FIGURE = re.compile(
 
 
 def _decode_batch() -> int:
-    df = figures._rows(figures.LAYER)
+    df = readme._rows(readme.LAYER)
     return int(df.loc[df["case"].str.endswith("_decode"), "batch"].max())
 
 
 def _probe_factor() -> int:
-    df = figures._rows_probe(figures.PROBE)
+    df = readme._rows_probe(readme.PROBE)
     return int(df["eval_len"].max() // df["train_len"].min())
 
 
@@ -75,12 +77,12 @@ def _loose(page: str) -> list[str]:
 
 
 def test_no_other_measured_figure_is_in_the_readme():
-    assert not _loose(README), "quoted without a row behind it (tools/figures.py)"
+    assert not _loose(README), "quoted without a row behind it (tools/figures/)"
 
 
 def test_a_figure_that_drifts_from_its_rows_is_caught():
     """The checks can fail: a figure changed in the text, and one written loose."""
-    drifted = README.replace(figures.probe_run(), figures.probe_run().replace(" s)", "1 s)"))
+    drifted = README.replace(readme.probe_run(), readme.probe_run().replace(" s)", "1 s)"))
     assert figures.misquoted(drifted) == ["probe_run"]
     assert _loose(README + "\nThe kernel is 1.7x faster.\n") == ["1.7x"]
 
@@ -111,14 +113,14 @@ def test_only_a_whole_passing_run_on_a_committed_tree_is_recorded(
     tmp_path, monkeypatch, change, why
 ):
     last, record = tmp_path / "run", tmp_path / "tests.json"
-    monkeypatch.setattr(figures, "LAST_RUN", last)
-    monkeypatch.setattr(figures, "TESTS", record)
-    monkeypatch.setattr(figures, "ROOT", tmp_path)
-    assert figures.record_tests().startswith("no record of a test run")
+    monkeypatch.setattr(recorder, "LAST_RUN", last)
+    monkeypatch.setattr(sources, "TESTS", record)
+    monkeypatch.setattr(sources, "ROOT", tmp_path)
+    assert recorder.record_tests().startswith("no record of a test run")
     last.write_text(json.dumps(dict(RUN, **change)))
-    assert figures.record_tests() == why and not record.exists()
+    assert recorder.record_tests() == why and not record.exists()
     last.write_text(json.dumps(RUN))
-    assert figures.record_tests() == "recorded tests.json: 1800 in 6:30 on 2 cores at abc1234"
+    assert recorder.record_tests() == "recorded tests.json: 1800 in 6:30 on 2 cores at abc1234"
     assert json.loads(record.read_text())["passed"] == 1800
 
 

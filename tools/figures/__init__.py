@@ -1,0 +1,39 @@
+"""Every figure README.md quotes, and docs/kernels.md's compile and host tables, written from what
+holds it: the reference runs' rows (results/reference/<run>/: results.csv or
+probe.csv, env.json, timing_summary.json), docs/models.md's conformance section (written by
+`python -m bench.conformance --markdown`), the record of the last full `make test`
+(results/reference/tests.json), the compile audit's tables (results/gpu-compile/*.csv) and the
+host audit's counts (`python -m tools.audit.host`, machine-independent).
+
+    python -m tools.figures                  # each figure as the README must quote it
+    python -m tools.figures --check          # the ones a page does not quote so (exit 1)
+    python -m tools.figures --record-tests   # after `make test` on a clean tree: its record
+
+tests/test_figures.py checks that each page quotes each as written here, and that the README
+holds no other measured figure. A new run: commit its folder, point the figure at it, paste.
+"""
+
+from __future__ import annotations
+
+from tools.figures.kernels import KERNELS_FIGURES
+from tools.figures.readme import README_FIGURES
+from tools.figures.sources import README, ROOT
+
+PAGES = {  # each page -> its figures
+    "README.md": README_FIGURES,
+    "docs/kernels.md": KERNELS_FIGURES,
+}
+
+
+def flat(text: str) -> str:
+    """Text with its line breaks and runs of spaces as single spaces: a figure may wrap."""
+    return " ".join(text.split())
+
+
+def misquoted(text: str, page: str = "README.md") -> list[str]:
+    """The figures of `page` that `text` (its contents) does not quote as written here."""
+    text = flat(text)
+    return [name for name, figure in PAGES[page].items() if flat(figure()) not in text]
+
+
+__all__ = ["PAGES", "README", "README_FIGURES", "ROOT", "flat", "misquoted"]

@@ -1,0 +1,34 @@
+"""python -m tools.figures [--check | --record-tests] (tools/figures/__init__.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tools.figures import PAGES, ROOT, misquoted, record
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.figures", description="the pages' figures from their rows"
+    )
+    parser.add_argument("--check", action="store_true", help="list what the README misquotes")
+    parser.add_argument("--record-tests", action="store_true", help="record the last make test")
+    args = parser.parse_args(argv)
+    if args.record_tests:
+        message = record.record_tests()
+        print(message)
+        return 0 if message.startswith("recorded") else 1
+    wrong = 0
+    for page, figures in PAGES.items():
+        bad = misquoted((ROOT / page).read_text(), page)
+        wrong += len(bad)
+        for name, figure in figures.items():
+            if not args.check or name in bad:
+                print(f"--- {page}: {name}{' (not quoted as written)' if name in bad else ''}")
+                print(figure())
+    return 1 if args.check and wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
