@@ -29,7 +29,7 @@ import triton
 from torch import Tensor
 
 from posenc_kernels import _relbias_common as jit
-from posenc_kernels._relbias_tiles import Tiles, default_dq_tiles, default_tiles
+from posenc_kernels._relbias_tiles import Tiles, default_dq_tiles, default_tiles, transpose
 
 # the kernels' bias paths (their BIAS constexpr) as the ints the launchers pass; T5 and Shaw's
 # scalar bias are both TABLE: an (H, n) lookup through a bucket index
@@ -76,11 +76,11 @@ class _Spec:
         return default_tiles(q, backward, self._kinds(backward))
 
     def dq_tiles(self, q: Tensor, dkdv: Tiles) -> Tiles:
-        """The dq kernel's tiles beside dk/dv's `dkdv`: their transpose for a user's bwd_tiles
-        or the fallback, else the GPU's dq row where it has one (_relbias_tiles._DQ_TILES)."""
-        default, _ = self.tiles(q, backward=True)
-        if self.user_tiles[True] is not None or dkdv != default:
-            return dkdv._replace(block_m=dkdv.block_n, block_n=dkdv.block_m)
+        """The dq kernel's tiles beside dk/dv's tiles `dkdv` (self.tiles(q, True)'s): their
+        transpose for a user's bwd_tiles, else the GPU's dq row where it has one
+        (_relbias_tiles._DQ_TILES). The fallback's dq is its transpose (the launcher's)."""
+        if self.user_tiles[True] is not None:
+            return transpose(dkdv)
         return default_dq_tiles(q, self._kinds(True), dkdv)
 
     def _kinds(self, backward: bool) -> tuple[str, str]:

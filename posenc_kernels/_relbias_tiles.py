@@ -167,16 +167,20 @@ def default_tiles(q: Tensor, backward: bool, kinds: tuple[str, ...]) -> tuple[Ti
     return _GENERIC[backward], _SAFE
 
 
+def transpose(tiles: Tiles) -> Tiles:
+    """dk/dv's tiles as dq runs them: (query rows, key columns) from (key rows, query columns)."""
+    return tiles._replace(block_m=tiles.block_n, block_n=tiles.block_m)
+
+
 def default_dq_tiles(q: Tensor, kinds: tuple[str, ...], dkdv: Tiles) -> Tiles:
     """dq's tiles beside dk/dv's default `dkdv`: its own row for q's GPU and the most specific
     of `kinds` where _DQ_TILES has one, else the transpose of dkdv."""
-    transpose = dkdv._replace(block_m=dkdv.block_n, block_n=dkdv.block_m)
     if _interpreting():
-        return transpose
+        return transpose(dkdv)
     major, minor = torch.cuda.get_device_capability(q.device)
     size, d = q.element_size(), 64 if q.shape[-1] <= 64 else 128
     table = _DQ_TILES.get(_arch(major, minor), {})
-    return next((table[size, d, k] for k in kinds if (size, d, k) in table), transpose)
+    return next((table[size, d, k] for k in kinds if (size, d, k) in table), transpose(dkdv))
 
 
 def _run(launch, tiles: Tiles, fallback: Tiles | None, name: str):

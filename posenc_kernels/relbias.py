@@ -55,6 +55,7 @@ from posenc_kernels._relbias_tiles import (
     _interpreting,
     _run,
     check_tiles,
+    transpose,
 )
 from posenc_kernels._runtime import compiling
 
@@ -286,6 +287,8 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
         SEQ=seq.mode,
     )
     lens = seq.lens if seq.lens is not None else q
+    default, fallback = spec.tiles(q, backward=True)
+    default_dq = spec.dq_tiles(q, default)  # looked up once; the fallback's dq: its transpose
 
     def launch(tiles: Tiles) -> Tensor | None:
         """Both kernels; -> the dq kernel's per-program table-gradient partials (or None)."""
@@ -327,7 +330,7 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
             num_warps=tiles.num_warps,
             num_stages=tiles.num_stages,
         )
-        t = spec.dq_tiles(q, tiles)
+        t = default_dq if tiles == default else transpose(tiles)
         t = spec.row_tiles(t) if spec.bias == SHAW_KV else t
         n_mblocks = triton.cdiv(seq.rows_q, t.block_m)
         part = None
@@ -374,7 +377,7 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
         )
         return part
 
-    part = _run(launch, *spec.tiles(q, backward=True), "bwd_tiles")
+    part = _run(launch, default, fallback, "bwd_tiles")
     if group > 1:  # each kv head's gradient: the sum over the query heads that read it
         dk, dv = (t.view(bsz, -1, group, lk, d).sum(2).to(k.dtype) for t in (dk, dv))
     dtable = None
