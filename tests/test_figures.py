@@ -66,18 +66,23 @@ def test_each_setting_the_readme_states_is_the_code_s(quoted):
     assert SETTINGS[quoted]() == quoted
 
 
-def _loose(page: str) -> list[str]:
-    text = figures.flat(page.split("```python")[0] + page.split("```python")[1].split("```", 1)[1])
+def _loose(text: str, page: str = "README.md") -> list[str]:
+    """The figure-like numbers of `text` (page's contents, its Python examples aside) that
+    neither a figure of the page nor a setting it states covers."""
+    text = figures.flat(re.sub(r"```python.*?```", " ", text, flags=re.S))
     covered = [False] * len(text)
-    quoted = [figures.flat(f()) for f in figures.README_FIGURES.values()]
-    for q in quoted + [figures.flat(s) for s in SETTINGS]:
+    quoted = [figures.flat(f()) for f in figures.PAGES[page].values()]
+    settings = [*figures.WHOLE[page], *(SETTINGS if page == "README.md" else ())]
+    for q in quoted + [figures.flat(s) for s in settings]:
         for m in re.finditer(re.escape(q), text):
             covered[m.start() : m.end()] = [True] * (m.end() - m.start())
     return [m.group() for m in FIGURE.finditer(text) if not all(covered[m.start() : m.end()])]
 
 
-def test_no_other_measured_figure_is_in_the_readme():
-    assert not _loose(README), "quoted without a row behind it (tools/figures/)"
+@pytest.mark.parametrize("page", sorted(figures.WHOLE))
+def test_no_other_measured_figure_is_in_the_page(page):
+    loose = _loose((figures.ROOT / page).read_text(), page)
+    assert not loose, f"{page} quotes {loose} without a row behind it (tools/figures/)"
 
 
 def test_a_figure_that_drifts_from_its_rows_is_caught():

@@ -19,6 +19,8 @@ import json
 import time
 from pathlib import Path
 
+import pandas as pd
+
 from bench.report import compare, flags, plots
 from bench.report.markdown import cell, markdown
 from bench.report.rows import has_rows, load, load_all, results_of, speedups
@@ -30,9 +32,17 @@ def build(dirs: list[Path], out: Path | None = None) -> Path:
     out = Path(out or dirs[0])
     out.mkdir(parents=True, exist_ok=True)
     load_all(dirs).to_csv(out / "merged.csv", index=False)
-    df = load(dirs)
+    df = frame(dirs)
     files = [f.parent / "env.json" for d in dirs for f in results_of(d)]
     envs = [json.loads(f.read_text()) for f in files if f.is_file()]
+    (out / "report.md").write_text(markdown(df, envs))
+    plots.write_all(df, out)
+    return out
+
+
+def frame(dirs: list[Path]) -> pd.DataFrame:
+    """The runs' rows as the report reads them: flags, speedups and each row's table `cell`."""
+    df = load([Path(d) for d in dirs])
     dup = df.attrs.get("duplicates", 0)
     df["suspect"] = flags.suspect(df)
     df = speedups(df)
@@ -42,9 +52,7 @@ def build(dirs: list[Path], out: Path | None = None) -> Path:
     df["interpreted"], df["throttled"] = flags.interpreted(df), flags.throttled(df)
     df["speedup_suspect"] = flags.speedup_suspect(df)
     df["cell"] = df.apply(cell, axis=1)
-    (out / "report.md").write_text(markdown(df, envs))
-    plots.write_all(df, out)
-    return out
+    return df
 
 
 def _new_dir(kind: str) -> Path:

@@ -15,13 +15,25 @@ holds no other measured figure. A new run: commit its folder, point the figure a
 
 from __future__ import annotations
 
+from tools.figures import rope_scaling, tutorial
 from tools.figures.kernels import KERNELS_FIGURES
 from tools.figures.readme import README_FIGURES
 from tools.figures.sources import README, ROOT
 
+DOCS = {  # the docs pages whose every measured figure is written here: page -> its module
+    "docs/rope_scaling.md": rope_scaling,
+    "docs/tutorial.md": tutorial,
+}
 PAGES = {  # each page -> its figures
     "README.md": README_FIGURES,
     "docs/kernels.md": KERNELS_FIGURES,
+    **{page: module.FIGURES for page, module in DOCS.items()},
+}
+# The pages all of whose measured figures are written here: tests/test_figures.py fails a number
+# in them that no figure writes (the README's settings are checked against the code there).
+WHOLE = {  # page -> the settings it states that read like figures (not measurements)
+    "README.md": (),
+    **{page: module.SETTINGS for page, module in DOCS.items()},
 }
 
 
@@ -36,4 +48,4 @@ def misquoted(text: str, page: str = "README.md") -> list[str]:
     return [name for name, figure in PAGES[page].items() if flat(figure()) not in text]
 
 
-__all__ = ["PAGES", "README", "README_FIGURES", "ROOT", "flat", "misquoted"]
+__all__ = ["PAGES", "WHOLE", "README", "README_FIGURES", "ROOT", "flat", "misquoted"]
