@@ -69,7 +69,10 @@ def test_each_setting_the_readme_states_is_the_code_s(quoted):
 def _loose(text: str, page: str = "README.md") -> list[str]:
     """The figure-like numbers of `text` (page's contents, its Python examples aside) that
     neither a figure of the page nor a setting it states covers."""
-    text = figures.flat(re.sub(r"```python.*?```", " ", text, flags=re.S))
+    text = re.sub(r"```python.*?```", " ", text, flags=re.S)
+    for name in figures.ELSEWHERE.get(page, ()):
+        text = re.sub(f"<!-- {name}: begin -->.*?<!-- {name}: end -->", " ", text, flags=re.S)
+    text = figures.flat(text)
     covered = [False] * len(text)
     quoted = [figures.flat(f()) for f in figures.PAGES[page].values()]
     settings = [*figures.WHOLE[page], *(SETTINGS if page == "README.md" else ())]

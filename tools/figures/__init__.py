@@ -15,12 +15,14 @@ holds no other measured figure. A new run: commit its folder, point the figure a
 
 from __future__ import annotations
 
-from tools.figures import rope_scaling, tutorial
+from tools.figures import models, multiaxis, rope_scaling, tutorial
 from tools.figures.kernels import KERNELS_FIGURES
 from tools.figures.readme import README_FIGURES
 from tools.figures.sources import README, ROOT
 
 DOCS = {  # the docs pages whose every measured figure is written here: page -> its module
+    "docs/models.md": models,
+    "docs/multiaxis_rope.md": multiaxis,
     "docs/rope_scaling.md": rope_scaling,
     "docs/tutorial.md": tutorial,
 }
@@ -35,6 +37,9 @@ WHOLE = {  # page -> the settings it states that read like figures (not measurem
     "README.md": (),
     **{page: module.SETTINGS for page, module in DOCS.items()},
 }
+# Sections of a page between `<!-- name: begin -->` and `<!-- name: end -->` that a command of
+# their own writes and a test of their own checks (docs/models.md's conformance section).
+ELSEWHERE = {page: getattr(module, "ELSEWHERE", ()) for page, module in DOCS.items()}
 
 
 def flat(text: str) -> str:
@@ -48,4 +53,4 @@ def misquoted(text: str, page: str = "README.md") -> list[str]:
     return [name for name, figure in PAGES[page].items() if flat(figure()) not in text]
 
 
-__all__ = ["PAGES", "WHOLE", "README", "README_FIGURES", "ROOT", "flat", "misquoted"]
+__all__ = ["ELSEWHERE", "PAGES", "WHOLE", "README", "README_FIGURES", "ROOT", "flat", "misquoted"]
