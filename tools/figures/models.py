@@ -33,9 +33,9 @@ def run() -> str:
     env, summary, df = _json(RUN, "env.json"), _json(RUN, "timing_summary.json"), _rows(RUN)
     return (
         f"`python -m bench sweep=models` at {env['git_sha'][:7]} ([`results/reference/{RUN}/`]"
-        f"(../results/reference/{RUN}/report.md):\n{env['cpu']} VM, {env['cpu_count']} cores, torch "
-        f"{env['torch']}, one thread, {len(df)} rows ({int((df.status == 'ok').sum())} timed, the "
-        f"rest said and\nskipped) in {summary['wall_s'] / 60:.1f} min, {contended(RUN)})"
+        f"(../results/reference/{RUN}/report.md):\n{env['cpu']} VM, {env['cpu_count']} cores, "
+        f"torch {env['torch']}, one thread, {len(df)} rows ({int((df.status == 'ok').sum())} "
+        f"timed, the rest said and\nskipped) in {summary['wall_s'] / 60:.1f} min, {contended(RUN)})"
     )
 
 
@@ -45,7 +45,8 @@ def per_copy() -> str:
     pythia = f"{ref[PARTIAL[0]]:.1f}x, `hf` {hf[PARTIAL[0]]:.1f}x"
     return (
         f"the eager half-split reference {span(_whole(ref))}x on\nwhole heads ({quarter} where a "
-        f"quarter of the head turns: {', '.join(QUARTER.values())}; Pythia's\nquarter {pythia}), `hf` "
+        f"quarter of the head turns: {', '.join(QUARTER.values())}; Pythia's\nquarter {pythia}), "
+        "`hf` "
         f"{span(_whole(hf))}x, `torch.compile` {span(_whole(compiled))}x "
         f"({span([compiled[m] for m in INTERLEAVED])}x on the DeepSeek models' interleaved "
         f"slices and\nLlama 4 Scout); the interleaved models' eager path (DeepSeek-V3, "

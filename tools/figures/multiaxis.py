@@ -12,7 +12,8 @@ ROWS = [  # label, the point in words, mode, what picks the rows
     ("rope_2d, pixtral", "B=2, 32x32 patches, H=16, D=64", "forward",
      dict(rope_2d_split="pixtral", seq_len=1024)),
     ("rope_2d, axial_xy", "the same", "forward", dict(rope_2d_split="axial_xy", seq_len=1024)),
-    ("rope_2d, axial_xy", "B=2, 24x24 patches", "forward", dict(rope_2d_split="axial_xy", seq_len=576)),
+    ("rope_2d, axial_xy", "B=2, 24x24 patches", "forward",
+     dict(rope_2d_split="axial_xy", seq_len=576)),
     ("rope, xpos", "B=1, L=1024, Hq=8, Hk=2, D=128", "forward", dict(rope_variant="xpos")),
     ("rope, p_rope", "the same", "forward", dict(rope_variant="p_rope")),
 ]  # fmt: skip
