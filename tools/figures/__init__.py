@@ -15,7 +15,7 @@ holds no other measured figure. A new run: commit its folder, point the figure a
 
 from __future__ import annotations
 
-from tools.figures import models, multiaxis, rope_scaling, tutorial
+from tools.figures import models, multiaxis, performance, rope_scaling, tutorial
 from tools.figures.kernels import KERNELS_FIGURES
 from tools.figures.readme import README_FIGURES
 from tools.figures.sources import README, ROOT
@@ -23,6 +23,7 @@ from tools.figures.sources import README, ROOT
 DOCS = {  # the docs pages whose every measured figure is written here: page -> its module
     "docs/models.md": models,
     "docs/multiaxis_rope.md": multiaxis,
+    "docs/performance.md": performance,
     "docs/rope_scaling.md": rope_scaling,
     "docs/tutorial.md": tutorial,
 }
