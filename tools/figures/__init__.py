@@ -15,12 +15,13 @@ holds no other measured figure. A new run: commit its folder, point the figure a
 
 from __future__ import annotations
 
-from tools.figures import models, multiaxis, performance, rope_scaling, tutorial
+from tools.figures import harness, models, multiaxis, performance, rope_scaling, tutorial
 from tools.figures.kernels import KERNELS_FIGURES
 from tools.figures.readme import README_FIGURES
 from tools.figures.sources import README, ROOT
 
 DOCS = {  # the docs pages whose every measured figure is written here: page -> its module
+    "docs/harness.md": harness,
     "docs/models.md": models,
     "docs/multiaxis_rope.md": multiaxis,
     "docs/performance.md": performance,
