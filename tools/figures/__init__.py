@@ -16,7 +16,7 @@ holds no other measured figure. A new run: commit its folder, point the figure a
 from __future__ import annotations
 
 from tools.figures import harness, models, multiaxis, performance, rope_scaling, tutorial
-from tools.figures.kernels import KERNELS_FIGURES
+from tools.figures.kernels import KERNELS_FIGURES, KERNELS_SETTINGS
 from tools.figures.readme import README_FIGURES
 from tools.figures.sources import README, ROOT
 
@@ -37,6 +37,7 @@ PAGES = {  # each page -> its figures
 # in them that no figure writes (the README's settings are checked against the code there).
 WHOLE = {  # page -> the settings it states that read like figures (not measurements)
     "README.md": (),
+    "docs/kernels.md": KERNELS_SETTINGS,
     **{page: module.SETTINGS for page, module in DOCS.items()},
 }
 # Sections of a page between `<!-- name: begin -->` and `<!-- name: end -->` that a command of

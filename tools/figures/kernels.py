@@ -4,6 +4,7 @@ audit's counts (tools.audit.host) and a list model of the causal grid's waves.""
 from __future__ import annotations
 
 import heapq
+import json
 import os
 from functools import cache
 
@@ -243,7 +244,59 @@ def _rope_row() -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+# Computed from the models' configs and the decode model (posenc_kernels/_relbias_grid.py).
+def _config(model: str) -> dict:
+    return json.loads((ROOT / "configs" / "models" / f"{model}.json").read_text())
+
+
+def table_share() -> str:
+    """Per-token tables' bytes (cos and sin, F = D/2 float32 each: 8F) against a model's q and k
+    in bfloat16, read and written."""
+    c = _config("qwen2.5-vl-7b")
+    d = c["hidden_size"] // c["num_attention_heads"]
+    heads = c["num_attention_heads"] + c["num_key_value_heads"]
+    share = 8 * (d // 2) / (heads * d * 2 * 2)
+    return (
+        f"about {share:.0%} of Qwen2-VL-7B's q and k ({c['num_attention_heads']} + "
+        f"{c['num_key_value_heads']} heads of\n  {d} bf16, read and written)"
+    )
+
+
+def gqa_bytes() -> str:
+    c = _config("llama-3.1-8b")
+    group = c["num_attention_heads"] // c["num_key_value_heads"]
+    return (
+        f"{c['num_attention_heads']} query heads on {c['num_key_value_heads']} kv heads read "
+        f"{group}x fewer cache bytes"
+    )
+
+
+def decode_model() -> str:
+    """The decode model at B=64 and B=1 over ragged 16k-32k caches, Llama-3.1-8B's heads, D=128
+    bfloat16, 132 SMs of 2 programs (tests/posenc_kernels/test_relbias_grid.py asserts it)."""
+    from posenc_kernels import _relbias_grid as G
+    from posenc_kernels._relbias_seq import CACHE, Sequences
+
+    c, slots = _config("llama-3.1-8b"), 132 * 2
+    heads, kv_heads = c["num_attention_heads"], c["num_key_value_heads"]
+    out = {}
+    for bsz in (64, 1):
+        lens = [16384 + (b * 997) % 16385 for b in range(bsz)]
+        grid = G.forward_grid(Sequences(CACHE, None, bsz, 1, 32768), heads, heads // kv_heads,
+                              16, 64, None, slots)  # fmt: skip
+        out[bsz] = grid, G.cost(grid, lens, heads, kv_heads, 1, 128, 2, slots)
+    (g64, c64), (_, c1) = out[64], out[1]
+    exact = "exactly the caches' bytes" if c64.kv_bytes == c64.cache_bytes else "more"
+    return (
+        f"the packed grid is {g64.programs} programs in {c64.waves} waves\n  reading {exact}; at "
+        f"B=1 it splits the keys to fill one wave {c1.fill:.0%}"
+    )
+
+
 KERNELS_FIGURES = {
+    "table_share": table_share,
+    "gqa_bytes": gqa_bytes,
+    "decode_model": decode_model,
     "compile_table": compile_table,
     "narrow_count": narrow_count,
     "host_table": host_table,
@@ -251,3 +304,9 @@ KERNELS_FIGURES = {
     "loop_table": loop_table,
     "grid_order": grid_order,
 }
+# Settings the page states that read like figures: tile sizes and the code's thresholds.
+KERNELS_SETTINGS = (
+    "at least 90% full",  # _relbias_grid.num_splits
+    "BLOCK_N stays 64 at 16 rows", "4 warps at 16 rows", "decode of 16 rows", "computes 16 rows",
+    "no worse than 3x the eager reference",  # bench/run/check.py FACTOR
+)  # fmt: skip
