@@ -95,6 +95,30 @@ def test_a_figure_that_drifts_from_its_rows_is_caught():
     assert _loose(README + "\nThe kernel is 1.7x faster.\n") == ["1.7x"]
 
 
+@pytest.mark.parametrize("page", sorted(set(figures.WHOLE) - {"README.md"}))
+def test_a_docs_page_that_drifts_from_its_rows_is_caught(page):
+    """Each docs page: its first figure with one digit changed is misquoted, and a number
+    written loose is caught."""
+    text = (figures.ROOT / page).read_text()
+    name, figure = next(iter(figures.PAGES[page].items()))
+    quoted = figures.flat(figure())
+    digit = re.search(r"\d", quoted)
+    drifted = quoted[: digit.start()] + str((int(digit.group()) + 1) % 10) + quoted[digit.end() :]
+    assert name in figures.misquoted(figures.flat(text).replace(quoted, drifted), page)
+    assert _loose(text + "\nThe kernel is 1.7x faster.\n", page) == ["1.7x"]
+
+
+def test_a_probe_figure_reads_one_cell_or_says_why():
+    """A placeholder that would read several lines' rows as one, or no row, is an error."""
+    from tools.figures import probe
+
+    assert probe._fill(probe.P, "{m:nope/copy/1}") == probe._value(probe.P, "m", "nope", "copy", 1)
+    with pytest.raises(LookupError, match="one line"):
+        probe._fill(probe.P, "{m:nope,alibi/copy/1}")
+    with pytest.raises(LookupError, match="no rows"):
+        probe._fill(probe.P, "{m:nope/copy/3}")
+
+
 RUN = {
     "commit": "abc1234",
     "dirty": False,

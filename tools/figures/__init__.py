@@ -1,21 +1,24 @@
-"""Every figure README.md quotes, and docs/kernels.md's compile and host tables, written from what
-holds it: the reference runs' rows (results/reference/<run>/: results.csv or
-probe.csv, env.json, timing_summary.json), docs/models.md's conformance section (written by
-`python -m bench.conformance --markdown`), the record of the last full `make test`
-(results/reference/tests.json), the compile audit's tables (results/gpu-compile/*.csv) and the
-host audit's counts (`python -m tools.audit.host`, machine-independent).
+"""Every measured figure of README.md and docs/, written from what holds it: the reference
+runs' rows (results/reference/<run>/: results.csv or probe.csv, env.json, timing_summary.json,
+config.yaml), docs/models.md's conformance section (written by `python -m bench.conformance
+--markdown`), the record of the last full `make test` (results/reference/tests.json), the compile
+audit's tables (results/gpu-compile/*.csv), the host audit's counts (`python -m tools.audit.host`)
+and the models' configs (configs/models/). One module per page (readme.py, kernels.py,
+harness.py, probe.py, ...); docs/gpu.md's figures are checked by tests/test_gpu_figures.py.
 
-    python -m tools.figures                  # each figure as the README must quote it
+    python -m tools.figures                  # each figure as its page must quote it
     python -m tools.figures --check          # the ones a page does not quote so (exit 1)
     python -m tools.figures --record-tests   # after `make test` on a clean tree: its record
 
-tests/test_figures.py checks that each page quotes each as written here, and that the README
-holds no other measured figure. A new run: commit its folder, point the figure at it, paste.
+tests/test_figures.py checks that each page quotes each figure as written here and that the
+pages in WHOLE hold no other number that reads like a measurement (a percentage, a time, a
+ratio, an accuracy, a count of rows). A new run: commit its folder, point the figure at it,
+paste what `python -m tools.figures` prints.
 """
 
 from __future__ import annotations
 
-from tools.figures import harness, models, multiaxis, performance, rope_scaling, tutorial
+from tools.figures import harness, models, multiaxis, performance, probe, rope_scaling, tutorial
 from tools.figures.kernels import KERNELS_FIGURES, KERNELS_SETTINGS
 from tools.figures.readme import README_FIGURES
 from tools.figures.sources import README, ROOT
@@ -25,6 +28,7 @@ DOCS = {  # the docs pages whose every measured figure is written here: page -> 
     "docs/models.md": models,
     "docs/multiaxis_rope.md": multiaxis,
     "docs/performance.md": performance,
+    "docs/probe.md": probe,
     "docs/rope_scaling.md": rope_scaling,
     "docs/tutorial.md": tutorial,
 }
