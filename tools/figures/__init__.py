@@ -18,7 +18,16 @@ paste what `python -m tools.figures` prints.
 
 from __future__ import annotations
 
-from tools.figures import harness, models, multiaxis, performance, probe, rope_scaling, tutorial
+from tools.figures import (
+    harness,
+    models,
+    multiaxis,
+    performance,
+    probe,
+    repeatability,
+    rope_scaling,
+    tutorial,
+)
 from tools.figures.kernels import KERNELS_FIGURES, KERNELS_SETTINGS
 from tools.figures.readme import README_FIGURES
 from tools.figures.sources import README, ROOT
@@ -29,6 +38,7 @@ DOCS = {  # the docs pages whose every measured figure is written here: page -> 
     "docs/multiaxis_rope.md": multiaxis,
     "docs/performance.md": performance,
     "docs/probe.md": probe,
+    "docs/repeatability.md": repeatability,
     "docs/rope_scaling.md": rope_scaling,
     "docs/tutorial.md": tutorial,
 }
