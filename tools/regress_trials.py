@@ -24,10 +24,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROPE_AT = "    rotate_into(x, cos, sin.reshape(cos.shape), out, interleaved)\n"
+ROPE_AT = (
+    "    rotate_into(x[..., start:], cos, sin.reshape(cos.shape), out[..., start:], interleaved)\n"
+)
 ROPE_EXTRA = (
     "    n = x.shape[-2] * {pct} // 100  # planted regression (tools/regress_trials.py)\n"
-    "    part = x[..., :n, :]\n"
+    "    part = x[..., :n, start:]\n"
     "    rotate_into(part, cos[..., :n, :], sin.reshape(cos.shape)[..., :n, :],"
     " torch.empty_like(part), interleaved)\n"
 )

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run-to-run repeatability of one sweep: N back-to-back runs of `python -m bench` with the
 # given overrides, then `python -m bench.report --compare` over them (repeatability.md: every
-# pair's drift of the medians, of the speedups and of the time vs the copy). The README's
-# seed_5_2 figures come from `tools/repeat_runs.sh 6 sweep=seed_5_2`.
+# pair's drift of the medians, of the speedups and of the time vs the copy). docs/repeatability.md
+# quotes the sets it measured.
 # Usage: tools/repeat_runs.sh [N] [OVERRIDE ...]; OUT=dir (default: a new results/repeat/<time>)
 set -eu
 N=${1:-6}
