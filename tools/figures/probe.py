@@ -155,7 +155,8 @@ def strings_table() -> str:
     return "\n".join(lines)
 
 
-def _ranks(run: str, tasks=None, **kw) -> pd.DataFrame:
+@cache
+def _ranks(run: str, tasks: tuple | None = None, **kw) -> pd.DataFrame:
     from bench.probe.report import reciprocal_rank
 
     df = _cells(run)
