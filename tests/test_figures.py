@@ -74,7 +74,7 @@ def _loose(text: str, page: str = "README.md") -> list[str]:
         text = re.sub(f"<!-- {name}: begin -->.*?<!-- {name}: end -->", " ", text, flags=re.S)
     text = figures.flat(text)
     covered = [False] * len(text)
-    quoted = [figures.flat(f()) for f in figures.PAGES[page].values()]
+    quoted = list(figures.written(page).values())
     settings = [*figures.WHOLE[page], *(SETTINGS if page == "README.md" else ())]
     for q in quoted + [figures.flat(s) for s in settings]:
         for m in re.finditer(re.escape(q), text):

@@ -18,6 +18,8 @@ paste what `python -m tools.figures` prints.
 
 from __future__ import annotations
 
+from functools import cache
+
 from tools.figures import (
     harness,
     models,
@@ -68,10 +70,26 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
+@cache
+def written(page: str) -> dict[str, str]:
+    """Each figure of `page` as written here, flattened: computed once a process."""
+    return {name: flat(figure()) for name, figure in PAGES[page].items()}
+
+
 def misquoted(text: str, page: str = "README.md") -> list[str]:
     """The figures of `page` that `text` (its contents) does not quote as written here."""
     text = flat(text)
-    return [name for name, figure in PAGES[page].items() if flat(figure()) not in text]
+    return [name for name, figure in written(page).items() if figure not in text]
 
 
-__all__ = ["ELSEWHERE", "PAGES", "WHOLE", "README", "README_FIGURES", "ROOT", "flat", "misquoted"]
+__all__ = [
+    "ELSEWHERE",
+    "PAGES",
+    "WHOLE",
+    "written",
+    "README",
+    "README_FIGURES",
+    "ROOT",
+    "flat",
+    "misquoted",
+]
