@@ -2,9 +2,9 @@
 runs' rows (results/reference/<run>/: results.csv or probe.csv, env.json, timing_summary.json,
 config.yaml), docs/models.md's conformance section (written by `python -m bench.conformance
 --markdown`), the record of the last full `make test` (results/reference/tests.json), the compile
-audit's tables (results/gpu-compile/*.csv), the host audit's counts (`python -m tools.audit.host`)
-and the models' configs (configs/models/). One module per page (readme.py, kernels.py,
-harness.py, probe.py, ...); docs/gpu.md's figures are checked by tests/test_gpu_figures.py.
+audit's tables (results/gpu-compile/*.csv), the host audit's counts (`python -m tools.audit.host`),
+the models' configs (configs/models/) and the GPU runs' files (results/gpu/). One module per
+page (readme.py, kernels.py, harness.py, probe.py, gpu.py, ...).
 
     python -m tools.figures                  # each figure as its page must quote it
     python -m tools.figures --check          # the ones a page does not quote so (exit 1)
@@ -21,6 +21,7 @@ from __future__ import annotations
 from functools import cache
 
 from tools.figures import (
+    gpu,
     harness,
     models,
     multiaxis,
@@ -36,6 +37,7 @@ from tools.figures.readme import README_FIGURES
 from tools.figures.sources import README, ROOT
 
 DOCS = {  # the docs pages whose every measured figure is written here: page -> its module
+    "docs/gpu.md": gpu,
     "docs/harness.md": harness,
     "docs/models.md": models,
     "docs/multiaxis_rope.md": multiaxis,

@@ -6,11 +6,15 @@ to write it from the rows (tests/test_gpu_figures.py checks each)."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from functools import cache
 
 import pandas as pd
 
-from tools.figures.sources import ROOT
+from tools.figures.sources import ROOT, parts, span
 
 FIRST, SECOND = "2026-12-04-h200", "2026-12-04-h200-2"
 
@@ -79,7 +83,7 @@ def _shaw_first() -> tuple[float, float]:
     )
 
 
-FIGURES = {  # the text as the page quotes it -> the same text written from the rows
+QUOTES = {  # the text as the page quotes it -> the same text written from the rows
     "0.171 ms vs the copy's 0.165 ms: 96%": lambda: (
         f"{_a('project fwd'):.3f} ms vs the copy's {_a('copy of the same bytes'):.3f} ms: "
         f"{100 * _a('copy of the same bytes') / _a('project fwd'):.0f}%"
@@ -207,3 +211,113 @@ FIGURES = {  # the text as the page quotes it -> the same text written from the 
     ),
 }
 DECODES = ("alibi_decode", "t5_decode", "shaw_kv_decode")
+
+
+# docs/gpu.md's run plan: the estimates table (tools/gpurun/estimate.py) and what it was
+# calibrated on (the first H200 run's status.txt, run.log, tests.xml and rows).
+def plan_table() -> str:
+    """`python -m tools.gpurun --plan`'s table; the estimate records the JIT's launches, so under
+    Triton's interpreter (the tests') it runs in a process without it."""
+    code = "from tools.gpurun import estimate as e; print(e.markdown(e.estimates()))"
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        out = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+            check=True,
+        )  # fmt: skip
+        return out.stdout.strip()
+    from tools.gpurun import estimate
+
+    return estimate.markdown(estimate.estimates()).strip()
+
+
+def _first(name: str) -> str:
+    return (ROOT / "results" / "gpu" / FIRST / name).read_text()
+
+
+def calibration() -> tuple[str, ...]:
+    from tools.gpurun import estimate
+
+    flex = re.search(r"^(\d+) rows in ([\d.]+) s .*sweep-flex$", _first("run.log"), re.M)
+    tests = re.search(r'tests="(\d+)" time="([\d.]+)"', _first("recheck/tests.xml"))
+    status = _first("status.txt")
+    audit_s = re.search(r"^== audit: exit \d+ after (\d+)s", status, re.M)[1]
+    sweep_s = re.search(r"^== sweep: exit \d+ after (\d+)s", status, re.M)[1]
+    carried = re.search(r"(\d+) kernels carried in cache.tgz", status)[1]
+    rows = _csv(f"{FIRST}/sweep-gpu/results.csv")
+    t5 = rows[(rows.case == "t5_attention") & (rows.impl == "reference")]
+    t5 = t5[(t5["mode"] == "forward+backward") & (t5.seq_len == 4096) & (t5.status == "ok")]
+    return (
+        f"(the flex part: {flex[1]} rows in {flex[2]} s, its compiled graphs included; "
+        f"{estimate.INDUCTOR_S} s a graph assumed), the kernel tests in "
+        f"{float(tests[2]):.0f} s on {estimate.TEST_WORKERS} workers ({estimate.TEST_CALL_S} s "
+        f"per test beside its compiles, fitted)",
+        f"The audit took {audit_s} s",
+        f"The sweep outran its estimate ({len(rows)} of its rows in {sweep_s} s): an eager T5 "
+        f"forward+backward at L=4096 takes {span(t5.p50_ms / 1e3, '{:.1f}')} s a call",
+        f"({carried} kernels",
+    )
+
+
+def launches() -> str:
+    from tools.gpurun import estimate
+
+    counted = json.loads(estimate.TEST_LAUNCHES.read_text())
+    return (
+        f"{sum(counted['kernels'].values())} kernels in {counted['tests']} tests), plus the "
+        f"GPU-only long tests' {estimate.LONG_TEST_KERNELS} at most"
+    )
+
+
+SETTINGS = (
+    "a budget of 540 s", "every 15 s", "--time=00:10:00", "| RoPE forward >= 90%",
+    "| ALiBi forward >= 0.7x SDPA", "limits five times as long", "limit s | estimate s",
+    "Dynamo's default limit of 8 recompiles", "raises the limit to 512",
+    ">= 90% of the copy's bandwidth", "(goal 1.2x)", ">= 0.7x of SDPA", ">= 10x the eager",
+)  # fmt: skip
+
+
+def assumed() -> str:
+    from tools.gpurun import estimate
+
+    return (
+        f"Still assumed: {estimate.START_S} s to start a part's process, {estimate.TRUTH_S} s per "
+        "float64 truth"
+    )
+
+
+def recheck_tests() -> str:
+    """The first run's kernel tests (recheck/tests.xml)."""
+    t = re.search(r'errors="(\d+)" failures="(\d+)" skipped="\d+" tests="(\d+)" time="([\d.]+)"',
+                  _first("recheck/tests.xml"))  # fmt: skip
+    passed = int(t[3]) - int(t[1]) - int(t[2])
+    return f"{passed} of {t[3]} passed in {float(t[4]):.0f} s"
+
+
+def second_cut() -> str:
+    """The second run's parts cut at their limits (its status.txt)."""
+    status = (ROOT / "results" / "gpu" / SECOND / "status.txt").read_text()
+    cut = dict(re.findall(r"^== (\w+): exit 124 after (\d+)s", status, re.M))
+    return (
+        f"tests ({cut['tests']} s) and sweep ({cut['sweep']} s) were cut at their limits, "
+        f"sequences at {cut['sequences']} s"
+    )
+
+
+PLAN_FIGURES = {
+    "assumed": assumed,
+    "recheck_tests": recheck_tests,
+    "second_cut": second_cut,
+    "plan_table": plan_table,
+    **parts(calibration, 4),
+    "launches": launches,
+}
+
+
+def _quoted_in(page: str) -> dict:
+    """The GPU figures a page quotes (the run plan's and the measured runs')."""
+    text = " ".join((ROOT / page).read_text().split())
+    return {quote: f for quote, f in QUOTES.items() if " ".join(quote.split()) in text}
+
+
+FIGURES = {**PLAN_FIGURES, **_quoted_in("docs/gpu.md")}  # docs/gpu.md's

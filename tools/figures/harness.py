@@ -371,7 +371,7 @@ SETTINGS = (
 LAUNCH = "0.27 ms for a kernel that runs in 0.17 ms"  # the first H200 run (tools/figures/gpu.py)
 FIGURES = {
     **{f"sweep_{name}": figure for name, figure in SWEEPS.items()},
-    "gpu_launch": gpu.FIGURES[LAUNCH],
+    "gpu_launch": gpu.QUOTES[LAUNCH],
     "sequences_run": sequences_run,
     "sequences": sequences,
     "serving_run": serving_run,
