@@ -82,6 +82,12 @@ def _loose(text: str, page: str = "README.md") -> list[str]:
     return [m.group() for m in FIGURE.finditer(text) if not all(covered[m.start() : m.end()])]
 
 
+def test_every_page_is_held_to_its_rows():
+    """README.md and every page of docs/: a new page is written from rows from its first day."""
+    pages = {"README.md", *(f"docs/{p.name}" for p in (figures.ROOT / "docs").glob("*.md"))}
+    assert set(figures.WHOLE) == pages
+
+
 @pytest.mark.parametrize("page", sorted(figures.WHOLE))
 def test_no_other_measured_figure_is_in_the_page(page):
     loose = _loose((figures.ROOT / page).read_text(), page)

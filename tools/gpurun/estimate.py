@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 AUDIT_CSV = ROOT / "results" / "gpu-compile" / "triton-3.6.0.csv"
 TEST_LAUNCHES = ROOT / "results" / "gpu-compile" / "test-launches.json"
 START_S = 10  # assumed: a process importing torch (CUDA), triton, hydra (4-6 s on the VM)
-INDUCTOR_S = 8  # one torch.compile graph: about 5 s on an H200 node (docs/gpu.md)
+INDUCTOR_S = 8  # one torch.compile graph: the first H200 run's flex part (docs/gpu.md)
 TRUTH_S = 0.5  # assumed: the float64 truth of one point and mode on the GPU
 TEST_WORKERS = 14  # pytest -n {workers}: the cores less two, 14 on a 16-core H200 node
 # one kernel test's own work beside its compiles, fitted to an H200 node (2026-12-04): the
