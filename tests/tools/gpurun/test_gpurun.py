@@ -234,8 +234,3 @@ def test_the_sweep_estimate_counts_the_kernels_the_plan_launches():
         "_rope_kernel": 2,
         "_rope_cache_kernel": 2,
     }
-
-
-def test_docs_show_the_estimates_table(plan):
-    table, _ = plan
-    assert table in (ROOT / "docs" / "gpu.md").read_text(), table
