@@ -8,13 +8,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from functools import cache
 
 import pandas as pd
 
-from tools.figures.sources import ROOT, parts, span
+from tools.figures.sources import ROOT, jit_stdout, parts, span
 
 FIRST, SECOND = "2026-12-04-h200", "2026-12-04-h200-2"
 
@@ -218,14 +216,9 @@ DECODES = ("alibi_decode", "t5_decode", "shaw_kv_decode")
 def plan_table() -> str:
     """`python -m tools.gpurun --plan`'s table; the estimate records the JIT's launches, so under
     Triton's interpreter (the tests') it runs in a process without it."""
-    code = "from tools.gpurun import estimate as e; print(e.markdown(e.estimates()))"
     if os.environ.get("TRITON_INTERPRET") == "1":
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        out = subprocess.run(
-            [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-            check=True,
-        )  # fmt: skip
-        return out.stdout.strip()
+        code = "from tools.gpurun import estimate as e; print(e.markdown(e.estimates()))"
+        return jit_stdout(code).strip()
     from tools.gpurun import estimate
 
     return estimate.markdown(estimate.estimates()).strip()

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from functools import cache
 
 import pandas as pd
@@ -16,18 +14,19 @@ import pandas as pd
 from tools.figures import gpu, performance
 from tools.figures.readme import LAYER
 from tools.figures.sources import (
-    ROOT,
     _cpu,
     _json,
     _minutes,
     _rows,
     contended,
     g3,
+    jit_stdout,
     parts,
+    pct_span,
     pick,
     report_rows,
     span,
-)  # fmt: skip
+)
 
 
 def sweep_time(run: str) -> str:
@@ -45,17 +44,10 @@ GPU_SWEEPS = ("quick_gpu", "gpu", "gpu_tiles", "cpu_vs_cuda")
 @cache
 def gpu_minutes() -> dict[str, float]:
     """Each GPU sweep's minutes as tools.gpurun's model estimates them from the plan and the
-    compile audit (docs/gpu.md). The model records the JIT's launches, so under Triton's
-    interpreter (the tests') it runs in a process without it."""
+    compile audit (docs/gpu.md)."""
     if os.environ.get("TRITON_INTERPRET") == "1":
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         code = "import json; from tools.figures import harness as h; "
-        code += "print(json.dumps(h.gpu_minutes()))"
-        out = subprocess.run(
-            [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-            check=True,
-        )  # fmt: skip
-        return json.loads(out.stdout.splitlines()[-1])
+        return json.loads(jit_stdout(code + "print(json.dumps(h.gpu_minutes()))"))
     from tools.gpurun.estimate import compile_seconds, sweep_estimate
     from tools.gpurun.parts import Part
 
@@ -207,18 +199,12 @@ def layer_run() -> str:
     )
 
 
-def _forward(case: str, impls=None, length=None, **eq) -> pd.DataFrame:
+def _forward(case: str, impls=None, length=None) -> pd.DataFrame:
+    """A layer case's forward rows that carry a share (of impls, at length, where given)."""
     df = _rows(LAYER)
-    df = df[(df.case == case) & df.pe_share.notna()]
-    df = df[df["mode"] == "forward"] if "mode" not in eq else df[df["mode"] == eq.pop("mode")]
+    df = df[(df.case == case) & df.pe_share.notna() & (df["mode"] == "forward")]
     df = df[df.impl.isin(impls)] if impls else df
     return df[df.seq_len == length] if length else df
-
-
-def _pct(values) -> str:
-    """A span of shares in whole percent: 0-17%, -1 to 32%."""
-    lo, hi = (round(100 * v) + 0 for v in (min(values), max(values)))
-    return f"{lo}%" if lo == hi else f"{lo} to {hi}%" if lo < 0 else f"{lo}-{hi}%"
 
 
 def layer_rope() -> str:
@@ -229,9 +215,9 @@ def layer_rope() -> str:
     compiled = _forward("layer_rope_decode", ["compiled"])
     lo, hi = round(100 * prefill.pe_share_lo.min()), round(100 * prefill.pe_share_hi.max())
     return (
-        f"is {_pct(prefill.pe_share)} of a prefill layer, forward and\n  forward+backward "
-        f"(intervals {lo} to +{hi} points), and {_pct(step.pe_share)} of an eager decode step, "
-        f"whose\n  projections and attention are small (compiled: {_pct(compiled.pe_share)})"
+        f"is {pct_span(prefill.pe_share)} of a prefill layer, forward and\n  forward+backward "
+        f"(intervals {lo} to +{hi} points), and {pct_span(step.pe_share)} of an eager decode step, "
+        f"whose\n  projections and attention are small (compiled: {pct_span(compiled.pe_share)})"
     )
 
 
@@ -249,9 +235,10 @@ BIAS = ["layer_alibi", "layer_t5", "layer_shaw_bias", "layer_shaw_kv"]
 def layer_bias() -> str:
     own = {n: pd.concat([_forward(c, length=n) for c in BIAS]) for n in (512, 2048)}
     return (
-        f"takes {_pct(own[512].pe_share)} of the layer at L=512 and {_pct(own[2048].pe_share)} "
-        f"at 2048\n  (forward); against the fastest layer without an encoding, "
-        f"{_pct(own[512].pe_share_best)} and {_pct(own[2048].pe_share_best)}"
+        f"takes {pct_span(own[512].pe_share)} of the layer at L=512 and "
+        f"{pct_span(own[2048].pe_share)} at 2048\n  (forward); against the fastest layer without "
+        "an encoding, "
+        f"{pct_span(own[512].pe_share_best)} and {pct_span(own[2048].pe_share_best)}"
     )
 
 
@@ -286,8 +273,8 @@ def layer_decode() -> str:
     }
     return (
         f"is {a[512]} of the step at caches of 512",
-        f"and {a[2048]} at 2048; T5's and Shaw's biases take {_pct(others.pe_share)} of the step "
-        "with SDPA",
+        f"and {a[2048]} at 2048; T5's and Shaw's biases take {pct_span(others.pe_share)} of the "
+        "step with SDPA",
     )
 
 
@@ -343,14 +330,12 @@ def threads_prose() -> tuple[str, ...]:
     }  # fmt: skip
     worst = [ratio[2, 2, length] for length in (128, 512)]
     one = [v for (n, t, _), v in ratio.items() if t == 1]
-    flagged = sum(
-        bool(_threads(n, t, length).contended)
-        for n in (1, 2) for t in (1, 2) for length in (128, 512)
-    )  # fmt: skip
-    idle = sum(bool(_threads(0, t, n).contended) for t in (1, 2) for n in (128, 512))
+    busy = [_threads(n, t, length) for n in (1, 2) for t in (1, 2) for length in (128, 512)]
+    idle = [_threads(0, t, length) for t in (1, 2) for length in (128, 512)]
+    marked = lambda rows: sum(bool(r.contended) for r in rows)  # noqa: E731
     return (
-        f"{flagged} of the 8 rows beside a neighbour were marked contended, {idle} of the 4 idle "
-        "ones",
+        f"{marked(busy)} of the {len(busy)} rows beside a neighbour were marked contended, "
+        f"{marked(idle)} of the {len(idle)} idle ones",
         f"the medians are {span(worst, '{:.0f}')}x the idle ones",
         f"One thread stays within {span(one)}x of its idle time",
     )

@@ -208,16 +208,18 @@ def _modern_run() -> str:
     )
 
 
+def _longest() -> int:
+    """The last position the modern run evaluated (BOS at 0): train_len x its largest factor."""
+    c = _config(M)
+    return c["train_len"] * max(c["eval_factors"])
+
+
 def _irope(p: int, scale: int = 33) -> str:
-    from posenc._logits import irope_temperature
-
-    return f"{float(irope_temperature(torch_tensor(p), floor_scale=scale)):.2f}"
-
-
-def torch_tensor(p: int):
     import torch
 
-    return torch.tensor([p])
+    from posenc._logits import irope_temperature
+
+    return f"{float(irope_temperature(torch.tensor([p]), floor_scale=scale)):.2f}"
 
 
 def _irope_gap() -> str:
@@ -257,10 +259,10 @@ NAMED = {
     "random_gain_mean": lambda: _string_gain("mean"),
     "irope_gap": _irope_gap,
     "fox_duplicate": lambda: f"{_strings().loc[('duplicate_string', 'fox'), 'max']:.2f}",
-    "p_rope_positions": lambda: str(8 * 32 + 1),
-    "p_rope_turn": lambda: f"{8 * 32 * 1e-3:.2f}",  # the slowest stilled pair: 10^-3 rad a step
-    "irope_2x": lambda: _irope(2 * 32),
-    "irope_8x": lambda: _irope(8 * 32),
+    "p_rope_positions": lambda: str(_longest() + 1),  # with BOS
+    "p_rope_turn": lambda: f"{_longest() * 1e-3:.2f}",  # the slowest stilled pair: 10^-3 rad a step
+    "irope_2x": lambda: _irope(2 * _config(M)["train_len"]),
+    "irope_8x": lambda: _irope(_longest()),
     "llama4_1m": lambda: _irope(10**6, 8192),
     "llama4_10m": lambda: _irope(10**7, 8192),
     "loss_others": _loss_others,

@@ -10,7 +10,7 @@ from functools import cache
 import pandas as pd
 
 from tools.figures import sources
-from tools.figures.sources import REF, ROOT, _cpu, _json, _minutes, _pct, _rows
+from tools.figures.sources import REF, ROOT, _cpu, _json, _minutes, _pct, _rows, pct_span
 
 # The layer share: the README's rows (label, case, seq_len) and columns (impl, heading).
 LAYER = "layer-cpu"
@@ -59,11 +59,6 @@ def layer_table() -> str:
     return "\n".join(lines)
 
 
-def _span(values) -> str:
-    lo, hi = (round(100 * v) for v in (min(values), max(values)))
-    return f"{lo}%" if lo == hi else f"{lo} to {hi}%" if lo < 0 else f"{lo}-{hi}%"
-
-
 def _bias_cases(decode: bool) -> list[str]:
     bias = [c for _, c, _ in LAYER_ROWS if "rope" not in c]
     return [c for c in bias if c.endswith("_decode") == decode]
@@ -86,7 +81,7 @@ def layer_run() -> str:
 def layer_rope() -> str:
     decode = _shares("layer_rope_decode", 2048, ["reference", "compiled"])["pe_share"]
     prefill = _shares("layer_rope", None, ["reference", "compiled"])["pe_share"]
-    return f"RoPE is {_span(decode)} of a decode step at 2048, {_span(prefill)} of prefill"
+    return f"RoPE is {pct_span(decode)} of a decode step at 2048, {pct_span(prefill)} of prefill"
 
 
 def _at_2048(impls, cases) -> pd.DataFrame:
@@ -105,9 +100,10 @@ def layer_bias() -> str:
     )["pe_share"]
     best, best_decode = (_at_2048(None, c)["pe_share_best"] for c in (prefill, decode))
     return (
-        f"(SDPA: {_span(sdpa)} at 2048), {_span(per_call)} where it computes the bias\n"
+        f"(SDPA: {pct_span(sdpa)} at 2048), {pct_span(per_call)} where it computes the bias\n"
         f"per call (T5, Shaw, Flex's score_mod); against the fastest NoPE layer (SDPA's fused "
-        f"causal path)\nit takes {_span(best)} of prefill at 2048 (decode {_span(best_decode)})"
+        f"causal path)\nit takes {pct_span(best)} of prefill at 2048 "
+        f"(decode {pct_span(best_decode)})"
     )
 
 

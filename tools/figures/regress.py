@@ -18,9 +18,17 @@ LABELS = {  # condition -> the table's words
     "unchanged": "unchanged",
     "unchanged-busy": "unchanged, beside a busy loop",
     "rope15": "rope15",
-    "rope30": "rope30 (trial 2 beside a busy loop)",
+    "rope30": "rope30",
     "attention30": "attention30",
 }
+
+
+def _label(condition: str, trials: list[dict]) -> str:
+    """The condition's words, and which of its trials ran beside a busy loop where not all."""
+    busy = [r["trial"] for r in trials if r["busy"]]
+    if not busy or len(busy) == len(trials):
+        return LABELS[condition]
+    return f"{LABELS[condition]} (trial {', '.join(busy)} beside a busy loop)"
 
 
 def _trials() -> dict[str, list[dict]]:
@@ -40,8 +48,9 @@ def table() -> str:
         "| condition | alarms (exit 1) | the watched row's change | largest change of any case |",
         "|---|---|---|---|",
     ]
-    for condition, label in LABELS.items():
+    for condition in LABELS:
         t = _trials()[condition]
+        label = _label(condition, t)
         alarms = sum(r["exit"] == "1" for r in t)
         changes = [float(r["change"]) for r in t]
         largest = max(float(r["largest"]) for r in t)

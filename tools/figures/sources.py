@@ -4,6 +4,9 @@ the formats the pages write figures in."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -30,6 +33,23 @@ def _minutes(seconds: float) -> str:
 
 def _pct(x: float) -> str:
     return f"{round(100 * x)}"
+
+
+def pct_span(values) -> str:
+    """Shares as whole percents: 17%, 0-17%, -1 to 32% (no -0)."""
+    lo, hi = (round(100 * v) + 0 for v in (min(values), max(values)))
+    return f"{lo}%" if lo == hi else f"{lo} to {hi}%" if lo < 0 else f"{lo}-{hi}%"
+
+
+def jit_stdout(code: str) -> str:
+    """What `python -c code` prints in a process without Triton's interpreter: the GPU run's
+    estimates record the JIT's launches, which the interpreter (the tests') would run."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+    return out.stdout
 
 
 def _cpu(env: dict) -> str:
