@@ -32,8 +32,12 @@ offset clips to index 0), those entirely at r >= K ("after": index 2K), and the 
 Before and after, the bias is one value per row (TABLE, SHAW_KV) or a difference of a column
 and a row term (ALIBI), no mask but the last key block's bounds (MASK_N), and the per-index
 sums are one vector per row: no inner loop, so those loops get multi-buffered async copies and
-async wgmma. Only the band (at most (BLOCK_M + 2K) / BLOCK_N + 1 blocks) masks, gathers and
-loops over its tile's indices [lo, hi], taken from the tile's corners.
+async wgmma. Only the band (at most (BLOCK_M + 2K) / BLOCK_N + 1 blocks) masks and gathers.
+Inside the clip (0 < idx < 2K) a (row, index) is one key, so Shaw's key and value terms store
+the band's values straight at (row, index) (the forward's logits, dq's ds: _band_written) and
+sum only the two clipped indices: no loop over indices, the band pipelined too. The tables'
+gradients (T5, Shaw's scalar bias) still loop over the tile's buckets [lo, hi], taken from the
+tile's corners.
 
 A sliding WINDOW W (a constexpr, 0 without): query i at position p sees keys j with
 p - W < j <= p (causal, transformers' convention); the loops start at the window's first block
@@ -320,14 +324,15 @@ def _band_logits(
 
 
 @triton.jit
-def _row_sums(acc, x, idx, keep, lo, hi, NB: tl.constexpr):
-    """acc (BLOCK_M, NB) += the row sums of x (BLOCK_M, BLOCK_N) per relative index, over the
-    tile's index range [lo, hi] only (the band's inner loop)."""
-    cols = tl.arange(0, NB)[None, :]
-    for r in range(lo, hi + 1):
-        part = tl.sum(tl.where(keep & (idx == r), x, 0.0), 1)
-        acc += tl.where(cols == r, part[:, None], 0.0)
-    return acc
+def _band_written(pos, offs_r, mask_m, lo, hi, lk, K: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(rows, indices offs_r) mask of the per-index entries the band loop stored (Shaw's value
+    term's logits, its key term's ds): an index strictly inside the clip is one key, j = pos +
+    idx - K, stored by the band block that holds it if that block was streamed ([lo, hi) in
+    whole blocks) and j is a key (< lk). pos: the rows' positions."""
+    band_end = lo + tl.cdiv(hi - lo, BLOCK_N) * BLOCK_N
+    j = pos[:, None] + (offs_r - K)[None, :]
+    inner = ((offs_r > 0) & (offs_r < 2 * K))[None, :]
+    return mask_m[:, None] & inner & (j >= lo) & (j < band_end) & (j < lk)
 
 
 @triton.jit

@@ -18,6 +18,7 @@ from posenc_kernels._relbias_common import (
     LOG2E,
     SHAW_KV,
     _band_logits,
+    _band_written,
     _bucket_range,
     _dot,
     _far_logits,
@@ -30,7 +31,6 @@ from posenc_kernels._relbias_common import (
     _part_span,
     _parts,
     _program_of,
-    _row_sums,
     _window_start,
 )
 
@@ -39,9 +39,9 @@ from posenc_kernels._relbias_common import (
 def _dq_part(
     dq,
     totals,
-    rel_sums,
     side0,
     side1,
+    drel_rows,
     q,
     do,
     lse,
@@ -91,9 +91,10 @@ def _dq_part(
     BLOCK_N: tl.constexpr,
 ):
     """dq of the held queries over the key blocks [lo, hi) of one part, and the bias gradient
-    (sums of ds): band tiles per index (SHAW_KV: rel_sums per row; TABLE: totals per bucket,
-    looping over the tile's buckets; ALiBi: side0, weighted by -|r|); before and after, one
-    vector per row (side0 at index 0, side1 at 2K), no inner loop. p = exp2(s2 - lse2)."""
+    (sums of ds): band tiles per index (SHAW_KV: an index inside the clip is one key a row, its
+    ds stored at drel_rows + idx; TABLE: totals per bucket, looping over the tile's buckets;
+    ALiBi: side0, weighted by -|r|); at the clipped indices and before and after, one vector
+    per row (side0 at index 0, side1 at 2K). p = exp2(s2 - lse2)."""
     bias = _part_bias(
         relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
     )[:, None]
@@ -146,9 +147,11 @@ def _dq_part(
                 side0 += tl.sum(w, 1)  # (FoX, K = 0: its one index, no loop over the band's)
             elif PART == AFTER:
                 side1 += tl.sum(w, 1)
-            elif BIAS == SHAW_KV:
-                i_lo, i_hi = _index_range(m0 + q_off, n0, BLOCK_M, BLOCK_N, K)
-                rel_sums = _row_sums(rel_sums, ds, idx, keep, i_lo, i_hi, NB)
+            elif BIAS == SHAW_KV:  # ds is 0 where not kept
+                inner = mask_m[:, None] & mask_n[None, :] & (idx > 0) & (idx < 2 * K)
+                tl.store(drel_rows[:, None] + idx, ds, mask=inner)
+                side0 += tl.sum(tl.where(idx == 0, ds, 0.0), 1)
+                side1 += tl.sum(tl.where(idx == 2 * K, ds, 0.0), 1)
             else:
                 i_lo, i_hi = _index_range(m0 + q_off, n0, BLOCK_M, BLOCK_N, K)
                 g_lo, g_hi = _bucket_range(gidx_ptr, i_lo, i_hi, K)
@@ -156,7 +159,7 @@ def _dq_part(
                 for g in range(g_lo, g_hi + 1):
                     in_g = tl.sum(tl.where(keep & (bucket == g), ds, 0.0))
                     totals += tl.where(cols == g, in_g, 0.0)
-    return dq, totals, rel_sums, side0, side1
+    return dq, totals, side0, side1
 
 
 @triton.jit
@@ -283,7 +286,6 @@ def _relbias_bwd_dq_kernel(
     dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     cols = tl.arange(0, NB)
     totals = tl.zeros((NB,), tl.float32)  # TABLE: per bucket, this program's band tiles
-    rel_sums = tl.zeros((BLOCK_M, NB), tl.float32)  # SHAW_KV: per row (else unused: removed)
     side0 = tl.zeros((BLOCK_M,), tl.float32)
     side1 = tl.zeros((BLOCK_M,), tl.float32)
     end = _key_end(lk, lq, m0, q_off, CAUSAL, SEQ, BLOCK_M)
@@ -291,12 +293,12 @@ def _relbias_bwd_dq_kernel(
     lo, hi = _parts(m0 + q_off, start, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
     # before [0, lo), after [hi, end), then the band [lo, hi)
     for i in tl.static_range(3):
-        dq, totals, rel_sums, side0, side1 = _dq_part(
+        dq, totals, side0, side1 = _dq_part(
             dq,
             totals,
-            rel_sums,
             side0,
             side1,
+            drel_ptr + rows * NR,
             q,
             do,
             lse,
@@ -349,14 +351,20 @@ def _relbias_bwd_dq_kernel(
     out += offs_d[None, :] * stride_xd
     dq = dq * (qk_scale / LOG2E)
     tl.store(dq_ptr + out, dq.to(dq_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
-    if BIAS == SHAW_KV:
-        rel_sums += tl.where(cols[None, :] == 0, side0[:, None], 0.0)
-        rel_sums += tl.where(cols[None, :] == 2 * K, side1[:, None], 0.0)
-        tl.store(
-            drel_ptr + rows[:, None] * NR + cols[None, :],
-            rel_sums,
-            mask=mask_m[:, None] & (cols[None, :] < NR),
-        )
+    if BIAS == SHAW_KV:  # the band stored its entries; the rest: the clipped sums, or 0
+        # 32 indices at a time (NB if fewer): where ptxas allocates the default tiles without
+        # a spill under Triton 3.9 and 3.6 (16 and 64 spill; the compile audit)
+        COLS: tl.constexpr = 32 if NB >= 32 else NB
+        for c in tl.static_range(0, NB, COLS):
+            offs_r = c + tl.arange(0, COLS)
+            seen = _band_written(q_off + offs_m, offs_r, mask_m, lo, hi, lk, K, BLOCK_N)
+            ends = tl.where(offs_r[None, :] == 0, side0[:, None], 0.0)
+            ends += tl.where(offs_r[None, :] == 2 * K, side1[:, None], 0.0)
+            tl.store(
+                drel_ptr + rows[:, None] * NR + offs_r[None, :],
+                ends,
+                mask=mask_m[:, None] & (offs_r[None, :] < NR) & ~seen,
+            )
     elif TABLE_GRAD:
         if BIAS == ALIBI:
             totals += tl.where(cols == 0, tl.sum(side0) + tl.sum(side1), 0.0)

@@ -70,7 +70,7 @@ class _Spec:
 
     def tiles(self, q: Tensor, backward: bool) -> tuple[Tiles, Tiles | None]:
         """(tiles, fallback): the user's tiles (no fallback), or the default for q's GPU with
-        _SAFE as the fallback (block_m capped per kernel by row_tiles)."""
+        _SAFE as the fallback."""
         if self.user_tiles[backward] is not None:
             return self.user_tiles[backward], None
         return default_tiles(q, backward, self._kinds(backward))
@@ -90,12 +90,6 @@ class _Spec:
         value = (self.bias == SHAW_KV and not self.col) if backward else self.has_value
         family = "fox" if self.col else _FAMILY_ROWS.get(self.bias, "")
         return family, "value" if value else "plain"
-
-    def row_tiles(self, tiles: Tiles) -> Tiles:
-        """tiles for a kernel that keeps (block_m, NB) float32 per-row bucket sums in registers
-        (the dq kernel always, the forward with Shaw's value term): block_m <= 4096 / NB, so a
-        wide table (Shaw with a large K) shrinks the tile instead of spilling."""
-        return tiles._replace(block_m=max(16, min(tiles.block_m, 4096 // self.nb)))
 
 
 class Prepared(NamedTuple):

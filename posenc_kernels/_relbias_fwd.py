@@ -1,7 +1,8 @@
 """The forward kernel of posenc_kernels.relbias (launched by posenc_kernels/relbias.py) and the
 combine kernel of a forward split over the keys (launched by posenc_kernels/_relbias_seq.py): the
 online softmax over key blocks in three parts (posenc_kernels/_relbias_common.py), with Shaw's
-value term's per-index sums.
+value term: the band's logits stored a (row, relative index) each, read back once the rows' max
+is known.
 
 Why this file is long: its kernels take every pointer, stride and constexpr by name, one a
 line as the formatter lays them out (about 130 of its lines are argument lists).
@@ -19,10 +20,10 @@ from posenc_kernels._relbias_common import (
     LOG2E,
     NATIVE,
     _band_logits,
+    _band_written,
     _dot,
     _far_logits,
     _head_bias,
-    _index_range,
     _key_col,
     _key_end,
     _load_block,
@@ -32,7 +33,6 @@ from posenc_kernels._relbias_common import (
     _parts,
     _program,
     _program_of,
-    _row_sums,
     _window_start,
 )
 
@@ -42,9 +42,10 @@ def _fwd_part(
     acc,
     l_i,
     m_i,
-    sums,
     side0,
     side1,
+    band_base,
+    band_off,
     q,
     k_base,
     v_base,
@@ -83,7 +84,6 @@ def _fwd_part(
     K: tl.constexpr,
     HAS_VALUE: tl.constexpr,
     MASK_N: tl.constexpr,
-    NB: tl.constexpr,
     UPCAST: tl.constexpr,
     F32: tl.constexpr,
     PAGE: tl.constexpr,
@@ -94,10 +94,12 @@ def _fwd_part(
     BLOCK_N: tl.constexpr,
 ):
     """The forward over the key blocks [lo, hi) of one part: the online softmax (base 2) into
-    acc, l_i, m_i; with Shaw's value term the probability sums per index (band: sums; before
-    and after: side0, side1 at indices 0 and 2K), rescaled like acc. table_row: the table's
-    row per query (a pointer, or one a row); slope2, table_mn: ALiBi's slope and the table's
-    row laid out to broadcast against a (BLOCK_M, BLOCK_N) tile (PER_ROW: a head a row)."""
+    acc, l_i, m_i; with Shaw's value term the probability sums at the clipped indices 0 and 2K
+    (side0, side1, rescaled like acc) and, in the band, each logit at an index inside the clip
+    stored at band_base + band_off[row] + index (_value_term reads them back). table_row: the
+    table's row per query (a pointer, or one a row); slope2, table_mn: ALiBi's slope and the
+    table's row laid out to broadcast against a (BLOCK_M, BLOCK_N) tile (PER_ROW: a head a
+    row)."""
     bias = _part_bias(
         relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
     )[:, None]
@@ -173,15 +175,78 @@ def _fwd_part(
         acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, F32)
         if HAS_VALUE:
             side0, side1 = side0 * alpha, side1 * alpha
-            if PART == BAND:  # the last part: sums is zero before it
-                i_lo, i_hi = _index_range(m0 + q_off, n0, BLOCK_M, BLOCK_N, K)
-                sums = _row_sums(sums * alpha[:, None], p, idx, keep, i_lo, i_hi, NB)
+            if PART == BAND:  # one key a (row, index) inside the clip: no loop over indices
+                inner = mask_m[:, None] & mask_n[None, :] & (idx > 0) & (idx < 2 * K)
+                tl.store(band_base + band_off[:, None] + idx, s, mask=inner)  # -inf where not kept
+                side0 += tl.sum(tl.where(idx == 0, p, 0.0), 1)
+                side1 += tl.sum(tl.where(idx == 2 * K, p, 0.0), 1)
             elif PART == BEFORE:
                 side0 += tl.sum(p, 1)
             else:
                 side1 += tl.sum(p, 1)
         m_i = m_new
-    return acc, l_i, m_i, sums, side0, side1
+    return acc, l_i, m_i, side0, side1
+
+
+@triton.jit
+def _value_term(
+    acc,
+    m_i,
+    l_safe,
+    side0,
+    side1,
+    band_base,
+    band_off,
+    pos,
+    mask_m,
+    lo,
+    hi,
+    lk,
+    ev_ptr,
+    stride_evr,
+    stride_evd,
+    offs_d,
+    mask_d,
+    NR,
+    K: tl.constexpr,
+    F32: tl.constexpr,
+    STORE: tl.constexpr,
+    DTYPE: tl.constexpr,
+    NB: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """acc + Shaw's value term, sum_r w_r E_V[r] (before the division by l), w_r the rows'
+    probability mass at index r: inside the clip 2^(s - m) of the one logit the band stored
+    at band_base + band_off[row] + r (where _band_written says, from pos, mask_m, lo, hi, lk),
+    at 0 and 2K side0 and side1. STORE: pn = w / l there (the backward's, B * H, LQ, NR).
+    COLS indices at a time."""
+    # other threads of this program stored those logits: one CTA barrier makes their global
+    # stores visible (CUDA's __syncthreads guarantee), once per program after its key loop
+    tl.debug_barrier()
+    m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)[:, None]
+    # indices a chunk: where ptxas allocates each default tile without a spill under Triton 3.9
+    # and 3.6 (the compile audit): float32's IEEE dot 16, half precision 32, a decode's 16 rows 64
+    COLS: tl.constexpr = 16 if F32 != NATIVE else (64 if BLOCK_M <= 16 else 32)
+    for c in tl.static_range(0, NB, COLS):
+        offs_r = c + tl.arange(0, COLS)
+        seen = _band_written(pos, offs_r, mask_m, lo, hi, lk, K, BLOCK_N)
+        ptrs = band_base + band_off[:, None] + offs_r[None, :]
+        w = tl.exp2(tl.load(ptrs, mask=seen, other=float("-inf")) - m_safe)
+        w += tl.where(offs_r[None, :] == 0, side0[:, None], 0.0)
+        w += tl.where(offs_r[None, :] == 2 * K, side1[:, None], 0.0)
+        ev = tl.load(
+            ev_ptr + offs_r[:, None] * stride_evr + offs_d[None, :] * stride_evd,
+            mask=(offs_r[:, None] < NR) & mask_d[None, :],
+            other=0.0,
+        )
+        if F32 != NATIVE:  # IEEE (3xTF32 of a float32 (columns, D) tile would spill)
+            acc += tl.dot(w, ev, input_precision="ieee")
+        else:
+            acc += _dot(w.to(DTYPE), ev.to(DTYPE), F32)  # as p @ v: tensor cores
+        if STORE:
+            tl.store(ptrs, w / l_safe[:, None], mask=mask_m[:, None] & (offs_r[None, :] < NR))
+    return acc
 
 
 @triton.jit
@@ -327,7 +392,6 @@ def _relbias_fwd_kernel(
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    sums = tl.zeros((BLOCK_M, NB), tl.float32)
     side0 = tl.zeros((BLOCK_M,), tl.float32)
     side1 = tl.zeros((BLOCK_M,), tl.float32)
     end = _key_end(lk, lq, m0, q_off, CAUSAL, SEQ, BLOCK_M)
@@ -337,15 +401,24 @@ def _relbias_fwd_kernel(
         end = tl.minimum(end, start + CHUNK)
     start = _window_start(start, m0 + q_off, WINDOW, BLOCK_N)
     lo, hi = _parts(m0 + q_off, start, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
-    # before [0, lo), after [hi, end), then the band [lo, hi) (its sums are zero until then)
+    rows = ((row * H + h) * NUM_SPLITS + split) * LQ + first + offs_m  # lse's, pn's rows
+    # Shaw's value term: the band's logits, then pn, at band_base + band_off[row] + index (one
+    # head: a scalar base and 32-bit offsets, fewer registers than a tile of 64-bit pointers)
+    if QPACK > 1:
+        band_base, band_off = pn_ptr, rows * NR
+    else:
+        band_base = pn_ptr + (((row * H + h) * NUM_SPLITS + split) * LQ + first + m0) * NR
+        band_off = r * NR
+    # before [0, lo), after [hi, end), then the band [lo, hi)
     for i in tl.static_range(3):
-        acc, l_i, m_i, sums, side0, side1 = _fwd_part(
+        acc, l_i, m_i, side0, side1 = _fwd_part(
             acc,
             l_i,
             m_i,
-            sums,
             side0,
             side1,
+            band_base,
+            band_off,
             q,
             k_base,
             v_base,
@@ -384,7 +457,6 @@ def _relbias_fwd_kernel(
             K,
             HAS_VALUE,
             MASK_N,
-            NB,
             UPCAST,
             F32,
             PAGE,
@@ -397,28 +469,36 @@ def _relbias_fwd_kernel(
     if SINKS:  # the sink's column: mass, no value (once: in split 0 of a split forward)
         acc, l_i, m_i, alpha = _fold_sink(acc, l_i, m_i, sinks_ptr, h, split == 0)
         if HAS_VALUE:
-            sums, side0, side1 = sums * alpha[:, None], side0 * alpha, side1 * alpha
+            side0, side1 = side0 * alpha, side1 * alpha
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows past LQ, or that see no key
-    rows = ((row * H + h) * NUM_SPLITS + split) * LQ + first + offs_m  # lse's, pn's rows
     if HAS_VALUE:
-        offs_r = tl.arange(0, NB)
-        sums += tl.where(offs_r[None, :] == 0, side0[:, None], 0.0)
-        sums += tl.where(offs_r[None, :] == 2 * K, side1[:, None], 0.0)
-        ev = tl.load(
-            ev_ptr + offs_r[:, None] * stride_evr + offs_d[None, :] * stride_evd,
-            mask=(offs_r[:, None] < NR) & mask_d[None, :],
-            other=0.0,
+        acc = _value_term(
+            acc,
+            m_i,
+            l_safe,
+            side0,
+            side1,
+            band_base,
+            band_off,
+            q_off + offs_m,
+            mask_m,
+            lo,
+            hi,
+            lk,
+            ev_ptr,
+            stride_evr,
+            stride_evd,
+            offs_d,
+            mask_d,
+            NR,
+            K,
+            F32,
+            not SPLIT_K,
+            q.dtype,
+            NB,
+            BLOCK_M,
+            BLOCK_N,
         )
-        if F32 != NATIVE:  # once per program: IEEE (3xTF32 of a (NB, D) float32 tile would spill)
-            acc += tl.dot(sums, ev, input_precision="ieee")
-        else:
-            acc += _dot(sums.to(q.dtype), ev.to(q.dtype), F32)  # as p @ v: tensor cores
-        if not SPLIT_K:  # (a split forward is never differentiated)
-            tl.store(
-                pn_ptr + rows[:, None] * NR + offs_r[None, :],
-                sums / l_safe[:, None],
-                mask=mask_m[:, None] & (offs_r[None, :] < NR),
-            )
     out = acc / l_safe[:, None]
     if QPACK > 1:
         o_rows = o_ptr + row * stride_ob + (h * stride_oh + (first + offs_m) * stride_om)[:, None]

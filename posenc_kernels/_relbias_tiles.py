@@ -28,8 +28,9 @@ class Tiles(NamedTuple):
 # candidate, larger tiles first, with no spill for any bias family, causal or not, under
 # Triton 3.9 and 3.6, within the shared memory, every half-precision dot on wgmma on sm_90a;
 # docs/kernels.md, results in results/gpu-compile/). Keyed by (bytes per element, head dim
-# padded to 64 or 128: our BLOCK_D, kind): "value" is Shaw's key and value terms, whose
-# forward and dq kernels keep (block_m, NB) per-row sums. float32 runs IEEE dots on the CUDA
+# padded to 64 or 128: our BLOCK_D, kind): "value" is Shaw's key and value terms, whose band
+# gathers the key term and stores a value a (row, relative index), and whose forward ends with
+# the value term's (rows, 2K + 1) x (2K + 1, D) product. float32 runs IEEE dots on the CUDA
 # cores, whose register use swings with the tile (hence its small tiles). Backward tiles are
 # the dk/dv kernel's (block_m queries streamed past block_n keys held, the tile computed keys
 # by queries so that every dot has M = block_n); the dq kernel runs the transpose unless
@@ -38,13 +39,13 @@ class Tiles(NamedTuple):
 _FWD_TILES = {
     "sm90": {
         (2, 128, "plain"): Tiles(128, 64, 8, 2),
-        (2, 128, "value"): Tiles(64, 32, 8, 2),
+        (2, 128, "value"): Tiles(128, 32, 8, 2),
         (2, 64, "plain"): Tiles(128, 64, 8, 3),
-        (2, 64, "value"): Tiles(64, 64, 8, 3),
+        (2, 64, "value"): Tiles(128, 32, 8, 2),
         (4, 128, "plain"): Tiles(32, 32, 4, 2),
-        (4, 128, "value"): Tiles(16, 32, 8, 1),
+        (4, 128, "value"): Tiles(16, 16, 8, 1),
         (4, 64, "plain"): Tiles(32, 32, 4, 2),
-        (4, 64, "value"): Tiles(16, 32, 8, 1),
+        (4, 64, "value"): Tiles(16, 16, 4, 1),
     },
     "sm80": {
         (2, 128, "plain"): Tiles(64, 64, 8, 2),

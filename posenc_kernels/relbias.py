@@ -197,13 +197,13 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
         else:
             o, o_strides = out, (*out.stride(), 0)
         lse = torch.empty(seq.count * heads * grid.splits, lq, device=q.device)
-        pn = None
-        if spec.has_value and grid.splits == 1:
-            pn = torch.empty(bsz * heads, lq, spec.n_rel, device=q.device)
+        pn = None  # Shaw's value term: the band's logits, then (one split) pn
+        if spec.has_value:
+            pn = torch.empty(bsz * heads * grid.splits, lq, spec.n_rel, device=q.device)
         return o, o_strides, lse, pn
 
     def launch(tiles: Tiles) -> None:
-        t = spec.row_tiles(tiles) if spec.has_value else tiles
+        t = tiles
         pack = packed_heads(seq, heads, kv_heads, t.block_m, spec.col)
         if spec.user_tiles[False] is None:
             t = _fit_rows(t, seq.rows_q * pack)
@@ -224,7 +224,7 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
         _relbias_fwd_kernel[_grid(grid.programs, 1, 1)](*args, **constexprs(grid, t))
         if grid.splits > 1:
             merge(o, lse, out, _block_d(d), _interpreting())
-            lse = None
+            lse = pn = None
         kept.update(lse=lse, pn=pn)
 
     _run(launch, *spec.tiles(q, backward=False), "fwd_tiles")
@@ -331,7 +331,6 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
             num_stages=tiles.num_stages,
         )
         t = default_dq if tiles == default else transpose(tiles)
-        t = spec.row_tiles(t) if spec.bias == SHAW_KV else t
         n_mblocks = triton.cdiv(seq.rows_q, t.block_m)
         part = None
         if spec.table_grad:
@@ -507,9 +506,8 @@ def relative_attention(
     FoX's gates, sinks).
     fwd_tiles, bwd_tiles: `Tiles` overriding the per-GPU defaults (for tuning); bwd_tiles are
       the dk/dv kernel's, the dq kernel runs their transpose (by default dq has tiles of its
-      own where its GPU's table has them: docs/kernels.md); block_m of the dq kernel (and of
-      the forward with shaw_v) is capped at 4096 / NB, NB the table's entries rounded up to a
-      power of two (>= 16). The interpreter ignores warps and stages.
+      own where its GPU's table has them: docs/kernels.md). The interpreter ignores warps and
+      stages.
     """
     tables = {
         "alibi_slopes": alibi_slopes,

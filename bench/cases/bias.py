@@ -90,7 +90,7 @@ def build_inputs(family: BiasFamily, q_len=None):
             n: torch.randn(shape if n == "q" else kv_shape, device=device).to(dtype) for n in "qkv"
         }
         h, d = point.num_heads, point.head_dim
-        tables = family.inputs(h, d, device, dtype, batch=point.batch, keys=point.seq_len)
+        tables = family.at(point).inputs(h, d, device, dtype, batch=point.batch, keys=point.seq_len)
         return dict(inputs, **tables, sinks=sinks_input(point, device, dtype))
 
     return build
@@ -221,8 +221,9 @@ def _cost(family: BiasFamily):
         b, h, n, d = point.batch, point.num_heads, point.seq_len, point.head_dim
         hk = kv_heads(point)
         attn = 4 * b * h * d * pairs(point)
-        rel = b * h * n * family.extra_flops(d)
-        table = family.table_bytes(h, d, dtype)
+        sized = family.at(point)
+        rel = b * h * n * sized.extra_flops(d)
+        table = sized.table_bytes(h, d, dtype)
         act, act_kv = (b * heads * n * d * dtype.itemsize for heads in (h, hk))
         # forward reads q, k, v and writes out; backward reads q, k, v, out, dout and writes
         # dq, dk, dv (k and v with the kv heads)
@@ -313,7 +314,7 @@ def _case(family: BiasFamily) -> Case:
         if family.trains
         else ("q", "k", "v", "sinks"),
         batched=("q", "k", "v", "params") if family.per_token else ("q", "k", "v"),
-        knobs=(CAUSAL, NUM_KV_HEADS, FWD_TILES, BWD_TILES, SINKS, WINDOW, MODEL),
+        knobs=(CAUSAL, NUM_KV_HEADS, FWD_TILES, BWD_TILES, SINKS, WINDOW, MODEL, *family.knobs),
         constraint=either(family.refuses, lambda p: windowed(p) or bias_problem(p, family.name)),
         truth_holds=4,
     )

@@ -25,9 +25,17 @@ from torch import nn
 
 import posenc
 from bench.cases._common import bind, parameters
+from bench.checks import positive_ints
+from bench.registry import Knob
 from posenc import functional as F
 
-SHAW_K = 16  # Shaw's clip distance K: 2K + 1 = 33 relative positions
+SHAW_K = Knob(
+    "shaw_k",
+    16,
+    "Shaw's cases: the clip distance K, 2K + 1 relative positions (the kernel's band grows with K)",
+    positive_ints,
+    quiet_default=True,  # rows recorded before the knob are K = 16's
+)
 T5_ARGS = dict(num_buckets=32, max_distance=128, bidirectional=True)  # T5's public configuration
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -59,7 +67,10 @@ class BiasFamily:
                outputs: the backward modes differentiate them), or None;
     gated      in a layer its per-token tables come from a gate of the layer's input
                (`learned` is that gate: (heads, head_dim) -> module x -> tables);
-    needs_causal  defined for causal attention only (its cases refuse causal=false).
+    needs_causal  defined for causal attention only (its cases refuse causal=false);
+    knob       its own knob (Shaw's clip distance), which its cases declare, and `sized`:
+               value -> the family at that value (`at(point)`). The callables that take the
+               tables read the value from their shapes.
     Every family takes `sinks` (H,) beside its tables: bench/cases/bias.py's knob.
     """
 
@@ -77,6 +88,18 @@ class BiasFamily:
     per_token: Callable[[int, int, int], dict[str, torch.Tensor]] | None = None
     gated: bool = False
     needs_causal: bool = False
+    knob: Knob | None = None
+    sized: Callable[[int], BiasFamily] | None = None
+
+    def at(self, point) -> BiasFamily:
+        """The family at a point's value of its knob (itself without one)."""
+        if self.knob is None or getattr(point, self.knob.name) == self.knob.default:
+            return self
+        return self.sized(getattr(point, self.knob.name))
+
+    @property
+    def knobs(self) -> tuple[Knob, ...]:
+        return () if self.knob is None else (self.knob,)
 
     @property
     def trains(self) -> bool:
@@ -162,15 +185,28 @@ def _t5_score(inputs, lq, lk):
     return lambda b, h, i, j: table[bucket[j - i + low], h]
 
 
+def _clip(rows: int) -> int:
+    """Shaw's K of a table with 2K + 1 entries."""
+    return (rows - 1) // 2
+
+
 def _shaw_score(inputs, lq, lk):
     table = inputs["params"]["table"]  # (H, 2K + 1)
-    return lambda b, h, i, j: table[h, (j - i).clamp(-SHAW_K, SHAW_K) + SHAW_K]
+    k = _clip(table.shape[1])
+    return lambda b, h, i, j: table[h, (j - i).clamp(-k, k) + k]
 
 
-def _shaw_tables(heads: int, head_dim: int) -> nn.Module:
-    """Shaw's key and value tables (emb_k, emb_v: (2K + 1, D)), shared by every head."""
-    return nn.ParameterDict(
-        {n: nn.Parameter(0.5 * torch.randn(2 * SHAW_K + 1, head_dim)) for n in ("emb_k", "emb_v")}
+def _shaw_module(inputs):
+    q, params = inputs["q"], inputs["params"]
+    module = posenc.ShawBias(q.shape[1], _clip(params["table"].shape[1]))
+    return bind(module.to(q.device), params)
+
+
+def _shaw_tables(k: int):
+    """(heads, head_dim) -> Shaw's key and value tables (emb_k, emb_v: (2K + 1, D)), shared by
+    every head."""
+    return lambda heads, head_dim: nn.ParameterDict(
+        {n: nn.Parameter(0.5 * torch.randn(2 * k + 1, head_dim)) for n in ("emb_k", "emb_v")}
     )
 
 
@@ -184,8 +220,9 @@ def _shaw_kv_eager(inputs, causal, seq):
         if window:  # and keys past the window: j > p - W
             mask &= ~torch.ones_like(mask).tril(lk - lq - window)
         ek, ev, mask = p["emb_k"], p["emb_v"], mask if causal else None
+        clip = _clip(ek.shape[0])
         return F.shaw_attention(
-            q_s, k_s, v_s, ek, ev, SHAW_K, mask=mask, offset=lk - lq, sinks=sinks
+            q_s, k_s, v_s, ek, ev, clip, mask=mask, offset=lk - lq, sinks=sinks
         )[0]
 
     return lambda q, k, v: F.each_sequence(attend, q, k, v, **seq)
@@ -234,32 +271,47 @@ T5 = BiasFamily(
     score=_t5_score,
     table_bytes=lambda heads, head_dim, dtype: T5_ARGS["num_buckets"] * heads * dtype.itemsize,
 )
-SHAW_BIAS = BiasFamily(
-    name="shaw_bias",
-    learned=lambda heads, head_dim: posenc.ShawBias(heads, SHAW_K),
-    fixed=lambda heads: {},
-    module=_bound(lambda heads: posenc.ShawBias(heads, SHAW_K)),
-    kernel_args=lambda inputs: {"shaw_bias": inputs["params"]["table"]},
-    score=_shaw_score,
-    table_bytes=lambda heads, head_dim, dtype: heads * (2 * SHAW_K + 1) * dtype.itemsize,
-)
-SHAW_KV = BiasFamily(
-    name="shaw_kv",
-    learned=_shaw_tables,
-    fixed=lambda heads: {},
-    module=None,  # Shaw's value term adds to the output: no attn_mask, no score_mod
-    kernel_args=lambda inputs: {
-        "shaw_k": inputs["params"]["emb_k"],
-        "shaw_v": inputs["params"]["emb_v"],
-    },
-    score=None,
-    table_bytes=lambda heads, head_dim, dtype: 2 * (2 * SHAW_K + 1) * head_dim * dtype.itemsize,
-    # Q E_K^T and the per-index weights times E_V: 2 (2K + 1) D multiply-adds each
-    extra_flops=lambda head_dim: 4 * (2 * SHAW_K + 1) * head_dim,
-    eager=_shaw_kv_eager,
-    inexpressible="Shaw's value term adds to the output: not expressible",
-    tile_kind="value",
-)
+
+
+def _shaw_bias(k: int) -> BiasFamily:
+    """Shaw's scalar bias at clip distance k."""
+    return BiasFamily(
+        name="shaw_bias",
+        learned=lambda heads, head_dim: posenc.ShawBias(heads, k),
+        fixed=lambda heads: {},
+        module=_shaw_module,
+        kernel_args=lambda inputs: {"shaw_bias": inputs["params"]["table"]},
+        score=_shaw_score,
+        table_bytes=lambda heads, head_dim, dtype: heads * (2 * k + 1) * dtype.itemsize,
+        knob=SHAW_K,
+        sized=_shaw_bias,
+    )
+
+
+def _shaw_kv(k: int) -> BiasFamily:
+    """Shaw's key and value terms at clip distance k."""
+    return BiasFamily(
+        name="shaw_kv",
+        learned=_shaw_tables(k),
+        fixed=lambda heads: {},
+        module=None,  # Shaw's value term adds to the output: no attn_mask, no score_mod
+        kernel_args=lambda inputs: {
+            "shaw_k": inputs["params"]["emb_k"],
+            "shaw_v": inputs["params"]["emb_v"],
+        },
+        score=None,
+        table_bytes=lambda heads, head_dim, dtype: 2 * (2 * k + 1) * head_dim * dtype.itemsize,
+        # Q E_K^T and the per-index weights times E_V: 2 (2K + 1) D multiply-adds each
+        extra_flops=lambda head_dim: 4 * (2 * k + 1) * head_dim,
+        eager=_shaw_kv_eager,
+        inexpressible="Shaw's value term adds to the output: not expressible",
+        tile_kind="value",
+        knob=SHAW_K,
+        sized=_shaw_kv,
+    )
+
+
+SHAW_BIAS, SHAW_KV = _shaw_bias(SHAW_K.default), _shaw_kv(SHAW_K.default)
 FOX = BiasFamily(
     name="fox",
     learned=lambda heads, head_dim: posenc.ForgettingGate(heads * head_dim, heads),

@@ -86,9 +86,10 @@ def _cost(family: BiasFamily, packed: bool):
             lq, lens = point.q_len, kv_lengths(point)
             pairs = sum(lq * n - lq * (lq - 1) // 2 for n in lens)  # causal at the cache's end
             queries, keys = point.batch * lq, sum(lens)
-        rel = h * queries * family.extra_flops(d)
+        sized = family.at(point)
+        rel = h * queries * sized.extra_flops(d)
         attn = 4 * h * pairs * d
-        table = family.table_bytes(h, d, dtype)
+        table = sized.table_bytes(h, d, dtype)
         act, act_kv = h * queries * d * size, hk * keys * d * size
         forward = Cost(2 * act + 2 * act_kv + table, attn + rel)
         backward = Cost(4 * act + 4 * act_kv + 2 * table, int(2.5 * attn) + 2 * rel)
@@ -312,7 +313,7 @@ def _case(family: BiasFamily, packed: bool) -> Case:
         cost=_cost(family, packed),
         grad_inputs=tables if packed else (),
         batched=() if packed else ("q", "k", "v", "kv_lens", *(("params",) * per_token)),
-        knobs=knobs,
+        knobs=(*knobs, *family.knobs),
         # a decode step is causal whatever the knob says: only packed rows can refuse
         constraint=B.either(_packed_constraint, family.refuses) if packed else decode_constraint,
         truth_holds=4 * guard,

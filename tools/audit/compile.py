@@ -182,11 +182,18 @@ def blocks_per_sm(registers: int, warps: int, shared: int, capability: int) -> i
 def narrow_allowed(row: dict) -> bool:
     """Where an m64n16 product in a key loop is known and kept (docs/kernels.md): every tile
     without one spills under one of the Tritons for T5's, Shaw's and FoX's dk/dv and for
-    Shaw's key + value term. Anywhere else (ALiBi, every forward but Shaw's value term's, every
-    other dq) one is a regression."""
-    if row["family"] == "shaw_kv":
+    Shaw's key + value term's dq. Anywhere else (ALiBi, every forward, every other dq) one is a
+    regression."""
+    if row["family"] == "shaw_kv" and "dq" in row["kernel"]:
         return True
-    return row["family"] in ("t5", "shaw_bias", "fox") and "dkdv" in row["kernel"]
+    return row["family"] in ("t5", "shaw_bias", "shaw_kv", "fox") and "dkdv" in row["kernel"]
+
+
+def inner_loop_allowed(row: dict) -> bool:
+    """Where a key loop may hold a loop (which Triton's pipeliner skips): T5's and Shaw's
+    scalar-table dq, whose band sums the table's gradient bucket by bucket. Shaw's key and
+    value terms store a value a (row, index) instead (docs/kernels.md)."""
+    return row["family"] in ("t5", "shaw_bias") and "dq" in row["kernel"]
 
 
 def problems(row: dict, capability: int) -> str:
@@ -212,6 +219,8 @@ def problems(row: dict, capability: int) -> str:
         forward = "fwd" in row["kernel"] and row["family"] != "shaw_kv"
         if not half and forward and row.get("fma_loop_dots"):  # float32: 3xTF32 on tensor cores
             found.append(f"{row['fma_loop_dots']} dot(s) of the key loops on the FMA units")
+        if row["nested_loops"] and not inner_loop_allowed(row):
+            found.append(f"{row['nested_loops']} key loop(s) holding a loop")
         narrow = row.get("narrow_wgmma") or 0
         if capability == 90 and half and narrow and not narrow_allowed(row):
             found.append(f"{narrow} m64n16 wgmma in the key loops")

@@ -70,7 +70,7 @@ def _bench(*args: str) -> tuple[str, ...]:
 PARTS = (
     Part(
         "tiles",
-        120,
+        125,
         40,
         _bench("sweep=gpu_tiles", "hydra.run.dir={res}/sweep-tiles"),
         _bench(
@@ -100,7 +100,7 @@ PARTS = (
     ),
     Part(
         "sweep",
-        200,
+        215,
         60,
         _bench(
             "sweep=gpu",
@@ -124,7 +124,7 @@ PARTS = (
     ),
     Part(
         "audit",
-        70,
+        60,
         50,
         ("{audit}", "--out", "{res}/audit"),
         ("{audit}", "--dry", "--out", "{res}/audit"),
@@ -234,7 +234,7 @@ PARTS = (
     ),
     Part(
         "sequences",
-        55,
+        60,
         20,
         _bench(
             "sweep=gpu",
@@ -261,7 +261,7 @@ PARTS = (
     ),
     Part(
         "tests",
-        90,
+        110,
         30,
         (
             "-m",

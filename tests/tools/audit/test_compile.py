@@ -51,7 +51,7 @@ def _row(kernel, family, narrow):
 
 def test_a_narrow_product_fails_the_audit_where_a_family_has_none():
     """m64n16 products are kept where every wider tile spills (T5's, Shaw's and FoX's dk/dv,
-    Shaw's key + value term) and fail anywhere else: ALiBi's backward, any other forward, any
+    Shaw's key + value term's dq) and fail anywhere else: ALiBi's backward, every forward, any
     other dq."""
     assert problems(_row("_relbias_bwd_dkdv_kernel", "alibi", 6), 90) == (
         "6 m64n16 wgmma in the key loops"
@@ -61,12 +61,26 @@ def test_a_narrow_product_fails_the_audit_where_a_family_has_none():
     for kernel, family in (
         ("_relbias_bwd_dkdv_kernel", "t5"),
         ("_relbias_bwd_dkdv_kernel", "fox"),
+        ("_relbias_bwd_dkdv_kernel", "shaw_kv"),
         ("_relbias_bwd_dq_kernel", "shaw_kv"),
-        ("_relbias_fwd_kernel", "shaw_kv"),
     ):
         assert problems(_row(kernel, family, 6), 90) == ""
+    assert "m64n16" in problems(_row("_relbias_fwd_kernel", "shaw_kv", 2), 90)
     assert problems(_row("_relbias_bwd_dkdv_kernel", "alibi", 0), 90) == ""
     assert problems(_row("_relbias_bwd_dkdv_kernel", "alibi", 6), 80) == ""  # no wgmma there
+
+
+def test_a_loop_inside_a_key_loop_fails_but_for_the_table_gradients():
+    """Shaw's key and value terms store a value a (row, index) in the band: an inner loop there
+    (the per-index sums they ran before) fails on every target; T5's and Shaw's scalar dq keep
+    their bucket loop."""
+    nested = dict(nested_loops=1, pipelined_loops=2)
+    for kernel in ("_relbias_fwd_kernel", "_relbias_bwd_dq_kernel"):
+        for capability in (90, 80):
+            row = dict(_row(kernel, "shaw_kv", 0), **nested)
+            assert "1 key loop(s) holding a loop" in problems(row, capability)
+    for family in ("t5", "shaw_bias"):
+        assert problems(dict(_row("_relbias_bwd_dq_kernel", family, 0), **nested), 90) == ""
 
 
 SASS = """\

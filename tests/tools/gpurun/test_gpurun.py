@@ -214,8 +214,9 @@ def test_every_limit_covers_its_estimate_and_the_parts_fit_the_budget(plan):
 
 
 def test_the_sweep_estimate_counts_the_kernels_the_plan_launches():
-    """sweep=gpu's Triton rows: 4 bias families x causal or not x (forward, dq, dk/dv), the
-    backward's delta kernel (one specialization for all), RoPE's forward and backward (the
+    """sweep=gpu's Triton rows: 4 bias families x causal or not x (forward, dq, dk/dv), and
+    Shaw's key and value terms at K=64 (another constexpr) likewise, the backward's delta
+    kernel (one specialization for all), RoPE's forward and backward (the
     layouts and lengths share a specialization); the serving path's paged decode forward (3
     families; 64 x 32 programs fill the SMs: no split, no combine) and the fused RoPE + cache
     write with shared and per-token (M-RoPE) tables; ALiBi's forward with a sink per head (its
@@ -227,9 +228,9 @@ def test_the_sweep_estimate_counts_the_kernels_the_plan_launches():
         "print(plan_launches(estimate.plan_of(part.argv)[0]))"
     )
     assert eval(out) == {
-        "_relbias_fwd_kernel": 8 + 3 + 1,
-        "_relbias_bwd_dq_kernel": 8,
-        "_relbias_bwd_dkdv_kernel": 8,
+        "_relbias_fwd_kernel": 8 + 2 + 3 + 1,
+        "_relbias_bwd_dq_kernel": 8 + 2,
+        "_relbias_bwd_dkdv_kernel": 8 + 2,
         "_relbias_bwd_delta_kernel": 1,
         "_rope_kernel": 2,
         "_rope_cache_kernel": 2,
