@@ -13,6 +13,10 @@ declaration here (docs/architecture.md counts the files).
 Inputs of a family (besides q, k, v): `params` (its learned tables, a dict of parameters
 seeded by the runner, what the backward modes differentiate) and its fixed tables by name
 (ALiBi's slopes, float32).
+
+Why this file is long: every family's declaration and its small helpers (score_mods, eager
+references) sit together, so that a family is read, and added, in one place; the Shaw
+families are functions of their clip distance (the `shaw_k` knob).
 """
 
 from __future__ import annotations
