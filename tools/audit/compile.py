@@ -13,8 +13,6 @@ from pathlib import Path
 
 import triton
 
-from posenc_kernels._relbias_grid import programs_per_sm
-
 FP32_OPS = ("FADD", "FMUL", "FFMA", "FMNMX", "FSEL", "FSETP", "I2F")
 SHARED_LIMIT = {90: 232448, 80: 166912}  # bytes of shared memory one block may use
 SM_SHARED = {90: 233472, 80: 167936}  # per multiprocessor
@@ -54,6 +52,8 @@ def read_cubin(cubin: bytes) -> dict:
     ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass)
     return dict(
         loop_sass=" ".join("/".join(str(n) for n in lp) for lp in sass_loops(sass)),
+        loop_inner=" ".join(str(n) for n in sass_inner(sass)),
+        loop_mma=" ".join(sass_mma(sass)),
         registers=int(regs.group(1)) if regs else None,
         stack_bytes=int(stack.group(1)) if stack else None,
         spill_stores=sum(op.startswith("STL") for op in ops),
@@ -71,24 +71,78 @@ def read_cubin(cubin: bytes) -> dict:
 
 
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)([^;]*);")
+_TENSOR = ("HGMMA", "HMMA")
+
+
+def _backward_branches(code: list[tuple]) -> list[tuple[int, int]]:
+    """(target, branch) address of every backward branch: a loop's span."""
+    out = []
+    for addr, op, rest in code:
+        target = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
+        if target is not None and int(target.group(1), 16) < addr:
+            out.append((int(target.group(1), 16), addr))
+    return out
+
+
+def _tensor_loops(sass: str) -> list[tuple[list[tuple], int]]:
+    """Each loop holding a tensor-core instruction, in address order: its body (address, op,
+    operands) and the instructions of the loops nested in it (one iteration of each)."""
+    code = [(int(a, 16), op, rest) for a, op, rest in _INSTRUCTION.findall(sass)]
+    spans = _backward_branches(code)
+    out = []
+    for start, end in spans:
+        body = [c for c in code if start <= c[0] <= end]
+        if any(op.startswith(_TENSOR) for _, op, _ in body):
+            inner = sum(
+                sum(1 for c in body if s <= c[0] <= e) for s, e in spans if start < s and e < end
+            )
+            out.append((body, inner))
+    return out
 
 
 def sass_loops(sass: str) -> list[tuple[int, int, int, int]]:
     """Each tensor-core loop of the SASS, in address order, as what one iteration issues per
     thread: (instructions, FP32 instructions, MUFU instructions, tensor-core instructions). A
     loop is the span from a backward branch's target to the branch; one that holds another such
-    loop counts its inner loop once (the cost model reads the innermost)."""
-    code = [(int(a, 16), op, rest) for a, op, rest in _INSTRUCTION.findall(sass)]
+    loop counts its inner loop once (`sass_inner` says how many of them are the inner loop's:
+    tools/audit/model.py multiplies those by the inner loop's trips)."""
     out = []
-    for addr, op, rest in code:
-        target = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
-        if target is None or int(target.group(1), 16) >= addr:
-            continue
-        body = [o for a, o, _ in code if int(target.group(1), 16) <= a <= addr]
-        tensor = sum(o.startswith(("HGMMA", "HMMA")) for o in body)
-        if tensor:
-            fp32 = sum(o.startswith(FP32_OPS) for o in body)
-            out.append((len(body), fp32, sum(o.startswith("MUFU") for o in body), tensor))
+    for body, _ in _tensor_loops(sass):
+        ops = [op for _, op, _ in body]
+        out.append(
+            (
+                len(ops),
+                sum(o.startswith(FP32_OPS) for o in ops),
+                sum(o.startswith("MUFU") for o in ops),
+                sum(o.startswith(_TENSOR) for o in ops),
+            )
+        )
+    return out
+
+
+def sass_inner(sass: str) -> list[int]:
+    """Per tensor-core loop, the instructions of the loops nested in it (0: none)."""
+    return [inner for _, inner in _tensor_loops(sass)]
+
+
+def sass_mma(sass: str) -> list[str]:
+    """Per tensor-core loop, its Hopper MMAs as `count x N` and where the A operand comes from
+    (r: registers, s: shared memory), e.g. "8x64s+4x128r": what the cost model charges (an
+    m64nNk16 keeps the tensor cores N / 2 cycles, or longer while its operands stream from
+    shared memory). sm_80's mma.sync (HMMA) is listed as "count x mma"."""
+    out = []
+    for body, _ in _tensor_loops(sass):
+        shapes: dict[str, int] = {}
+        for _, op, rest in body:
+            wgmma = re.match(r"HGMMA\.\d+x(\d+)x\d+\S*\s+[^,]+,\s*(\S)", op + rest)
+            if wgmma:  # HGMMA.64xNx16.F32.BF16 D, A, B, C
+                key = wgmma.group(1) + ("r" if wgmma.group(2) == "R" else "s")
+            elif op.startswith("HMMA"):
+                key = "mma"
+            else:
+                continue
+            shapes[key] = shapes.get(key, 0) + 1
+        out.append("+".join(f"{c}x{k}" for k, c in shapes.items()))
     return out
 
 
@@ -175,6 +229,8 @@ def _tool(name: str, *args: str) -> str:
 
 def blocks_per_sm(registers: int, warps: int, shared: int, capability: int) -> int:
     """Resident blocks per multiprocessor, as the forward's split reads them (programs_per_sm)."""
+    from posenc_kernels._relbias_grid import programs_per_sm  # here: model.py's old trees lack it
+
     sm = dict(regs=65536, shared=SM_SHARED[capability], threads=2048)
     return programs_per_sm(registers, warps, shared, sm)
 

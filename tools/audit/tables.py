@@ -35,6 +35,8 @@ COLUMNS = (
     "mma_dots",
     "loop_wgmma",
     "loop_sass",
+    "loop_inner",
+    "loop_mma",
     "narrow_wgmma",
     "tensor_core_insts",
     "fp32_insts",

@@ -3,7 +3,7 @@
 wgmma, the shape of each wgmma in the key loops (a narrow m64n16 product counted), and whether
 the loop was pipelined; on a TTGIR written as Triton 3.9 prints it for sm_90a."""
 
-from tools.audit.compile import problems, read_ttgir, sass_loops
+from tools.audit.compile import problems, read_ttgir, sass_inner, sass_loops, sass_mma
 
 LAYOUTS = """\
 #mma = #ttg.nvidia_mma<{versionMajor = 3, versionMinor = 0, warpsPerCTA = [8, 1], instrShape = [16, 16, 16]}>
@@ -105,3 +105,25 @@ def test_the_sass_loops_are_read_per_iteration():
     """The loop from 0x200 to its backward branch: 8 instructions, 3 FP32, 1 MUFU, 2 HGMMA; the
     loop without a tensor-core instruction (0x280) and the forward branch are not counted."""
     assert sass_loops(SASS) == [(8, 3, 1, 2)]
+
+
+NESTED = """\
+        /*0100*/                   HGMMA.64x16x16.F32.BF16 R88, gdesc[UR12], RZ, !UPT ;
+        /*0110*/                   HGMMA.64x16x16.F32.BF16 R88, gdesc[UR12], R88 ;
+        /*0120*/                   HGMMA.64x64x16.F32.BF16 R24, R120, gdesc[UR12].tnspB, R24 ;
+        /*0130*/                   FADD R9, R9, R8 ;
+        /*0140*/                   IADD3 R10, R10, 0x1, RZ ;
+        /*0150*/               @P0 BRA 0x130 ;
+        /*0160*/              @!P2 BRA 0x100 ;
+"""
+
+
+def test_the_sass_loops_say_their_products_and_inner_loops():
+    """What the time model charges (tools/audit/model.py): each HGMMA's N and where its A
+    operand lives (a register tuple or a shared-memory descriptor), and the instructions of a
+    loop nested in a key loop (0x130-0x150: 3), which the model multiplies by its trips."""
+    assert sass_mma(SASS) == ["1x64s+1x128r"]
+    assert sass_inner(SASS) == [0]
+    assert sass_mma(NESTED) == ["2x16s+1x64r"]
+    assert sass_inner(NESTED) == [3]
+    assert sass_loops(NESTED) == [(7, 1, 0, 3)]
