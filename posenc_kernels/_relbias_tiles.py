@@ -25,11 +25,11 @@ class Tiles(NamedTuple):
 
 
 # Defaults per GPU generation, chosen by the compile audit (tools/tile_search.py: the first
-# candidate, larger tiles first, with no spill for any bias family, causal or not, under
-# Triton 3.9 and 3.6, within the shared memory, every half-precision dot on wgmma on sm_90a;
-# docs/kernels.md, results in results/gpu-compile/). Keyed by (bytes per element, head dim
-# padded to 64 or 128: our BLOCK_D, kind): "value" is Shaw's key and value terms, whose band
-# gathers the key term and stores a value a (row, relative index), and whose forward ends with
+# candidate, larger tiles first, with no spill in a key loop for any bias family, causal or
+# not, under Triton 3.9 and 3.6, within the shared memory, every half-precision dot on wgmma
+# on sm_90a; docs/kernels.md, results in results/gpu-compile/). Keyed by (bytes per element,
+# head dim padded to 64 or 128: our BLOCK_D, kind): "value" is Shaw's key and value terms, whose
+# band gathers the key term and stores a value a (row, relative index), and whose forward ends with
 # the value term's (rows, 2K + 1) x (2K + 1, D) product. float32 runs IEEE dots on the CUDA
 # cores, whose register use swings with the tile (hence its small tiles). Backward tiles are
 # the dk/dv kernel's (block_m queries streamed past block_n keys held, the tile computed keys
@@ -60,7 +60,10 @@ _FWD_TILES = {
 }
 _BWD_TILES = {
     "sm90": {
-        (2, 128, "plain"): Tiles(32, 64, 8, 2),
+        # 4 warps: the score products are m64n32 wgmma, where 8 warps split them into m64n16
+        # (T5, Shaw's scalar bias and FoX keep two words in local memory before and after
+        # their key loops under Triton 3.6, none inside them; docs/kernels.md)
+        (2, 128, "plain"): Tiles(32, 64, 4, 2),
         (2, 128, "value"): Tiles(32, 64, 8, 2),
         (2, 64, "plain"): Tiles(32, 128, 8, 2),
         (2, 64, "value"): Tiles(32, 128, 8, 2),
@@ -97,10 +100,7 @@ _GENERIC = {False: Tiles(64, 64, 4, 3), True: Tiles(32, 32, 4, 1)}  # before sm_
 _FWD_TILES[None], _BWD_TILES[None] = {}, {}  # before sm_80: the families' rows alone
 
 # A family's own rows, looked up before its kind's (the key's third field is the family;
-# the compile audit's evidence for each: docs/kernels.md). ALiBi's backward on sm_90a on 4
-# warps: its score products become m64n32 wgmma where 8 warps split them into m64n16; the
-# other families' dk/dv spill at that tile under Triton 3.6.
-_BWD_TILES["sm90"][(2, 128, "alibi")] = Tiles(32, 64, 4, 2)
+# the compile audit's evidence for each: docs/kernels.md).
 # FoX's float32 forward (3xTF32): 8 warps, 16 query rows at D=128, where the kind's tile
 # spills on sm_90a; the other tables take the same rule (unaudited for FoX there).
 for _arch_key, _rows in _FWD_TILES.items():

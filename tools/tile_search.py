@@ -1,7 +1,7 @@
 """Choose the attention kernel's default tiles by the compile audit: for each GPU, dtype, head
 dim and kind of kernel, the first candidate (in order of preference: larger tiles first) that
-compiles for every bias family, causal and not, with no spill, within the GPU's shared memory,
-and with every half-precision dot on wgmma (sm_90a). Prints a table to paste into
+compiles for every bias family, causal and not, with no spill in a key loop, within the GPU's
+shared memory, and with every half-precision dot on wgmma (sm_90a). Prints a table to paste into
 posenc_kernels/relbias.py (_FWD_TILES, _BWD_TILES) with the evidence for each choice.
 
     python tools/tile_search.py [--targets sm_90a,sm_80] [--jobs 2]
@@ -95,7 +95,7 @@ def _passes(direction, dtype, d, families, tiles, target, pool) -> tuple[bool, s
         if why:
             return False, f"{family} causal={causal} {job['name']}: {why}"
         worst = max(worst, res["registers"])
-    return True, f"max {worst} registers, no spill"
+    return True, f"max {worst} registers, no spill in a key loop"
 
 
 def main() -> None:

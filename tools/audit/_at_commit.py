@@ -5,7 +5,7 @@ checkout's modules are the ones imported). Writes a CSV of the columns the time 
 
     python PATH/TO/_at_commit.py OUT.csv COMPILE_PY
 
-tools/audit/model.py runs it (`--audit-commit`); it imports nothing of this tree but compile.py.
+tools/audit/fit.py runs it (`--audit-commit`); it imports nothing of this tree but compile.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import importlib.util
 import sys
 
 FAMILIES = ("alibi", "t5", "shaw_bias", "shaw_kv")
-# the columns model.py reads, besides the kernel's identity
+# the columns the time model reads, besides the kernel's identity
 COLUMNS = ("kernel", "family", "causal", "tiles", "num_warps", "registers", "shared_bytes")
 COLUMNS += ("loop_sass", "loop_inner", "loop_mma")
 

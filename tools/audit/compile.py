@@ -58,6 +58,7 @@ def read_cubin(cubin: bytes) -> dict:
         stack_bytes=int(stack.group(1)) if stack else None,
         spill_stores=sum(op.startswith("STL") for op in ops),
         spill_loads=sum(op.startswith("LDL") for op in ops),
+        loop_spills=sum(sass_loop_spills(sass)),
         tensor_core_insts=sum(op.startswith(("HGMMA", "HMMA")) for op in ops),
         # the CUDA cores' float work beside the tensor cores (static counts, the whole kernel):
         # adds, multiplies, FMAs, min/max, selects, compares, int-to-float; and MUFU (exp2)
@@ -123,6 +124,14 @@ def sass_loops(sass: str) -> list[tuple[int, int, int, int]]:
 def sass_inner(sass: str) -> list[int]:
     """Per tensor-core loop, the instructions of the loops nested in it (0: none)."""
     return [inner for _, inner in _tensor_loops(sass)]
+
+
+def sass_loop_spills(sass: str) -> list[int]:
+    """Per tensor-core loop, its local-memory stores and loads: a spill there is paid every
+    iteration, where one before or after the key loops (a few words a program) is not."""
+    return [
+        sum(op.startswith(("STL", "LDL")) for _, op, _ in body) for body, _ in _tensor_loops(sass)
+    ]
 
 
 def sass_mma(sass: str) -> list[str]:
@@ -236,13 +245,10 @@ def blocks_per_sm(registers: int, warps: int, shared: int, capability: int) -> i
 
 
 def narrow_allowed(row: dict) -> bool:
-    """Where an m64n16 product in a key loop is known and kept (docs/kernels.md): every tile
-    without one spills under one of the Tritons for T5's, Shaw's and FoX's dk/dv and for
-    Shaw's key + value term's dq. Anywhere else (ALiBi, every forward, every other dq) one is a
-    regression."""
-    if row["family"] == "shaw_kv" and "dq" in row["kernel"]:
-        return True
-    return row["family"] in ("t5", "shaw_bias", "shaw_kv", "fox") and "dkdv" in row["kernel"]
+    """Where an m64n16 product in a key loop is known and kept (docs/kernels.md): Shaw's key +
+    value term's backward, which spills inside its key loops at every tile without one under
+    one of the Tritons. Anywhere else one is a regression."""
+    return row["family"] == "shaw_kv" and ("dq" in row["kernel"] or "dkdv" in row["kernel"])
 
 
 def inner_loop_allowed(row: dict) -> bool:
@@ -262,7 +268,10 @@ def problems(row: dict, capability: int) -> str:
     if row["shared_bytes"] > SHARED_LIMIT[capability]:
         found.append(f"shared memory {row['shared_bytes']} > {SHARED_LIMIT[capability]}")
     if row["default_tiles"]:
-        if row["spill_stores"] or row["spill_loads"]:
+        spills = row["spill_stores"] or row["spill_loads"]
+        if row.get("loop_spills"):
+            found.append(f"spills in the key loops ({row['loop_spills']} local accesses)")
+        elif spills and not row.get("dot_loops"):
             found.append(f"spills ({row['spill_stores']} local stores)")
         half = row["dtype"] in ("bfloat16", "float16")
         # a forward of 16 query rows (a decode step's few queries; wgmma's least M is 64 per

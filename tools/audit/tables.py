@@ -28,6 +28,7 @@ COLUMNS = (
     "stack_bytes",
     "spill_stores",
     "spill_loads",
+    "loop_spills",
     "shared_bytes",
     "blocks_per_sm",
     "dots",

@@ -3,7 +3,14 @@
 wgmma, the shape of each wgmma in the key loops (a narrow m64n16 product counted), and whether
 the loop was pipelined; on a TTGIR written as Triton 3.9 prints it for sm_90a."""
 
-from tools.audit.compile import problems, read_ttgir, sass_inner, sass_loops, sass_mma
+from tools.audit.compile import (
+    problems,
+    read_ttgir,
+    sass_inner,
+    sass_loop_spills,
+    sass_loops,
+    sass_mma,
+)
 
 LAYOUTS = """\
 #mma = #ttg.nvidia_mma<{versionMajor = 3, versionMinor = 0, warpsPerCTA = [8, 1], instrShape = [16, 16, 16]}>
@@ -50,24 +57,43 @@ def _row(kernel, family, narrow):
 
 
 def test_a_narrow_product_fails_the_audit_where_a_family_has_none():
-    """m64n16 products are kept where every wider tile spills (T5's, Shaw's and FoX's dk/dv,
-    Shaw's key + value term's dq) and fail anywhere else: ALiBi's backward, every forward, any
-    other dq."""
+    """m64n16 products are kept where every wider tile spills in its key loops (Shaw's key +
+    value term's dk/dv and dq) and fail anywhere else: every other backward, every forward."""
     assert problems(_row("_relbias_bwd_dkdv_kernel", "alibi", 6), 90) == (
         "6 m64n16 wgmma in the key loops"
     )
     assert "m64n16" in problems(_row("_relbias_fwd_kernel", "t5", 2), 90)
     assert "m64n16" in problems(_row("_relbias_bwd_dq_kernel", "t5", 2), 90)
-    for kernel, family in (
-        ("_relbias_bwd_dkdv_kernel", "t5"),
-        ("_relbias_bwd_dkdv_kernel", "fox"),
-        ("_relbias_bwd_dkdv_kernel", "shaw_kv"),
-        ("_relbias_bwd_dq_kernel", "shaw_kv"),
-    ):
-        assert problems(_row(kernel, family, 6), 90) == ""
+    for family in ("t5", "shaw_bias", "fox"):
+        assert "m64n16" in problems(_row("_relbias_bwd_dkdv_kernel", family, 6), 90)
+    for kernel in ("_relbias_bwd_dkdv_kernel", "_relbias_bwd_dq_kernel"):
+        assert problems(_row(kernel, "shaw_kv", 6), 90) == ""
     assert "m64n16" in problems(_row("_relbias_fwd_kernel", "shaw_kv", 2), 90)
     assert problems(_row("_relbias_bwd_dkdv_kernel", "alibi", 0), 90) == ""
     assert problems(_row("_relbias_bwd_dkdv_kernel", "alibi", 6), 80) == ""  # no wgmma there
+
+
+def test_a_spill_fails_the_audit_inside_a_key_loop():
+    """A spill inside a key loop is paid every iteration and fails; a few words kept in local
+    memory before and after the loops pass; a kernel without key loops (RoPE) fails on any."""
+    outside = dict(_row("_relbias_bwd_dkdv_kernel", "t5", 0), spill_stores=2, spill_loads=2)
+    assert problems(dict(outside, loop_spills=0), 90) == ""
+    assert problems(dict(outside, loop_spills=3), 90) == (
+        "spills in the key loops (3 local accesses)"
+    )
+    rope = dict(outside, kernel="_rope_kernel", dot_loops=0, dots=0, wgmma_dots=0)
+    assert problems(dict(rope, loop_spills=0), 90) == "spills (2 local stores)"
+    assert sass_loop_spills(SPILL) == [2]
+
+
+SPILL = """\
+        /*0100*/                   STL [R1], R6 ;
+        /*0110*/                   HGMMA.64x32x16.F32.BF16 R88, gdesc[UR12], RZ, !UPT ;
+        /*0120*/                   STL [R1+0x4], R7 ;
+        /*0130*/                   LDL R8, [R1+0x4] ;
+        /*0140*/              @!P2 BRA 0x110 ;
+        /*0150*/                   LDL.LU R6, [R1] ;
+"""
 
 
 def test_a_loop_inside_a_key_loop_fails_but_for_the_table_gradients():

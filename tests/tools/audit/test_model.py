@@ -3,7 +3,7 @@ how many iterations each program streams, and the calibration data it reads."""
 
 import pytest
 
-from tools.audit import model
+from tools.audit import fit, model
 
 
 def test_a_narrow_product_from_shared_memory_costs_more_than_its_flops():
@@ -47,9 +47,9 @@ def test_the_band_trips_are_the_table_indices_a_tile_spans():
 def test_every_committed_gpu_run_has_the_audit_of_the_kernels_it_measured():
     """The fit reads each run's commit from its reports and that commit's kernels from
     results/gpu-compile/measured/ (written by `--audit-commit`)."""
-    points = model.measured_points()
-    assert len(points) and set(points["family"]) <= set(model.NAMES)
+    points = fit.measured_points()
+    assert len(points) and set(points["family"]) <= set(fit.NAMES)
     for commit in points["commit"].unique():
-        rows = model._audit_rows(commit)
+        rows = fit._audit_rows(commit)
         assert set(model.KERNELS.values()) <= set(rows["kernel"])
         assert rows["loop_mma"].notna().all()
