@@ -4,15 +4,16 @@ predicts for a commit's kernels.
     python -m tools.audit.fit [--now REV] [--audit-commit REV --python PY]
 
 prints the fit (every measured row against its prediction, from the audit of the commit the
-run measured: results/gpu-compile/measured/) and what the kernels of `--now` (default HEAD,
-its audit there too) should take at the newest run's points; `--audit-commit REV` compiles
-REV's attention kernels (a temporary git worktree, under `--python`'s Triton: the GPU stack's,
-.venv-compat) into results/gpu-compile/measured/REV.csv.
+run measured: results/gpu-compile/measured/) and what the kernels of `--now` (default: the one
+audit there that no run measured) should take at the newest run's points; `--audit-commit REV`
+compiles REV's attention kernels (a temporary git worktree, under `--python`'s Triton: the GPU
+stack's, .venv-compat) into results/gpu-compile/measured/{commit}.csv.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -82,6 +83,20 @@ def measured_points() -> pd.DataFrame:
     key = ["run", "family", "mode", "batch", "seq_len", "heads", "causal", "shaw_k"]
     return out.drop_duplicates(key).reset_index(drop=True)
 
+
+def flex_seconds(point) -> float:
+    """FlexAttention's time at a measured point of the same run (its `flex` row)."""
+    run = RUNS / point["run"]
+    for sweep in sorted(run.glob("sweep-*/results.csv")):
+        df = pd.read_csv(sweep)
+        if "params" not in df:
+            continue
+        at = (df["impl"] == "flex") & (df["case"] == f"{point['family']}_attention")
+        at &= (df["mode"] == point["mode"]) & (df["seq_len"] == point["seq_len"])
+        at &= df["params"].map(lambda q: bool(json.loads(q).get("causal")) == point["causal"])
+        if at.any():
+            return float(df.loc[at, "p50_ms"].iloc[0]) / 1e3
+    raise ValueError(f"{run.name}: no FlexAttention row at {dict(point)}")
 
 def _audit_rows(commit: str) -> pd.DataFrame:
     path = MEASURED / f"{commit[:10]}.csv"
@@ -174,15 +189,40 @@ def fit_table(points: pd.DataFrame, p: Params) -> str:
         [pt["commit"][:7], *_label(pt), f"{pt['measured_s'] * 1e3:.2f}", f"{m * 1e3:.2f}"]
         for (_, pt), m in zip(points.iterrows(), predicted, strict=True)
     ]
+    return _table(head, lines)
+
+
+def summary(points: pd.DataFrame, p: Params) -> str:
+    """The fitted constants and how far the model is from the rows it was fitted to."""
+    rows = {c: _audit_rows(c) for c in points["commit"].unique()}
+    predicted = predict(points, lambda pt: rows[pt["commit"]], p)
     errors = [abs(math.log(m / t)) for m, t in zip(predicted, points["measured_s"], strict=True)]
-    summary = (
+    return (
         f"alpha {p.alpha:.1f}, {p.hz / 1e9:.2f} G cycles a second, {p.overhead:.0f} cycles a "
         f"program, a call's time besides its kernels "
         + ", ".join(f"{c * 1e3:.3f} ms ({run})" for run, c in p.call_s)
         + f"; {len(points)} rows, median error {100 * (math.exp(_median(errors)) - 1):.0f}%"
         f", largest {100 * (math.exp(max(errors)) - 1):.0f}%"
     )
-    return summary + "\n\n" + _table(head, lines)
+
+
+@functools.cache
+def fitted() -> tuple[pd.DataFrame, Params]:
+    """The committed runs' points and the constants fitted to them (once a process)."""
+    points = measured_points()
+    return points, fit(points)
+
+
+def now_commit() -> str:
+    """The commit of the one audit in measured/ that no run measured: the kernels the model
+    predicts by default (its CSV replaced when the kernels change)."""
+    runs = {run_commit(r)[:10] for r in RUNS.iterdir() if r.is_dir()}
+    others = sorted(p.stem for p in MEASURED.glob("*.csv") if p.stem not in runs)
+    if len(others) != 1:
+        raise SystemExit(
+            f"{MEASURED.relative_to(ROOT)}: {len(others)} audits no run measured, not 1"
+        )
+    return others[0]
 
 
 def _median(xs: list[float]) -> float:
@@ -251,16 +291,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--audit-commit", metavar="REV", help="compile REV's kernels and exit")
     parser.add_argument("--python", default=sys.executable, help="the Triton to compile with")
-    parser.add_argument("--now", default="HEAD", metavar="REV", help="the kernels to predict")
+    parser.add_argument("--now", metavar="REV", help="the kernels to predict (its audit)")
     args = parser.parse_args(argv)
     if args.audit_commit:
         print(audit_commit(args.audit_commit, args.python).relative_to(ROOT))
         return 0
-    points = measured_points()
-    p = fit(points)
+    points, p = fitted()
+    print(summary(points, p))
+    print()
     print(fit_table(points, p))
     print()
-    print(now_table(points, p, _commit(args.now)))
+    print(now_table(points, p, _commit(args.now) if args.now else now_commit()))
     return 0
 
 

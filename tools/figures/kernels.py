@@ -10,6 +10,7 @@ from functools import cache
 import pandas as pd
 
 from tools.audit.model import makespan
+from tools.figures.model import MODEL_FIGURES
 from tools.figures.sources import ROOT
 
 # docs/kernels.md: the compile audit's table at what `sweep=gpu` runs.
@@ -300,6 +301,7 @@ KERNELS_FIGURES = {
     "alibi_fp32": alibi_fp32,
     "loop_table": loop_table,
     "grid_order": grid_order,
+    **MODEL_FIGURES,
 }
 # Settings the page states that read like figures: tile sizes and the code's thresholds.
 KERNELS_SETTINGS = (

@@ -70,7 +70,7 @@ def _bench(*args: str) -> tuple[str, ...]:
 PARTS = (
     Part(
         "tiles",
-        125,
+        130,
         40,
         _bench("sweep=gpu_tiles", "hydra.run.dir={res}/sweep-tiles"),
         _bench(
@@ -100,7 +100,7 @@ PARTS = (
     ),
     Part(
         "sweep",
-        215,
+        218,
         60,
         _bench(
             "sweep=gpu",
@@ -124,7 +124,7 @@ PARTS = (
     ),
     Part(
         "audit",
-        60,
+        52,
         50,
         ("{audit}", "--out", "{res}/audit"),
         ("{audit}", "--dry", "--out", "{res}/audit"),
@@ -261,7 +261,7 @@ PARTS = (
     ),
     Part(
         "tests",
-        110,
+        115,
         30,
         (
             "-m",
