@@ -98,6 +98,7 @@ def flex_seconds(point) -> float:
             return float(df.loc[at, "p50_ms"].iloc[0]) / 1e3
     raise ValueError(f"{run.name}: no FlexAttention row at {dict(point)}")
 
+
 def _audit_rows(commit: str) -> pd.DataFrame:
     path = MEASURED / f"{commit[:10]}.csv"
     if not path.exists():
