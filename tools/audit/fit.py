@@ -120,9 +120,9 @@ def _with_slots(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def _k(point) -> int:
-    """The kernel's clip distance K: ALiBi's band is the diagonal's (1), T5's its table's
+    """The kernel's clip distance K: ALiBi's band is the diagonal's (0), T5's its table's
     reach, Shaw's the case's number of relative positions."""
-    return {"alibi": 1, "t5": T5_DISTANCE}.get(point["family"], int(point["shaw_k"]))
+    return {"alibi": 0, "t5": T5_DISTANCE}.get(point["family"], int(point["shaw_k"]))
 
 
 def predict(points: pd.DataFrame, rows_of, p: Params) -> list[float]:
