@@ -99,7 +99,7 @@ def flex_seconds(point) -> float:
     raise ValueError(f"{run.name}: no FlexAttention row at {dict(point)}")
 
 
-def _audit_rows(commit: str) -> pd.DataFrame:
+def audit_rows(commit: str) -> pd.DataFrame:
     path = MEASURED / f"{commit[:10]}.csv"
     if not path.exists():
         raise SystemExit(
@@ -119,7 +119,7 @@ def _with_slots(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def _k(point) -> int:
+def clip(point) -> int:
     """The kernel's clip distance K: ALiBi's band is the diagonal's (0), T5's its table's
     reach, Shaw's the case's number of relative positions."""
     return {"alibi": 0, "t5": T5_DISTANCE}.get(point["family"], int(point["shaw_k"]))
@@ -129,7 +129,7 @@ def predict(points: pd.DataFrame, rows_of, p: Params) -> list[float]:
     """Each point's seconds: its kernels' cycles at p.hz, delta, and its run's call time."""
     out = []
     for _, pt in points.iterrows():
-        point = dict(pt, k=_k(pt))
+        point = dict(pt, k=clip(pt))
         cycles = case_cycles(rows_of(pt), point, p.alpha, p.overhead)
         out.append(cycles / p.hz + fixed_seconds(point, pt["copy_bps"]) + p.call(pt["run"]))
     return out
@@ -142,7 +142,7 @@ def fit(points: pd.DataFrame) -> Params:
     """alpha, overhead, hz and each run's call time minimising the squared log ratio of
     predicted to measured, on grids (alpha 0-1, overhead 0-8000 cycles, hz 0.8-2.4 GHz, call
     0-0.5 ms)."""
-    rows = {c: _audit_rows(c) for c in points["commit"].unique()}
+    rows = {c: audit_rows(c) for c in points["commit"].unique()}
     measured = list(points["measured_s"])
     fixed = [fixed_seconds(dict(pt), pt["copy_bps"]) for _, pt in points.iterrows()]
     runs = list(points["run"])
@@ -150,7 +150,7 @@ def fit(points: pd.DataFrame) -> Params:
     for alpha in [i / 10 for i in range(11)]:
         for overhead in (0, 500, 1000, 2000, 4000, 8000):
             cycles = [
-                case_cycles(rows[pt["commit"]], dict(pt, k=_k(pt)), alpha, overhead)
+                case_cycles(rows[pt["commit"]], dict(pt, k=clip(pt)), alpha, overhead)
                 for _, pt in points.iterrows()
             ]
             for hz in [0.8e9 * 1.01**i for i in range(111)]:
@@ -183,7 +183,7 @@ def _table(head: list[str], lines: list[list[str]]) -> str:
 
 def fit_table(points: pd.DataFrame, p: Params) -> str:
     """Each measured row against the model's time for the kernels its run measured."""
-    rows = {c: _audit_rows(c) for c in points["commit"].unique()}
+    rows = {c: audit_rows(c) for c in points["commit"].unique()}
     predicted = predict(points, lambda pt: rows[pt["commit"]], p)
     head = ["kernels at", "family", "mode", "causal", "B x H x L", "measured ms", "model ms"]
     lines = [
@@ -195,7 +195,7 @@ def fit_table(points: pd.DataFrame, p: Params) -> str:
 
 def summary(points: pd.DataFrame, p: Params) -> str:
     """The fitted constants and how far the model is from the rows it was fitted to."""
-    rows = {c: _audit_rows(c) for c in points["commit"].unique()}
+    rows = {c: audit_rows(c) for c in points["commit"].unique()}
     predicted = predict(points, lambda pt: rows[pt["commit"]], p)
     errors = [abs(math.log(m / t)) for m, t in zip(predicted, points["measured_s"], strict=True)]
     return (
@@ -235,8 +235,8 @@ def now_table(points: pd.DataFrame, p: Params, commit: str) -> str:
     """The newest run's points: measured, the model for the kernels it measured and for
     `commit`'s (its audit in measured/), and the gain the model expects."""
     newest = points[points["run"] == points["run"].max()]
-    then = predict(newest, lambda pt: _audit_rows(pt["commit"]), p)
-    rows = _audit_rows(commit)
+    then = predict(newest, lambda pt: audit_rows(pt["commit"]), p)
+    rows = audit_rows(commit)
     now = predict(newest, lambda pt: rows, p)
     head = ["family", "mode", "causal", "B x H x L", "measured ms", "model then"]
     head += [f"model at {commit[:7]}", "expected gain"]

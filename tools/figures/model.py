@@ -16,20 +16,20 @@ def model_table() -> str:
     return fit.now_table(points, p, fit.now_commit())
 
 
-def _kernel_cycles(commit: str, kernel: str, family: str, p: model.Params) -> float:
-    rows = fit._audit_rows(commit)
-    at = (rows["kernel"] == model.KERNELS[kernel]) & (rows["family"] == family)
-    point = dict(family=family, seq_len=4096, batch=4, heads=16, causal=False)
-    point["k"] = fit._k(dict(point, shaw_k=16))
-    return model.kernel_cycles(rows[at & ~rows["causal"]].iloc[0], point, p.alpha, p.overhead)
-
-
 def model_dkdv() -> str:
-    """T5's dk/dv at the sweep's shape: the kernels the newest run measured, and now's."""
+    """T5's dk/dv at the newest run's T5 point (not causal): the kernels it measured, and now's."""
     points, p = fit.fitted()
-    then = points.loc[points["run"] == points["run"].max(), "commit"].iloc[0]
-    a, b = (_kernel_cycles(c, "dkdv", "t5", p) / p.hz * 1e3 for c in (then, fit.now_commit()))
-    return f"T5's dk/dv at B=4, H=16, L=4096 {a:.1f} -> {b:.1f} ms"
+    newest = points[points["run"] == points["run"].max()]
+    pt = newest[(newest["family"] == "t5") & ~newest["causal"]].iloc[0]
+    point = dict(pt, k=fit.clip(pt))
+    ms = []
+    for commit in (pt["commit"], fit.now_commit()):
+        rows = fit.audit_rows(commit)
+        at = (rows["kernel"] == model.KERNELS["dkdv"]) & (rows["family"] == "t5")
+        row = rows[at & (rows["causal"].astype(str) == "False")].iloc[0]
+        ms.append(model.kernel_cycles(row, point, p.alpha, p.overhead) / p.hz * 1e3)
+    shape = f"B={pt['batch']}, H={pt['heads']}, L={pt['seq_len']}"
+    return f"T5's dk/dv at {shape} {ms[0]:.1f} -> {ms[1]:.1f} ms"
 
 
 def model_flex() -> str:
@@ -38,7 +38,7 @@ def model_flex() -> str:
     newest = points[points["run"] == points["run"].max()]
     at = newest[(newest["family"] == "alibi") & (newest["mode"] == "forward+backward")]
     at = at[~at["causal"]].head(1)
-    rows = fit._audit_rows(fit.now_commit())
+    rows = fit.audit_rows(fit.now_commit())
     ours = fit.predict(at, lambda pt: rows, p)[0]
     flex = fit.flex_seconds(at.iloc[0])
     return (

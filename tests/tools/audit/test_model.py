@@ -50,6 +50,6 @@ def test_every_committed_gpu_run_has_the_audit_of_the_kernels_it_measured():
     points = fit.measured_points()
     assert len(points) and set(points["family"]) <= set(fit.NAMES)
     for commit in points["commit"].unique():
-        rows = fit._audit_rows(commit)
+        rows = fit.audit_rows(commit)
         assert set(model.KERNELS.values()) <= set(rows["kernel"])
         assert rows["loop_mma"].notna().all()
