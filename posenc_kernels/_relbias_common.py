@@ -36,8 +36,8 @@ async wgmma. Only the band (at most (BLOCK_M + 2K) / BLOCK_N + 1 blocks) masks a
 Inside the clip (0 < idx < 2K) a (row, index) is one key, so Shaw's key and value terms store
 the band's values straight at (row, index) (the forward's logits, dq's ds: _band_written) and
 sum only the two clipped indices: no loop over indices, the band pipelined too. The tables'
-gradients (T5, Shaw's scalar bias) still loop over the tile's buckets [lo, hi], taken from the
-tile's corners.
+gradients (T5, Shaw's scalar bias) take the same path: dq's ds per (row, index), summed per
+bucket by the host.
 
 A sliding WINDOW W (a constexpr, 0 without): query i at position p sees keys j with
 p - W < j <= p (causal, transformers' convention); the loops start at the window's first block
@@ -218,27 +218,6 @@ def _parts(
 
 
 @triton.jit
-def _index_range(m0, n0, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, K: tl.constexpr):
-    """The relative indices of the tile [m0, m0 + BLOCK_M) x [n0, n0 + BLOCK_N): lo, hi."""
-    lo = tl.minimum(tl.maximum(n0 - (m0 + BLOCK_M - 1), -K), K) + K
-    hi = tl.minimum(tl.maximum(n0 + BLOCK_N - 1 - m0, -K), K) + K
-    return lo, hi
-
-
-@triton.jit
-def _bucket_range(gidx_ptr, lo, hi, K: tl.constexpr):
-    """The buckets gidx[lo .. hi] span. gidx is monotone on each side of r = 0 (T5's bucket
-    grows with |r| on each side; Shaw's is idx): its extremes lie at lo, hi, and, where the
-    range holds r = 0 and r = 1, at idx K and K + 1."""
-    a, b = tl.load(gidx_ptr + lo), tl.load(gidx_ptr + hi)
-    c = tl.load(gidx_ptr + tl.minimum(tl.maximum(K, lo), hi))
-    d = tl.load(gidx_ptr + tl.minimum(tl.maximum(K + 1, lo), hi))
-    g_lo = tl.minimum(tl.minimum(a, b), tl.minimum(c, d))
-    g_hi = tl.maximum(tl.maximum(a, b), tl.maximum(c, d))
-    return g_lo, g_hi
-
-
-@triton.jit
 def _part_bias(
     rows,
     mask,
@@ -297,7 +276,8 @@ def _band_logits(
     table_row,
     stride_tb,
     gidx_ptr,
-    relk_rows,
+    relk_base,
+    relk_off,
     stride_rr,
     BIAS: tl.constexpr,
     CAUSAL: tl.constexpr,
@@ -306,8 +286,11 @@ def _band_logits(
 ):
     """Base-2 logits of a band tile in either orientation (rel = j - i laid out like qk): qk +
     bias(r), -inf where masked (bounds, causal, and with a WINDOW the keys at r <= -WINDOW).
-    relk_rows: Shaw's key-term row pointers of the tile's queries, broadcast like qk. Returns
-    the logits, the relative index, the kept mask."""
+    relk_base + relk_off: Shaw's key-term rows of the tile's queries, broadcast like qk, each a
+    row of relk (rows past the queries clamped to the last: the gather takes no mask, whose
+    predicates cost registers the backward's tiles lack); a scalar base and int32 offsets keep
+    one register an address. Returns the logits, the relative
+    index, the kept mask."""
     idx = tl.minimum(tl.maximum(rel, -K), K) + K
     keep = mask
     if CAUSAL:
@@ -319,7 +302,7 @@ def _band_logits(
     elif BIAS == TABLE:  # this head's table at the index's bucket: T5, or Shaw's scalar
         s = qk + tl.load(table_row + tl.load(gidx_ptr + idx) * stride_tb) * LOG2E
     else:  # Shaw's key term, gathered from scale * Q E_K^T
-        s = qk + tl.load(relk_rows + idx * stride_rr, mask=keep, other=0.0) * LOG2E
+        s = qk + tl.load(relk_base + (relk_off + idx * stride_rr)) * LOG2E
     return tl.where(keep, s, float("-inf")), idx, keep
 
 

@@ -112,8 +112,6 @@ def _dkdv_part(
     stride_rm,
     stride_rr,
     g_base,
-    stride_gm,
-    stride_gr,
     PART: tl.constexpr,
     LOW: tl.constexpr,
     BIAS: tl.constexpr,
@@ -142,18 +140,20 @@ def _dkdv_part(
         delta = tl.load(delta_rows + offs_m, mask=mask_m, other=0.0)
         qk_t = _dot(k, tl.trans(q), F32) * qk_scale
         rel_t = offs_n[:, None] - offs_m[None, :]
-        relk_rows = relk_base + offs_m * stride_rm
-        g_rows = g_base + offs_m * stride_gm
+        # the gathers' rows, in bounds without a mask: a base and int32 offsets
+        safe_m = tl.minimum(offs_m, LQ - 1)
+        relk_off = safe_m * stride_rm  # g shares relk's layout
         if PART == BAND:
             s_t, idx_t, keep_t = _band_logits(
                 qk_t,
                 rel_t,
-                mask_n[:, None] & mask_m[None, :],
+                True,  # no bounds: queries past LQ get p = 0 (lse = +inf); keys past LK: not stored
                 slope2,
                 table_row,
                 stride_tb,
                 gidx_ptr,
-                relk_rows[None, :],
+                relk_base,
+                relk_off[None, :],
                 stride_rr,
                 BIAS,
                 CAUSAL,
@@ -162,7 +162,16 @@ def _dkdv_part(
             )
         else:
             bias = _part_bias(
-                relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
+                relk_base + relk_off,
+                mask_m,
+                table_row,
+                stride_tb,
+                gidx_ptr,
+                stride_rr,
+                PART,
+                BIAS,
+                K,
+                BLOCK_M,
             )
             s_t = _far_logits(qk_t, bias[None, :], rel_t, mask_m, slope2, PART, BIAS, False, WINDOW)
         if COL:
@@ -171,10 +180,10 @@ def _dkdv_part(
         dp_t = _dot(v, tl.trans(do), F32)
         if HAS_VALUE:
             if PART == BAND:
-                dp_t += tl.load(g_rows[None, :] + idx_t * stride_gr, mask=keep_t, other=0.0)
+                dp_t += tl.load(g_base + (relk_off[None, :] + idx_t * stride_rr))
             else:
                 at = (PART == AFTER) * 2 * K
-                dp_t += tl.load(g_rows + at * stride_gr, mask=mask_m, other=0.0)[None, :]
+                dp_t += tl.load(g_base + relk_off + at * stride_rr, mask=mask_m, other=0.0)[None, :]
         ds_t = p_t * (dp_t - delta[None, :])
         dv += _dot(p_t.to(do.dtype), do, F32)
         dk += _dot(ds_t.to(q.dtype), q, F32)
@@ -225,10 +234,6 @@ def _relbias_bwd_dkdv_kernel(
     stride_rh,
     stride_rm,
     stride_rr,
-    stride_gb,
-    stride_gh,
-    stride_gm,
-    stride_gr,
     H,
     LQ,
     LK,
@@ -294,7 +299,7 @@ def _relbias_bwd_dkdv_kernel(
     q_base = q_ptr + row * stride_qb + h * stride_qh + first * stride_qm
     do_base = do_ptr + row * stride_db + h * stride_dh + first * stride_dm
     relk_base = relk_ptr + row * stride_rb + h * stride_rh + first * stride_rm
-    g_base = g_ptr + row * stride_gb + h * stride_gh + first * stride_gm
+    g_base = g_ptr + row * stride_rb + h * stride_rh + first * stride_rm
     lse_rows = lse_ptr + (row * H + h) * LQ + first
     delta_rows = delta_ptr + (row * H + h) * LQ + first
     dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
@@ -347,8 +352,6 @@ def _relbias_bwd_dkdv_kernel(
             stride_rm,
             stride_rr,
             g_base,
-            stride_gm,
-            stride_gr,
             2 - i,
             AFTER,
             BIAS,

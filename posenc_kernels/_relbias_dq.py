@@ -1,7 +1,8 @@
 """The backward's query-side kernel of posenc_kernels.relbias (launched by
 posenc_kernels/relbias.py): dq, one program per query block streaming the key blocks in three parts
-(posenc_kernels/_relbias_common.py), and the gradient of the bias table (per bucket, per program:
-no atomics) or of Shaw's key term (per row and index).
+(posenc_kernels/_relbias_common.py), and the gradient of the bias: per row and relative index
+(Shaw's key term, the tables of T5 and Shaw's scalar bias) or per program (ALiBi's slopes): no
+atomics.
 
 Why this file is long: its kernels take every pointer, stride and constexpr by name, one a
 line as the formatter lays them out (about 130 of its lines are argument lists).
@@ -17,13 +18,12 @@ from posenc_kernels._relbias_common import (
     BEFORE,
     LOG2E,
     SHAW_KV,
+    TABLE,
     _band_logits,
     _band_written,
-    _bucket_range,
     _dot,
     _far_logits,
     _head_bias,
-    _index_range,
     _key_col,
     _key_end,
     _load_block,
@@ -36,12 +36,21 @@ from posenc_kernels._relbias_common import (
 
 
 @triton.jit
+def _key_mask(mask_n, MASK_N: tl.constexpr):
+    """The keys' bounds as a band tile's mask (1, BLOCK_N), or True where every streamed block
+    is whole (MASK_N False): a mask the band does not need costs registers it lacks."""
+    if MASK_N:
+        return mask_n[None, :]
+    return True
+
+
+@triton.jit
 def _dq_part(
     dq,
-    totals,
     side0,
     side1,
-    drel_rows,
+    drel_base,
+    drel_off,
     q,
     do,
     lse,
@@ -68,10 +77,10 @@ def _dq_part(
     table_row,
     stride_tb,
     gidx_ptr,
-    relk_rows,
+    relk_base,
+    relk_off,
     stride_rr,
-    g_rows,
-    stride_gr,
+    g_base,
     col_base,
     stride_cn,
     PART: tl.constexpr,
@@ -82,7 +91,6 @@ def _dq_part(
     HAS_VALUE: tl.constexpr,
     TABLE_GRAD: tl.constexpr,
     MASK_N: tl.constexpr,
-    NB: tl.constexpr,
     UPCAST: tl.constexpr,
     F32: tl.constexpr,
     COL: tl.constexpr,
@@ -91,17 +99,26 @@ def _dq_part(
     BLOCK_N: tl.constexpr,
 ):
     """dq of the held queries over the key blocks [lo, hi) of one part, and the bias gradient
-    (sums of ds): band tiles per index (SHAW_KV: an index inside the clip is one key a row, its
-    ds stored at drel_rows + idx; TABLE: totals per bucket, looping over the tile's buckets;
-    ALiBi: side0, weighted by -|r|); at the clipped indices and before and after, one vector
-    per row (side0 at index 0, side1 at 2K). p = exp2(s2 - lse2)."""
+    (sums of ds): band tiles per index (SHAW_KV, TABLE: an index inside the clip is one key a
+    row, its ds stored at drel_base + drel_off + idx; ALiBi: side0, weighted by -|r|); at the
+    clipped indices and before and after, one vector per row (side0 at index 0, side1 at 2K).
+    p = exp2(s2 - lse2)."""
+    # Shaw's rows: a base and int32 offsets per row (a gather's addresses in one register each)
     bias = _part_bias(
-        relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
+        relk_base + relk_off,
+        mask_m,
+        table_row,
+        stride_tb,
+        gidx_ptr,
+        stride_rr,
+        PART,
+        BIAS,
+        K,
+        BLOCK_M,
     )[:, None]
     if HAS_VALUE and PART != BAND:
         at = (PART == AFTER) * 2 * K
-        g_part = tl.load(g_rows + at * stride_gr, mask=mask_m, other=0.0)[:, None]
-    cols = tl.arange(0, NB)
+        g_part = tl.load(g_base + relk_off + at * stride_rr, mask=mask_m, other=0.0)[:, None]
     a, z = _part_span(PART, LOW, start, lo, hi, end)
     for n0 in range(a, z, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -114,12 +131,13 @@ def _dq_part(
             s, idx, keep = _band_logits(
                 qk,
                 rel,
-                mask_m[:, None] & mask_n[None, :],
+                _key_mask(mask_n, MASK_N),  # rows past LQ: p = 0 (lse = +inf)
                 slope2,
                 table_row,
                 stride_tb,
                 gidx_ptr,
-                relk_rows[:, None],
+                relk_base,
+                relk_off[:, None],
                 stride_rr,
                 BIAS,
                 CAUSAL,
@@ -134,7 +152,7 @@ def _dq_part(
         dp = _dot(do, tl.trans(v), F32)
         if HAS_VALUE:
             if PART == BAND:
-                dp += tl.load(g_rows[:, None] + idx * stride_gr, mask=keep, other=0.0)
+                dp += tl.load(g_base + (relk_off[:, None] + idx * stride_rr))
             else:
                 dp += g_part
         ds = p * (dp - delta[:, None])
@@ -147,19 +165,12 @@ def _dq_part(
                 side0 += tl.sum(w, 1)  # (FoX, K = 0: its one index, no loop over the band's)
             elif PART == AFTER:
                 side1 += tl.sum(w, 1)
-            elif BIAS == SHAW_KV:  # ds is 0 where not kept
-                inner = mask_m[:, None] & mask_n[None, :] & (idx > 0) & (idx < 2 * K)
-                tl.store(drel_rows[:, None] + idx, ds, mask=inner)
+            else:  # SHAW_KV, TABLE: one key a (row, index) inside the clip; ds 0 where not kept
+                inner = mask_m[:, None] & _key_mask(mask_n, MASK_N) & (idx > 0) & (idx < 2 * K)
+                tl.store(drel_base + (drel_off[:, None] + idx), ds, mask=inner)
                 side0 += tl.sum(tl.where(idx == 0, ds, 0.0), 1)
                 side1 += tl.sum(tl.where(idx == 2 * K, ds, 0.0), 1)
-            else:
-                i_lo, i_hi = _index_range(m0 + q_off, n0, BLOCK_M, BLOCK_N, K)
-                g_lo, g_hi = _bucket_range(gidx_ptr, i_lo, i_hi, K)
-                bucket = tl.load(gidx_ptr + idx)
-                for g in range(g_lo, g_hi + 1):
-                    in_g = tl.sum(tl.where(keep & (bucket == g), ds, 0.0))
-                    totals += tl.where(cols == g, in_g, 0.0)
-    return dq, totals, side0, side1
+    return dq, side0, side1
 
 
 @triton.jit
@@ -205,10 +216,6 @@ def _relbias_bwd_dq_kernel(
     stride_rh,
     stride_rm,
     stride_rr,
-    stride_gb,
-    stride_gh,
-    stride_gm,
-    stride_gr,
     H,
     LQ,
     LK,
@@ -242,11 +249,12 @@ def _relbias_bwd_dq_kernel(
     stride_x*), streaming the key blocks (before, after, the band), and the bias gradient, the
     sum of ds over the tiles:
       - ALiBi (TABLE_GRAD): -sum ds |j - i| into part (B * H, n_blocks, NB) at column 0;
-      - TABLE (TABLE_GRAD): sums of ds per bucket gidx[idx] into part, one (NB,) vector per
-        program (no per-row sums);
-      - SHAW_KV: per-row sums of ds per index into drel (B * H, LQ, NR): the gradient of
-        relk = scale * Q E_K^T (the host turns it into dq and dE_K); with COL (FoX) that of
-        each query's D_i (NR = 1), its keys' D_j being the dk/dv kernel's."""
+      - SHAW_KV, and TABLE with TABLE_GRAD: per-row sums of ds per index into drel
+        (B * H, LQ, NR = 2K + 1; NB: NR rounded up to a power of two): Shaw's, the gradient of
+        relk = scale * Q E_K^T (the host turns it into dq and dE_K), with COL (FoX) that of
+        each query's D_i (NR = 1), its keys' D_j being the dk/dv kernel's; the table's, summed
+        over rows and then per bucket gidx[idx] by the host (rows x NR floats: no loop over a
+        tile's buckets in the band)."""
     pid_m, _, pid_bh, n_blocks, h, row, first, lq, lk, q_off = _program_of(
         seq_ptr, H, LQ, LK, LG, LQ, BLOCK_M, SEQ
     )
@@ -274,8 +282,9 @@ def _relbias_bwd_dq_kernel(
         stride_dd,
         UPCAST,
     )
-    relk_rows = relk_ptr + row * stride_rb + h * stride_rh + (first + offs_m) * stride_rm
-    g_rows = g_ptr + row * stride_gb + h * stride_gh + (first + offs_m) * stride_gm
+    safe_m = tl.minimum(offs_m, tl.maximum(lq - 1, 0))  # gathers in bounds, no mask
+    relk_base = relk_ptr + row * stride_rb + h * stride_rh + first * stride_rm
+    g_base = g_ptr + row * stride_rb + h * stride_rh + first * stride_rm  # relk's layout
     col_base = col_ptr + row * stride_cb + h * stride_ch + first * stride_cn
     rows = (row * H + h) * LQ + first + offs_m  # lse's, delta's and drel's rows
     lse = tl.load(lse_ptr + rows, mask=mask_m, other=float("inf"))
@@ -284,8 +293,6 @@ def _relbias_bwd_dq_kernel(
     k_base = k_ptr + row * stride_kb + (h // GROUP) * stride_kh + first * stride_kn
     v_base = v_ptr + row * stride_vb + (h // GROUP) * stride_vh + first * stride_vn
     dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    cols = tl.arange(0, NB)
-    totals = tl.zeros((NB,), tl.float32)  # TABLE: per bucket, this program's band tiles
     side0 = tl.zeros((BLOCK_M,), tl.float32)
     side1 = tl.zeros((BLOCK_M,), tl.float32)
     end = _key_end(lk, lq, m0, q_off, CAUSAL, SEQ, BLOCK_M)
@@ -293,12 +300,12 @@ def _relbias_bwd_dq_kernel(
     lo, hi = _parts(m0 + q_off, start, end, K, True, not CAUSAL, BLOCK_M, BLOCK_N, SPLIT)
     # before [0, lo), after [hi, end), then the band [lo, hi)
     for i in tl.static_range(3):
-        dq, totals, side0, side1 = _dq_part(
+        dq, side0, side1 = _dq_part(
             dq,
-            totals,
             side0,
             side1,
-            drel_ptr + rows * NR,
+            drel_ptr + ((row * H + h) * LQ + first) * NR,
+            offs_m * NR,
             q,
             do,
             lse,
@@ -325,10 +332,10 @@ def _relbias_bwd_dq_kernel(
             table_row,
             stride_tb,
             gidx_ptr,
-            relk_rows,
+            relk_base,
+            safe_m * stride_rm,
             stride_rr,
-            g_rows,
-            stride_gr,
+            g_base,
             col_base,
             stride_cn,
             (i + 1) % 3,
@@ -339,7 +346,6 @@ def _relbias_bwd_dq_kernel(
             HAS_VALUE,
             TABLE_GRAD,
             MASK_N,
-            NB,
             UPCAST,
             F32,
             COL,
@@ -351,9 +357,10 @@ def _relbias_bwd_dq_kernel(
     out += offs_d[None, :] * stride_xd
     dq = dq * (qk_scale / LOG2E)
     tl.store(dq_ptr + out, dq.to(dq_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
-    if BIAS == SHAW_KV:  # the band stored its entries; the rest: the clipped sums, or 0
-        # 32 indices at a time (NB if fewer): where ptxas allocates the default tiles without
-        # a spill under Triton 3.9 and 3.6 (16 and 64 spill; the compile audit)
+    if BIAS == SHAW_KV or (BIAS == TABLE and TABLE_GRAD):
+        # the band stored its entries; the rest: the clipped sums, or 0. 32 indices at a time
+        # (NB if fewer): where ptxas allocates the default tiles without a spill under Triton
+        # 3.9 and 3.6 (16 and 64 spill; the compile audit)
         COLS: tl.constexpr = 32 if NB >= 32 else NB
         for c in tl.static_range(0, NB, COLS):
             offs_r = c + tl.arange(0, COLS)
@@ -365,10 +372,7 @@ def _relbias_bwd_dq_kernel(
                 ends,
                 mask=mask_m[:, None] & (offs_r[None, :] < NR) & ~seen,
             )
-    elif TABLE_GRAD:
-        if BIAS == ALIBI:
-            totals += tl.where(cols == 0, tl.sum(side0) + tl.sum(side1), 0.0)
-        else:
-            totals += tl.where(cols == tl.load(gidx_ptr), tl.sum(side0), 0.0)
-            totals += tl.where(cols == tl.load(gidx_ptr + 2 * K), tl.sum(side1), 0.0)
-        tl.store(part_ptr + (pid_bh * n_blocks + pid_m) * NB + cols, totals)
+    elif TABLE_GRAD:  # ALiBi: this program's sum, at column 0 of its (NB,) partial
+        cols = tl.arange(0, NB)
+        total = tl.where(cols == 0, tl.sum(side0) + tl.sum(side1), 0.0)
+        tl.store(part_ptr + (pid_bh * n_blocks + pid_m) * NB + cols, total)

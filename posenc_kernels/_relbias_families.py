@@ -67,6 +67,7 @@ class _Spec:
         self.constexprs = dict(BIAS=bias, CAUSAL=causal, K=clip, HAS_VALUE=has_value, COL=col)
         self.constexprs["WINDOW"] = window
         self.user_tiles = {False: fwd_tiles, True: bwd_tiles}
+        self.buckets = None  # T5 training its table: (2K + 1, num_buckets), _bucket_matrix
 
     def tiles(self, q: Tensor, backward: bool) -> tuple[Tiles, Tiles | None]:
         """(tiles, fallback): the user's tiles (no fallback), or the default for q's GPU with
@@ -157,6 +158,14 @@ def _bucket_index(clip: int, device: torch.device, t5: tuple | None = None) -> T
     return (rel + clip).int()
 
 
+@functools.lru_cache(maxsize=64)
+def _bucket_matrix(clip: int, device: torch.device, t5: tuple) -> Tensor:
+    """(2K + 1, num_buckets) float32, 1 where index r falls in bucket g: the table gradient's
+    sums per index to sums per bucket in one matmul (cached like _bucket_index)."""
+    gidx = _bucket_index(clip, device, t5).long()
+    return torch.nn.functional.one_hot(gidx, t5[1]).float()
+
+
 def _on_q(name: str, t: Tensor, q: Tensor) -> None:
     if not isinstance(t, Tensor):
         raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
@@ -183,6 +192,8 @@ def _t5(table: Tensor, q: Tensor, o: Options) -> Prepared:
     spec = _Spec(
         TABLE, o.causal, o.scale, clip, num_buckets, table_grad=o.trains, **o.tiles, window=o.window
     )
+    if o.trains:  # the backward's sums per index to sums per bucket
+        spec.buckets = _bucket_matrix(clip, q.device, o.t5)
     return Prepared(spec, table=table.float().t(), gidx=gidx)  # read as (H, num_buckets)
 
 

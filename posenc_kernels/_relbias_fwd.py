@@ -152,6 +152,7 @@ def _fwd_part(
                     stride_tb,
                     gidx_ptr,
                     relk_rows[:, None],
+                    0,
                     stride_rr,
                     BIAS,
                     CAUSAL,
@@ -381,7 +382,8 @@ def _relbias_fwd_kernel(
     k_base = k_ptr + row * stride_kb + kv_h * stride_kh + first * stride_kn
     v_base = v_ptr + row * stride_vb + kv_h * stride_vh + first * stride_vn
     bt_row = bt_ptr + row * stride_btb  # paged: this sequence's block table (stride_kb is 0)
-    relk_rows = relk_ptr + row * stride_rb + h * stride_rh + (first + offs_m) * stride_rm
+    safe_m = first + tl.minimum(offs_m, tl.maximum(lq - 1, 0))  # the band's gathers: no mask
+    relk_rows = relk_ptr + row * stride_rb + h * stride_rh + safe_m * stride_rm
     col_base = col_ptr + row * stride_cb + h * stride_ch + first * stride_cn
     slope2, table_row = _head_bias(slopes_ptr, table_ptr, stride_th, h, BIAS)
     table_mn = table_row

@@ -61,10 +61,10 @@ _FWD_TILES = {
 _BWD_TILES = {
     "sm90": {
         # 4 warps: the score products are m64n32 wgmma, where 8 warps split them into m64n16
-        # (T5, Shaw's scalar bias and FoX keep two words in local memory before and after
-        # their key loops under Triton 3.6, none inside them; docs/kernels.md)
+        # (T5, Shaw's scalar bias, FoX and Shaw's key + value terms keep a few words in local
+        # memory before and after their key loops, none inside them; docs/kernels.md)
         (2, 128, "plain"): Tiles(32, 64, 4, 2),
-        (2, 128, "value"): Tiles(32, 64, 8, 2),
+        (2, 128, "value"): Tiles(32, 64, 4, 2),
         (2, 64, "plain"): Tiles(32, 128, 8, 2),
         (2, 64, "value"): Tiles(32, 128, 8, 2),
         (4, 128, "plain"): Tiles(16, 32, 8, 1),
@@ -114,8 +114,8 @@ for _arch_key, _rows in _FWD_TILES.items():
 # columns)). sm_90a: dk/dv's 32 x 64 on 8 warps, transposed, splits dq's score products into
 # m64n16 pieces and computes each exponent twice; 64 x 32 on 4 warps gives m64n32 products and
 # one exponent a score, with no spill under Triton 3.9 or 3.6 for ALiBi, T5, Shaw's scalar bias
-# and FoX (docs/kernels.md). Shaw's key + value term ("value") spills there and keeps the
-# transpose.
+# and FoX (docs/kernels.md). Shaw's key + value term ("value") takes the transpose of its own
+# dk/dv row, the same 64 x 32 on 4 warps.
 _DQ_TILES = {"sm90": {(2, 128, "plain"): Tiles(64, 32, 4, 2)}}
 
 

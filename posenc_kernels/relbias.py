@@ -261,7 +261,10 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
     delta = _delta(do, out)
     g = None
     if spec.has_value:  # dp_ij gains do_i . E_V[idx(i, j)]: gathered from do E_V^T
-        g = torch.matmul(do.float(), p.ev.t())  # (B, H, Lq, NR)
+        g = torch.matmul(do.float(), p.ev.t()).contiguous()  # (B, H, Lq, NR)
+        # the kernels read g with relk's strides (one offset a row for both gathers: the
+        # 4-warp tiles' registers); a relk laid out otherwise is copied once
+        p = p._replace(relk=p.relk.contiguous())
     dq = torch.empty_like(q)
     group = heads // k.shape[1]  # grouped-query heads per kv head
     if group == 1:
@@ -271,11 +274,15 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
     dv = torch.empty_like(dk)  # dk's strides: the dk/dv kernel writes both with one set
     c = _pointers(p, q)
     dcol = torch.zeros(bsz * heads, lk, device=q.device) if spec.col else None
-    drel = (
-        torch.empty(bsz * heads, lq, spec.n_rel, device=q.device) if spec.bias == SHAW_KV else None
-    )
+    # dq's ds per (row, relative index): Shaw's key term's gradient, or the table's before its
+    # sums per bucket (rows x (2K + 1) floats, written once, read once)
+    per_index = spec.bias == SHAW_KV or (spec.bias == TABLE and spec.table_grad)
+    n_idx = 2 * spec.clip + 1
+    drel = None
+    if per_index:  # packed with max_seqlen: rows past the last document are never written
+        alloc = torch.zeros if seq.mode == jit.PACKED.value else torch.empty
+        drel = alloc(bsz * heads, lq, n_idx, device=q.device)
     g_ = g if g is not None else q
-    g_strides = g.stride() if g is not None else (0, 0, 0, 0)
     strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     # float32: IEEE dots (3xTF32 spills in these kernels)
     shared = dict(
@@ -311,7 +318,6 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
             *dk.stride(),
             *c["table_strides"],
             *c["rel_strides"],
-            *g_strides,
             heads,
             lq,
             lk,
@@ -333,7 +339,7 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
         t = default_dq if tiles == default else transpose(tiles)
         n_mblocks = triton.cdiv(seq.rows_q, t.block_m)
         part = None
-        if spec.table_grad:
+        if spec.table_grad and spec.bias == ALIBI:
             part = torch.empty(seq.count * heads, n_mblocks, spec.nb, device=q.device)
         _relbias_bwd_dq_kernel[_grid(n_mblocks, seq.count, heads)](
             q,
@@ -355,17 +361,16 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
             *dq.stride(),
             *c["table_strides"],
             *c["rel_strides"],
-            *g_strides,
             heads,
             lq,
             lk,
             seq.rows_q,
             d,
-            spec.n_rel,
+            n_idx,
             spec.scale * _LOG2E,
             *c["col"],
             TABLE_GRAD=spec.table_grad,
-            NB=spec.nb,
+            NB=max(16, triton.next_power_of_2(n_idx)) if per_index else spec.nb,
             MASK_N=lk % t.block_n != 0 or seq.mode >= CACHE,
             **shared,
             BLOCK_M=t.block_m,
@@ -380,8 +385,13 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
     if group > 1:  # each kv head's gradient: the sum over the query heads that read it
         dk, dv = (t.view(bsz, -1, group, lk, d).sum(2).to(k.dtype) for t in (dk, dv))
     dtable = None
-    if part is not None:
-        dtable = part.view(seq.count, heads, -1, spec.nb).sum((0, 2))[:, : spec.n_rel]  # (H, n_rel)
+    if part is not None:  # ALiBi: (H, 1)
+        dtable = part.view(seq.count, heads, -1, spec.nb).sum((0, 2))[:, : spec.n_rel]
+    elif spec.bias == TABLE and spec.table_grad:  # per index (Shaw's scalar bias: its table)
+        dtable = drel.view(-1, heads, lq, n_idx).sum((0, 2))
+        if spec.buckets is not None:  # T5: per bucket, (H, num_buckets)
+            dtable = dtable @ spec.buckets
+        drel = None
     dev = None
     if spec.has_value:  # out_i gains sum_r pn_ir E_V[r]
         dev = torch.einsum("nlr,nld->rd", pn, do.float().reshape(bsz * heads, lq, d))

@@ -551,15 +551,15 @@ def test_default_tiles_are_valid_on_every_gpu(monkeypatch):
 
 def test_a_family_row_comes_before_its_kind(monkeypatch):
     """The tile tables' family rows: FoX's float32 forward (16 rows on 8 warps at D=128, every
-    GPU generation); the other families take their kind's row (on sm_90a the scalar biases'
-    backward on 4 warps: m64n32 score products; Shaw's key and value terms' on 8)."""
+    GPU generation); the other families take their kind's row (on sm_90a every backward on 4
+    warps: m64n32 score products; Shaw's key and value terms' from the kind "value")."""
     monkeypatch.setattr(_relbias_tiles, "_interpreting", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d: (9, 0))
     half = torch.empty(1, 1, 1, 128, dtype=torch.bfloat16)
     alibi, t5 = _Spec(relbias.ALIBI, False, 1.0, 0, 1), _Spec(relbias.TABLE, False, 1.0, 4, 9)
     assert alibi.tiles(half, True)[0] == t5.tiles(half, True)[0] == relbias.Tiles(32, 64, 4, 2)
     shaw_kv = _Spec(relbias.SHAW_KV, False, 1.0, 4, 9, has_value=True)
-    assert shaw_kv.tiles(half, True)[0] == relbias.Tiles(32, 64, 8, 2)
+    assert shaw_kv.tiles(half, True)[0] == relbias.Tiles(32, 64, 4, 2)
     assert alibi.tiles(half, False) == t5.tiles(half, False)  # the forward: no ALiBi row
     fox = _Spec(relbias.SHAW_KV, True, 1.0, 0, 1, col=True)
     for capability, want in (

@@ -15,14 +15,14 @@ def test_attention_and_rope_calls_do_no_host_work_besides_their_kernels(rows):
     """T5 used to rebuild its bucket index per call (24 torch operations), Shaw's scalar bias an
     index (3), every backward delta on float32 copies and casts of its gradients (7-8); now the
     index is cached, delta is a kernel and the gradients are written in the inputs' dtype. What
-    is left: the table gradient's sum over programs, and Shaw's key+value terms (torch matmuls
-    that autograd differentiates)."""
+    is left: the table gradient's sum over rows (T5: and a matmul from indices to buckets),
+    and Shaw's key+value terms (torch matmuls that autograd differentiates)."""
     for family in ("alibi", "t5", "shaw_bias"):
         for causal in ("", " causal"):
             call = f"attention {family}{causal}"
             assert rows[(call, "forward")]["launches"] == 0, rows[(call, "forward")]
             assert rows[(call, "forward")]["kernels"] == 1
-            table_sum = 0 if family == "alibi" else 1  # ALiBi's slopes do not train here
+            table_sum = {"alibi": 0, "shaw_bias": 1, "t5": 2}[family]  # ALiBi's: not trained
             assert rows[(call, "backward")]["launches"] == table_sum, rows[(call, "backward")]
             assert rows[(call, "backward")]["kernels"] == 3  # delta, dk/dv, dq
     for part in ("forward", "backward"):
