@@ -36,15 +36,6 @@ from posenc_kernels._relbias_common import (
 
 
 @triton.jit
-def _key_mask(mask_n, MASK_N: tl.constexpr):
-    """The keys' bounds as a band tile's mask (1, BLOCK_N), or True where every streamed block
-    is whole (MASK_N False): a mask the band does not need costs registers it lacks."""
-    if MASK_N:
-        return mask_n[None, :]
-    return True
-
-
-@triton.jit
 def _dq_part(
     dq,
     side0,
@@ -128,10 +119,15 @@ def _dq_part(
         qk = _dot(q, tl.trans(k), F32) * qk_scale
         rel = (offs_n - q_off)[None, :] - offs_m[:, None]  # j - (q_off + i): a scalar shift
         if PART == BAND:
+            # the band's mask: the keys' bounds where a block may be partial (MASK_N), else none
+            # (a mask it does not need costs registers); rows past LQ: p = 0 (lse = +inf)
+            key_mask = True
+            if MASK_N:
+                key_mask = mask_n[None, :]
             s, idx, keep = _band_logits(
                 qk,
                 rel,
-                _key_mask(mask_n, MASK_N),  # rows past LQ: p = 0 (lse = +inf)
+                key_mask,
                 slope2,
                 table_row,
                 stride_tb,
@@ -166,7 +162,7 @@ def _dq_part(
             elif PART == AFTER:
                 side1 += tl.sum(w, 1)
             else:  # SHAW_KV, TABLE: one key a (row, index) inside the clip; ds 0 where not kept
-                inner = mask_m[:, None] & _key_mask(mask_n, MASK_N) & (idx > 0) & (idx < 2 * K)
+                inner = mask_m[:, None] & key_mask & (idx > 0) & (idx < 2 * K)
                 tl.store(drel_base + (drel_off[:, None] + idx), ds, mask=inner)
                 side0 += tl.sum(tl.where(idx == 0, ds, 0.0), 1)
                 side1 += tl.sum(tl.where(idx == 2 * K, ds, 0.0), 1)

@@ -73,7 +73,8 @@ def _fwd_part(
     table_mn,
     stride_tb,
     gidx_ptr,
-    relk_rows,
+    relk_base,
+    relk_off,
     stride_rr,
     col_base,
     stride_cn,
@@ -101,7 +102,7 @@ def _fwd_part(
     table's row laid out to broadcast against a (BLOCK_M, BLOCK_N) tile (PER_ROW: a head a
     row)."""
     bias = _part_bias(
-        relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
+        relk_base + relk_off, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
     )[:, None]
     a, z = _part_span(PART, LOW, start, lo, hi, end)
     # ALiBi beyond the band: -slope |j - i| is sign * slope * ((j - q_off) - i), a column term
@@ -151,8 +152,8 @@ def _fwd_part(
                     table_mn,
                     stride_tb,
                     gidx_ptr,
-                    relk_rows[:, None],
-                    0,
+                    relk_base,
+                    relk_off[:, None],
                     stride_rr,
                     BIAS,
                     CAUSAL,
@@ -382,8 +383,15 @@ def _relbias_fwd_kernel(
     k_base = k_ptr + row * stride_kb + kv_h * stride_kh + first * stride_kn
     v_base = v_ptr + row * stride_vb + kv_h * stride_vh + first * stride_vn
     bt_row = bt_ptr + row * stride_btb  # paged: this sequence's block table (stride_kb is 0)
-    safe_m = first + tl.minimum(offs_m, tl.maximum(lq - 1, 0))  # the band's gathers: no mask
-    relk_rows = relk_ptr + row * stride_rb + h * stride_rh + safe_m * stride_rm
+    # Shaw's key term: a base and int32 offsets a row (rows clamped: the band's gathers take no
+    # mask); packed decode rows each have a head of their own
+    safe_m = tl.minimum(offs_m, tl.maximum(lq - 1, 0))
+    relk_base = relk_ptr + row * stride_rb + first * stride_rm
+    if QPACK > 1:
+        relk_off = h * stride_rh + safe_m * stride_rm
+    else:
+        relk_base += h * stride_rh
+        relk_off = safe_m * stride_rm
     col_base = col_ptr + row * stride_cb + h * stride_ch + first * stride_cn
     slope2, table_row = _head_bias(slopes_ptr, table_ptr, stride_th, h, BIAS)
     table_mn = table_row
@@ -448,7 +456,8 @@ def _relbias_fwd_kernel(
             table_mn,
             stride_tb,
             gidx_ptr,
-            relk_rows,
+            relk_base,
+            relk_off,
             stride_rr,
             col_base,
             stride_cn,

@@ -244,20 +244,6 @@ def blocks_per_sm(registers: int, warps: int, shared: int, capability: int) -> i
     return programs_per_sm(registers, warps, shared, sm)
 
 
-def narrow_allowed(row: dict) -> bool:
-    """Where an m64n16 product in a key loop is known and kept (docs/kernels.md): Shaw's key +
-    value term's backward, which spills inside its key loops at every tile without one under
-    one of the Tritons. Anywhere else one is a regression."""
-    return row["family"] == "shaw_kv" and ("dq" in row["kernel"] or "dkdv" in row["kernel"])
-
-
-def inner_loop_allowed(row: dict) -> bool:
-    """Where a key loop may hold a loop (which Triton's pipeliner skips): T5's and Shaw's
-    scalar-table dq, whose band sums the table's gradient bucket by bucket. Shaw's key and
-    value terms store a value a (row, index) instead (docs/kernels.md)."""
-    return row["family"] in ("t5", "shaw_bias") and "dq" in row["kernel"]
-
-
 def problems(row: dict, capability: int) -> str:
     """Why a row fails the audit ("" if it does not)."""
     if row.get("problem"):
@@ -284,10 +270,10 @@ def problems(row: dict, capability: int) -> str:
         forward = "fwd" in row["kernel"] and row["family"] != "shaw_kv"
         if not half and forward and row.get("fma_loop_dots"):  # float32: 3xTF32 on tensor cores
             found.append(f"{row['fma_loop_dots']} dot(s) of the key loops on the FMA units")
-        if row["nested_loops"] and not inner_loop_allowed(row):
+        if row["nested_loops"]:  # the pipeliner skips a loop that holds one
             found.append(f"{row['nested_loops']} key loop(s) holding a loop")
         narrow = row.get("narrow_wgmma") or 0
-        if capability == 90 and half and narrow and not narrow_allowed(row):
+        if capability == 90 and half and narrow:
             found.append(f"{narrow} m64n16 wgmma in the key loops")
         flat = row["dot_loops"] - row["nested_loops"]  # loops the pipeliner can take
         if (
