@@ -301,6 +301,8 @@ def _band_logits(
         s = qk - slope2 * tl.abs(rel).to(tl.float32)
     elif BIAS == TABLE:  # this head's table at the index's bucket: T5, or Shaw's scalar
         s = qk + tl.load(table_row + tl.load(gidx_ptr + idx) * stride_tb) * LOG2E
+    elif K == 0:  # FoX: one index, a value a row (broadcast, not gathered per score)
+        s = qk + tl.load(relk_base + relk_off) * LOG2E
     else:  # Shaw's key term, gathered from scale * Q E_K^T
         s = qk + tl.load(relk_base + (relk_off + idx * stride_rr)) * LOG2E
     return tl.where(keep, s, float("-inf")), idx, keep
