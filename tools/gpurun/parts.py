@@ -70,7 +70,7 @@ def _bench(*args: str) -> tuple[str, ...]:
 PARTS = (
     Part(
         "tiles",
-        130,
+        134,
         40,
         _bench("sweep=gpu_tiles", "hydra.run.dir={res}/sweep-tiles"),
         _bench(
@@ -85,7 +85,7 @@ PARTS = (
     ),
     Part(
         "profile-attention",
-        20,
+        18,
         10,
         _bench(
             "profile=true",
@@ -100,7 +100,7 @@ PARTS = (
     ),
     Part(
         "sweep",
-        218,
+        222,
         60,
         _bench(
             "sweep=gpu",
@@ -124,7 +124,7 @@ PARTS = (
     ),
     Part(
         "audit",
-        52,
+        48,
         50,
         ("{audit}", "--out", "{res}/audit"),
         ("{audit}", "--dry", "--out", "{res}/audit"),
@@ -132,7 +132,7 @@ PARTS = (
     ),
     Part(
         "flex",
-        110,
+        108,
         40,
         _bench(
             "sweep=gpu",
