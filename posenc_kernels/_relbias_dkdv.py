@@ -161,17 +161,9 @@ def _dkdv_part(
                 WINDOW,
             )
         else:
+            relk_rows = relk_base + relk_off  # the outer parts' one index a row
             bias = _part_bias(
-                relk_base + relk_off,
-                mask_m,
-                table_row,
-                stride_tb,
-                gidx_ptr,
-                stride_rr,
-                PART,
-                BIAS,
-                K,
-                BLOCK_M,
+                relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
             )
             s_t = _far_logits(qk_t, bias[None, :], rel_t, mask_m, slope2, PART, BIAS, False, WINDOW)
         if COL:

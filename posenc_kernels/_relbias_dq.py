@@ -95,17 +95,9 @@ def _dq_part(
     clipped indices and before and after, one vector per row (side0 at index 0, side1 at 2K).
     p = exp2(s2 - lse2)."""
     # Shaw's rows: a base and int32 offsets per row (a gather's addresses in one register each)
+    relk_rows = relk_base + relk_off  # the outer parts' one index a row
     bias = _part_bias(
-        relk_base + relk_off,
-        mask_m,
-        table_row,
-        stride_tb,
-        gidx_ptr,
-        stride_rr,
-        PART,
-        BIAS,
-        K,
-        BLOCK_M,
+        relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
     )[:, None]
     if HAS_VALUE and PART != BAND:
         at = (PART == AFTER) * 2 * K

@@ -84,6 +84,17 @@ class _Spec:
             return transpose(dkdv)
         return default_dq_tiles(q, self._kinds(True), dkdv)
 
+    def table_gradient(self, part: Tensor | None, drel: Tensor | None, heads: int):
+        """The bias table's gradient (H, n_rel) from the dq kernel's sums, None where it does
+        not train: ALiBi's per program (part (N H, blocks, nb)), the tables' per row and
+        relative index (drel (N H, Lq, 2K + 1)) summed over the rows, then per bucket (T5)."""
+        if not self.table_grad:
+            return None
+        if part is not None:
+            return part.view(-1, heads, part.shape[1], self.nb).sum((0, 2))[:, : self.n_rel]
+        per_index = drel.view(-1, heads, *drel.shape[1:]).sum((0, 2))
+        return per_index if self.buckets is None else per_index @ self.buckets
+
     def _kinds(self, backward: bool) -> tuple[str, str]:
         """The tile tables' keys, the most specific first: the family's own rows, then its kind
         ("value": the backward's for Shaw's per-index gathers (not FoX's one index), the

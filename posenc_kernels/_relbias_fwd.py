@@ -101,17 +101,9 @@ def _fwd_part(
     table's row per query (a pointer, or one a row); slope2, table_mn: ALiBi's slope and the
     table's row laid out to broadcast against a (BLOCK_M, BLOCK_N) tile (PER_ROW: a head a
     row)."""
+    relk_rows = relk_base + relk_off  # the outer parts' one index a row
     bias = _part_bias(
-        relk_base + relk_off,
-        mask_m,
-        table_row,
-        stride_tb,
-        gidx_ptr,
-        stride_rr,
-        PART,
-        BIAS,
-        K,
-        BLOCK_M,
+        relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
     )[:, None]
     a, z = _part_span(PART, LOW, start, lo, hi, end)
     # ALiBi beyond the band: -slope |j - i| is sign * slope * ((j - q_off) - i), a column term

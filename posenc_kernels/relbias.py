@@ -384,13 +384,8 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
     part = _run(launch, default, fallback, "bwd_tiles")
     if group > 1:  # each kv head's gradient: the sum over the query heads that read it
         dk, dv = (t.view(bsz, -1, group, lk, d).sum(2).to(k.dtype) for t in (dk, dv))
-    dtable = None
-    if part is not None:  # ALiBi: (H, 1)
-        dtable = part.view(seq.count, heads, -1, spec.nb).sum((0, 2))[:, : spec.n_rel]
-    elif spec.bias == TABLE and spec.table_grad:  # per index (Shaw's scalar bias: its table)
-        dtable = drel.view(-1, heads, lq, n_idx).sum((0, 2))
-        if spec.buckets is not None:  # T5: per bucket, (H, num_buckets)
-            dtable = dtable @ spec.buckets
+    dtable = spec.table_gradient(part, drel, heads)
+    if spec.bias == TABLE:  # drel held the table's sums, not a key term's gradient
         drel = None
     dev = None
     if spec.has_value:  # out_i gains sum_r pn_ir E_V[r]
