@@ -289,8 +289,7 @@ def _band_logits(
     relk_base + relk_off: Shaw's key-term rows of the tile's queries, broadcast like qk, each a
     row of relk (rows past the queries clamped to the last: the gather takes no mask, whose
     predicates cost registers the backward's tiles lack); a scalar base and int32 offsets keep
-    one register an address. Returns the logits, the relative
-    index, the kept mask."""
+    one register an address. Returns the logits, the relative index, the kept mask."""
     idx = tl.minimum(tl.maximum(rel, -K), K) + K
     keep = mask
     if CAUSAL:
