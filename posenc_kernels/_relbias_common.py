@@ -17,9 +17,9 @@ and the softmax scale folds into one multiply; the saved row log-sum-exp is base
 
 Biases of r = j - i, with idx = clip(r, -K, K) + K the relative index:
   ALIBI    -slope_h |r|;
-  TABLE    table[gidx[idx], h]: T5's bucket table read through each offset's bucket (exact
-           buckets, no logarithm in the kernel), or Shaw's scalar table (gidx[idx] = idx); its
-           gradient is summed per bucket gidx[idx];
+  TABLE    table[h, idx]: the bias per relative index (T5's table gathered at each index's
+           exact bucket by the host, no logarithm in the kernel and one load a score; Shaw's
+           scalar table as given); its gradient is summed per index, then per bucket (host);
   SHAW_KV  Shaw's key term gathered from relk = scale * Q E_K^T (B, H, Lq, 2K + 1), and with
            HAS_VALUE the value term: per-row sums of the probabilities per index;
   + COL    a per-key term subtracted (_key_col): FoX's D_i - D_j is SHAW_KV with K = 0 whose
@@ -223,7 +223,6 @@ def _part_bias(
     mask,
     table_row,
     stride_tb,
-    gidx_ptr,
     stride_rr,
     PART: tl.constexpr,
     BIAS: tl.constexpr,
@@ -236,7 +235,7 @@ def _part_bias(
     at = (PART == AFTER) * 2 * K
     out = tl.zeros((BLOCK,), tl.float32)
     if BIAS == TABLE:
-        out += tl.load(table_row + tl.load(gidx_ptr + at) * stride_tb) * LOG2E
+        out += tl.load(table_row + at * stride_tb) * LOG2E
     elif BIAS == SHAW_KV:
         out += tl.load(rows + at * stride_rr, mask=mask, other=0.0) * LOG2E
     return out
@@ -275,7 +274,6 @@ def _band_logits(
     slope2,
     table_row,
     stride_tb,
-    gidx_ptr,
     relk_base,
     relk_off,
     stride_rr,
@@ -299,7 +297,7 @@ def _band_logits(
     if BIAS == ALIBI:  # -m_h |j - i|
         s = qk - slope2 * tl.abs(rel).to(tl.float32)
     elif BIAS == TABLE:  # this head's table at the index's bucket: T5, or Shaw's scalar
-        s = qk + tl.load(table_row + tl.load(gidx_ptr + idx) * stride_tb) * LOG2E
+        s = qk + tl.load(table_row + idx * stride_tb) * LOG2E
     elif K == 0:  # FoX: one index, a value a row (broadcast, not gathered per score)
         s = qk + tl.load(relk_base + relk_off) * LOG2E
     else:  # Shaw's key term, gathered from scale * Q E_K^T

@@ -28,6 +28,12 @@ from posenc_kernels._relbias_common import (
     _program_of,
 )
 
+# Triton before 3.9 (audited: 3.6) holds the dk/dv loops' invariant lane offsets in registers
+# across the loop and, at the 4-warp tiles, spills them inside it (Shaw's key + value terms,
+# grouped and packed: 6 local loads an iteration); recomputed in each iteration, none. Under
+# 3.9 the recomputation spills more than the hoisting (docs/kernels.md).
+_RECOMPUTE = tl.constexpr(tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 9))
+
 
 @triton.jit
 def _relbias_bwd_delta_kernel(
@@ -88,8 +94,10 @@ def _dkdv_part(
     v,
     q_base,
     do_base,
+    stride_qh,
     stride_qm,
     stride_qd,
+    stride_dh,
     stride_dm,
     stride_dd,
     offs_n,
@@ -101,17 +109,22 @@ def _dkdv_part(
     hi,
     end,
     LQ,
+    stride_lh,
     lse_rows,
     delta_rows,
     qk_scale,
-    slope2,
-    table_row,
+    slopes_base,
+    table_base,
+    stride_th,
     stride_tb,
-    gidx_ptr,
     relk_base,
+    stride_rh,
     stride_rm,
     stride_rr,
     g_base,
+    col_base,
+    stride_ch,
+    stride_cn,
     PART: tl.constexpr,
     LOW: tl.constexpr,
     BIAS: tl.constexpr,
@@ -122,27 +135,36 @@ def _dkdv_part(
     F32: tl.constexpr,
     COL: tl.constexpr,
     WINDOW: tl.constexpr,
+    GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    """dk, dv of the held keys over the query blocks [lo, hi) of one part: dv += p^T do,
-    dk += ds^T q (scaled by the caller); with COL (FoX: the held keys' D_j, ck, subtracted)
-    dcol += the keys' sums of ds. The tile is computed transposed, keys by queries, so
-    that every dot has this program's BLOCK_N keys as its M (wgmma's >= 64 whatever BLOCK_M)
-    and p, ds need no transpose. Query rows past LQ read lse = +inf: p = 0, no mask needed."""
+    """dk, dv of the held keys over the query blocks [lo, hi) of one part, of each of the
+    GROUP query heads that read them (the *_base pointers: the group's first head, stride_*h
+    to the next): dv += p^T do, dk += ds^T q (scaled by the caller); with COL (FoX: the held
+    keys' D_j subtracted) dcol[:, g] += the keys' sums of ds for head g. One flat loop over
+    (query block, head), the heads innermost: a loop over the heads around the block loop
+    spills inside the block loop at 4 warps (docs/kernels.md). The tile is computed
+    transposed, keys by queries, so that every dot has this program's BLOCK_N keys as its M
+    (wgmma's >= 64 whatever BLOCK_M) and p, ds need no transpose. Query rows past LQ read
+    lse = +inf: p = 0, no mask needed."""
     a, z = _part_span(PART, LOW, start, lo, hi, end)
-    for m0 in range(a, z, BLOCK_M):
+    for t in tl.range(0, tl.cdiv(tl.maximum(z - a, 0), BLOCK_M) * GROUP, disable_licm=_RECOMPUTE):
+        m0 = a + t // GROUP * BLOCK_M  # GROUP is a constant: a shift or a multiply-high
+        g = t % GROUP
         offs_m = m0 + tl.arange(0, BLOCK_M)
         mask_m = offs_m < LQ
-        q = _load_block(q_base, offs_m, mask_m, stride_qm, offs_d, mask_d, stride_qd, UPCAST)
-        do = _load_block(do_base, offs_m, mask_m, stride_dm, offs_d, mask_d, stride_dd, UPCAST)
-        lse = tl.load(lse_rows + offs_m, mask=mask_m, other=float("inf"))
-        delta = tl.load(delta_rows + offs_m, mask=mask_m, other=0.0)
+        q_g, do_g = q_base + g * stride_qh, do_base + g * stride_dh
+        q = _load_block(q_g, offs_m, mask_m, stride_qm, offs_d, mask_d, stride_qd, UPCAST)
+        do = _load_block(do_g, offs_m, mask_m, stride_dm, offs_d, mask_d, stride_dd, UPCAST)
+        lse = tl.load(lse_rows + g * stride_lh + offs_m, mask=mask_m, other=float("inf"))
+        delta = tl.load(delta_rows + g * stride_lh + offs_m, mask=mask_m, other=0.0)
+        slope2, table_row = _head_bias(slopes_base, table_base, stride_th, g, BIAS)
         qk_t = _dot(k, tl.trans(q), F32) * qk_scale
         rel_t = offs_n[:, None] - offs_m[None, :]
         # the gathers' rows, in bounds without a mask: a base and int32 offsets
         safe_m = tl.minimum(offs_m, LQ - 1)
-        relk_off = safe_m * stride_rm  # g shares relk's layout
+        relk_off = g * stride_rh + safe_m * stride_rm  # g shares relk's layout
         if PART == BAND:
             s_t, idx_t, keep_t = _band_logits(
                 qk_t,
@@ -151,7 +173,6 @@ def _dkdv_part(
                 slope2,
                 table_row,
                 stride_tb,
-                gidx_ptr,
                 relk_base,
                 relk_off[None, :],
                 stride_rr,
@@ -163,11 +184,14 @@ def _dkdv_part(
         else:
             relk_rows = relk_base + relk_off  # the outer parts' one index a row
             bias = _part_bias(
-                relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
+                relk_rows, mask_m, table_row, stride_tb, stride_rr, PART, BIAS, K, BLOCK_M
             )
             s_t = _far_logits(qk_t, bias[None, :], rel_t, mask_m, slope2, PART, BIAS, False, WINDOW)
-        if COL:
-            s_t -= ck[:, None]
+        if COL:  # the held keys' D_j for head g (one head: read once, by the caller)
+            ck_g = ck
+            if GROUP > 1:
+                ck_g = _key_col(col_base + g * stride_ch, offs_n, mask_n, stride_cn, COL)
+            s_t -= ck_g[:, None]
         p_t = tl.exp2(s_t - lse[None, :])  # 0 where masked
         dp_t = _dot(v, tl.trans(do), F32)
         if HAS_VALUE:
@@ -180,7 +204,11 @@ def _dkdv_part(
         dv += _dot(p_t.to(do.dtype), do, F32)
         dk += _dot(ds_t.to(q.dtype), q, F32)
         if COL:
-            dcol += tl.sum(ds_t, 1)
+            if GROUP > 1:
+                heads = tl.arange(0, dcol.shape[1])[None, :]
+                dcol = tl.where(heads == g, dcol + tl.sum(ds_t, 1)[:, None], dcol)
+            else:
+                dcol += tl.sum(ds_t, 1)[:, None]
     return dk, dv, dcol
 
 
@@ -196,7 +224,6 @@ def _relbias_bwd_dkdv_kernel(
     delta_ptr,
     slopes_ptr,
     table_ptr,
-    gidx_ptr,
     relk_ptr,
     g_ptr,
     seq_ptr,
@@ -245,6 +272,7 @@ def _relbias_bwd_dkdv_kernel(
     F32: tl.constexpr,
     SPLIT: tl.constexpr,
     GROUP: tl.constexpr,
+    COLS: tl.constexpr,
     SEQ: tl.constexpr,
     ORDER: tl.constexpr,
     COL: tl.constexpr,
@@ -253,13 +281,12 @@ def _relbias_bwd_dkdv_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    """One program per (key block, b * h): dk and dv of its keys, streaming the query blocks
-    (after, i.e. r >= K; before; the band), written in dk's dtype with dk and dv's strides
-    (stride_x*, shared: both are allocated alike). Grouped-query heads (GROUP > 1): k and v
-    are read from kv head h // GROUP and dk, dv written per query head into float32 buffers
-    (B, H, Lk, D) that the host sums over each group (as FlashAttention 2 does: an outer loop
-    over the group in this kernel spills at every tile tried: docs/kernels.md). COL (FoX): the
-    gradient of the keys' D_j, minus their sums of ds, into dcol (B * H, LK) float32."""
+    """One program per (key block, b * kv head): dk and dv of its keys, streaming the query
+    blocks (after, i.e. r >= K; before; the band) of the GROUP query heads that read them
+    (grouped-query heads summed here, in float32 registers: no per-head partials), written in
+    dk's dtype with dk and dv's strides (stride_x*, shared: both are allocated alike). H: the
+    kv heads. COL (FoX): the gradient of the keys' D_j, minus their sums of ds, per query head
+    into dcol (B * H * GROUP, LK) float32 (COLS: GROUP's power of two, 1 without COL)."""
     pid_n, _, _, _, h, row, first, lq, lk, q_off = _program_of(
         seq_ptr, H, LQ, LK, LG, LK, BLOCK_N, SEQ, 1, ORDER
     )
@@ -268,7 +295,7 @@ def _relbias_bwd_dkdv_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     mask_n, mask_d = offs_n < lk, offs_d < D
     k = _load_block(
-        k_ptr + row * stride_kb + (h // GROUP) * stride_kh + first * stride_kn,
+        k_ptr + row * stride_kb + h * stride_kh + first * stride_kn,
         offs_n,
         mask_n,
         stride_kn,
@@ -278,7 +305,7 @@ def _relbias_bwd_dkdv_kernel(
         UPCAST,
     )
     v = _load_block(
-        v_ptr + row * stride_vb + (h // GROUP) * stride_vh + first * stride_vn,
+        v_ptr + row * stride_vb + h * stride_vh + first * stride_vn,
         offs_n,
         mask_n,
         stride_vn,
@@ -287,18 +314,18 @@ def _relbias_bwd_dkdv_kernel(
         stride_vd,
         UPCAST,
     )
-    slope2, table_row = _head_bias(slopes_ptr, table_ptr, stride_th, h, BIAS)
-    q_base = q_ptr + row * stride_qb + h * stride_qh + first * stride_qm
-    do_base = do_ptr + row * stride_db + h * stride_dh + first * stride_dm
-    relk_base = relk_ptr + row * stride_rb + h * stride_rh + first * stride_rm
-    g_base = g_ptr + row * stride_rb + h * stride_rh + first * stride_rm
-    lse_rows = lse_ptr + (row * H + h) * LQ + first
-    delta_rows = delta_ptr + (row * H + h) * LQ + first
+    hq = h * GROUP  # the group's first query head
+    q_base = q_ptr + row * stride_qb + hq * stride_qh + first * stride_qm
+    do_base = do_ptr + row * stride_db + hq * stride_dh + first * stride_dm
+    relk_base = relk_ptr + row * stride_rb + hq * stride_rh + first * stride_rm
+    g_base = g_ptr + row * stride_rb + hq * stride_rh + first * stride_rm
+    lse_rows = lse_ptr + (row * H * GROUP + hq) * LQ + first
+    delta_rows = delta_ptr + (row * H * GROUP + hq) * LQ + first
+    col_base = col_ptr + row * stride_cb + hq * stride_ch + first * stride_cn
     dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
-    dcol = tl.zeros((BLOCK_N,), tl.float32)
-    col_base = col_ptr + row * stride_cb + h * stride_ch + first * stride_cn
-    ck = _key_col(col_base, offs_n, mask_n, stride_cn, COL)  # FoX: the held keys' D_j
+    dcol = tl.zeros((BLOCK_N, COLS), tl.float32)
+    ck = _key_col(col_base, offs_n, mask_n, stride_cn, COL)  # FoX: head hq's D_j of the keys
     end = lq
     if SEQ >= CACHE:  # a key block past its sequence's keys: no queries (dk, dv stored as 0)
         end = tl.where(n0 < lk, end, 0)
@@ -320,8 +347,10 @@ def _relbias_bwd_dkdv_kernel(
             v,
             q_base,
             do_base,
+            stride_qh,
             stride_qm,
             stride_qd,
+            stride_dh,
             stride_dm,
             stride_dd,
             offs_n - q_off,  # the part reads offs_n for r = j - i only
@@ -333,17 +362,22 @@ def _relbias_bwd_dkdv_kernel(
             hi,
             end,
             lq,
+            LQ,
             lse_rows,
             delta_rows,
             qk_scale,
-            slope2,
-            table_row,
+            slopes_ptr + hq,
+            table_ptr + hq * stride_th,
+            stride_th,
             stride_tb,
-            gidx_ptr,
             relk_base,
+            stride_rh,
             stride_rm,
             stride_rr,
             g_base,
+            col_base + q_off * stride_cn,  # the part's offs_n are shifted by q_off
+            stride_ch,
+            stride_cn,
             2 - i,
             AFTER,
             BIAS,
@@ -354,11 +388,14 @@ def _relbias_bwd_dkdv_kernel(
             F32,
             COL,
             WINDOW,
+            GROUP,
             BLOCK_M,
             BLOCK_N,
         )
     if COL:  # d D_j = - sum_i ds_ij (the key's sums; keys past its sequence: not stored)
-        tl.store(dcol_ptr + (row * H + h) * LK + first + offs_n, -dcol, mask=mask_n)
+        heads = tl.arange(0, COLS)[None, :]
+        at = dcol_ptr + (row * H * GROUP + hq + heads) * LK + first + offs_n[:, None]
+        tl.store(at, -dcol, mask=mask_n[:, None] & (heads < GROUP))
     rows = first + offs_n[:, None]
     out = row * stride_xb + h * stride_xh + rows * stride_xm + offs_d[None, :] * stride_xd
     mask = mask_n[:, None] & mask_d[None, :]

@@ -67,7 +67,6 @@ def _dq_part(
     slope2,
     table_row,
     stride_tb,
-    gidx_ptr,
     relk_base,
     relk_off,
     stride_rr,
@@ -96,9 +95,9 @@ def _dq_part(
     p = exp2(s2 - lse2)."""
     # Shaw's rows: a base and int32 offsets per row (a gather's addresses in one register each)
     relk_rows = relk_base + relk_off  # the outer parts' one index a row
-    bias = _part_bias(
-        relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
-    )[:, None]
+    bias = _part_bias(relk_rows, mask_m, table_row, stride_tb, stride_rr, PART, BIAS, K, BLOCK_M)[
+        :, None
+    ]
     if HAS_VALUE and PART != BAND:
         at = (PART == AFTER) * 2 * K
         g_part = tl.load(g_base + relk_off + at * stride_rr, mask=mask_m, other=0.0)[:, None]
@@ -123,7 +122,6 @@ def _dq_part(
                 slope2,
                 table_row,
                 stride_tb,
-                gidx_ptr,
                 relk_base,
                 relk_off[:, None],
                 stride_rr,
@@ -172,7 +170,6 @@ def _relbias_bwd_dq_kernel(
     delta_ptr,
     slopes_ptr,
     table_ptr,
-    gidx_ptr,
     relk_ptr,
     g_ptr,
     drel_ptr,
@@ -241,7 +238,7 @@ def _relbias_bwd_dq_kernel(
         (B * H, LQ, NR = 2K + 1; NB: NR rounded up to a power of two): Shaw's, the gradient of
         relk = scale * Q E_K^T (the host turns it into dq and dE_K), with COL (FoX) that of
         each query's D_i (NR = 1), its keys' D_j being the dk/dv kernel's; the table's, summed
-        over rows and then per bucket gidx[idx] by the host (rows x NR floats: no loop over a
+        over rows and then per bucket by the host (rows x NR floats: no loop over a
         tile's buckets in the band)."""
     pid_m, _, pid_bh, n_blocks, h, row, first, lq, lk, q_off = _program_of(
         seq_ptr, H, LQ, LK, LG, LQ, BLOCK_M, SEQ
@@ -319,7 +316,6 @@ def _relbias_bwd_dq_kernel(
             slope2,
             table_row,
             stride_tb,
-            gidx_ptr,
             relk_base,
             safe_m * stride_rm,
             stride_rr,

@@ -107,7 +107,10 @@ class _Spec:
 class Prepared(NamedTuple):
     """What the kernels read of a family's argument: table (H, n) float32 (ALiBi's slopes (H,),
     T5's (num_buckets, H) as its (H, num_buckets) view; a view, so autograd returns its
-    gradient to the caller's table), gidx (2K + 1,) int32 (the bucket of each relative index),
+    gradient to the caller's table), per_index (H, 2K + 1) float32: the bias of each relative
+    index that the kernels read (T5: the table at each index's bucket, gathered without autograd
+    once a call, so that a band score reads one value, not a bucket and then its value; Shaw's
+    scalar bias: its table),
     relk = scale * Q E_K^T (B, H, Lq, 2K + 1) float32 and ev = E_V float32 (Shaw's terms,
     computed with torch so that autograd carries their gradients on to q, E_K and E_V); FoX:
     relk = each query's D_i (B, H, Lq, 1) and col = D (B, H, Lk), D the cumulative sum of the
@@ -115,7 +118,7 @@ class Prepared(NamedTuple):
 
     spec: _Spec
     table: Tensor | None = None
-    gidx: Tensor | None = None
+    per_index: Tensor | None = None
     relk: Tensor | None = None
     ev: Tensor | None = None
     col: Tensor | None = None  # FoX: D (B, H, Lk) float32, the keys' per-key term
@@ -159,22 +162,18 @@ def _t5_buckets(rel: Tensor, bidirectional: bool, num_buckets: int, max_distance
 
 
 @functools.lru_cache(maxsize=64)
-def _bucket_index(clip: int, device: torch.device, t5: tuple | None = None) -> Tensor:
-    """gidx: the bucket of each relative index 0 .. 2K (T5's, or the index itself for Shaw's
-    scalar table), int32 on `device`; built once per configuration and device (a T5 call
-    would otherwise spend some twenty small kernels on it). Never written to."""
-    rel = torch.arange(-clip, clip + 1, device=device)
-    if t5 is not None:
-        return _t5_buckets(rel, *t5)
-    return (rel + clip).int()
+def _bucket_index(clip: int, device: torch.device, t5: tuple) -> Tensor:
+    """T5's bucket of each relative index 0 .. 2K (int64 on `device`), built once per
+    configuration and device (a T5 call would otherwise spend some twenty small kernels on
+    it). Never written to."""
+    return _t5_buckets(torch.arange(-clip, clip + 1, device=device), *t5).long()
 
 
 @functools.lru_cache(maxsize=64)
 def _bucket_matrix(clip: int, device: torch.device, t5: tuple) -> Tensor:
     """(2K + 1, num_buckets) float32, 1 where index r falls in bucket g: the table gradient's
     sums per index to sums per bucket in one matmul (cached like _bucket_index)."""
-    gidx = _bucket_index(clip, device, t5).long()
-    return torch.nn.functional.one_hot(gidx, t5[1]).float()
+    return torch.nn.functional.one_hot(_bucket_index(clip, device, t5), t5[1]).float()
 
 
 def _on_q(name: str, t: Tensor, q: Tensor) -> None:
@@ -205,7 +204,8 @@ def _t5(table: Tensor, q: Tensor, o: Options) -> Prepared:
     )
     if o.trains:  # the backward's sums per index to sums per bucket
         spec.buckets = _bucket_matrix(clip, q.device, o.t5)
-    return Prepared(spec, table=table.float().t(), gidx=gidx)  # read as (H, num_buckets)
+    per_index = table.detach().float().t()[:, gidx]  # (H, 2K + 1), a head's row contiguous
+    return Prepared(spec, table=table.float().t(), per_index=per_index)  # (H, num_buckets)
 
 
 def _shaw_bias(table: Tensor, q: Tensor, o: Options) -> Prepared:
@@ -224,7 +224,8 @@ def _shaw_bias(table: Tensor, q: Tensor, o: Options) -> Prepared:
         **o.tiles,
         window=o.window,
     )
-    return Prepared(spec, table=table.float(), gidx=_bucket_index(clip, q.device))
+    table = table.float()
+    return Prepared(spec, table=table, per_index=table.detach())
 
 
 def _shaw_kv(shaw_k: Tensor, q: Tensor, o: Options) -> Prepared:

@@ -72,7 +72,6 @@ def _fwd_part(
     table_row,
     table_mn,
     stride_tb,
-    gidx_ptr,
     relk_base,
     relk_off,
     stride_rr,
@@ -102,9 +101,9 @@ def _fwd_part(
     table's row laid out to broadcast against a (BLOCK_M, BLOCK_N) tile (PER_ROW: a head a
     row)."""
     relk_rows = relk_base + relk_off  # the outer parts' one index a row
-    bias = _part_bias(
-        relk_rows, mask_m, table_row, stride_tb, gidx_ptr, stride_rr, PART, BIAS, K, BLOCK_M
-    )[:, None]
+    bias = _part_bias(relk_rows, mask_m, table_row, stride_tb, stride_rr, PART, BIAS, K, BLOCK_M)[
+        :, None
+    ]
     a, z = _part_span(PART, LOW, start, lo, hi, end)
     # ALiBi beyond the band: -slope |j - i| is sign * slope * ((j - q_off) - i), a column term
     # minus a row term; the row term joins the running max once per row (one FMA and one add
@@ -152,7 +151,6 @@ def _fwd_part(
                     slope2,
                     table_mn,
                     stride_tb,
-                    gidx_ptr,
                     relk_base,
                     relk_off[:, None],
                     stride_rr,
@@ -273,7 +271,6 @@ def _relbias_fwd_kernel(
     lse_ptr,
     slopes_ptr,
     table_ptr,
-    gidx_ptr,
     relk_ptr,
     ev_ptr,
     pn_ptr,
@@ -456,7 +453,6 @@ def _relbias_fwd_kernel(
             table_row,
             table_mn,
             stride_tb,
-            gidx_ptr,
             relk_base,
             relk_off,
             stride_rr,

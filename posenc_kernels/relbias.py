@@ -79,16 +79,15 @@ def _split(q: Tensor, ieee: bool) -> bool:
 
 def _pointers(p: Prepared, q: Tensor) -> dict:
     """The pointers and strides a family's kernels read (p: its Prepared tensors); an unused
-    one points at q (never read: its branch is compiled out). TABLE: the (H, n) table is read
-    as table[h, bucket] through its strides, its bucket per index from gidx. FoX: col, D
-    (B, H, Lk), per key."""
-    spec, table, relk, col = p.spec, p.table, p.relk, p.col
+    one points at q (never read: its branch is compiled out). TABLE: the bias per relative
+    index (H, 2K + 1), read as per_index[h, idx] through its strides. FoX: col, D (B, H, Lk),
+    per key."""
+    spec, relk, col = p.spec, p.relk, p.col
     is_table = spec.bias == TABLE
     return dict(
-        slopes=table if spec.bias == ALIBI else q,
-        table=table if is_table else q,
-        gidx=p.gidx if p.gidx is not None else q,
-        table_strides=table.stride() if is_table else (0, 0),
+        slopes=p.table if spec.bias == ALIBI else q,
+        table=p.per_index if is_table else q,
+        table_strides=p.per_index.stride() if is_table else (0, 0),
         relk=relk if relk is not None else q,
         rel_strides=relk.stride() if relk is not None else (0, 0, 0, 0),
         col=(col if col is not None else q, *(col.stride() if col is not None else (0, 0, 0))),
@@ -139,7 +138,6 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
             lse,
             c["slopes"],
             c["table"],
-            c["gidx"],
             c["relk"],
             ev_,
             pn if pn is not None else q,
@@ -266,11 +264,9 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
         # 4-warp tiles' registers); a relk laid out otherwise is copied once
         p = p._replace(relk=p.relk.contiguous())
     dq = torch.empty_like(q)
-    group = heads // k.shape[1]  # grouped-query heads per kv head
-    if group == 1:
-        dk = torch.empty_like(k)
-    else:  # per query head in float32, summed over each group below (2 B H Lk D floats)
-        dk = torch.empty(bsz, heads, lk, d, device=q.device, dtype=torch.float32)
+    kv_heads = k.shape[1]
+    group = heads // kv_heads  # grouped-query heads per kv head, summed by the dk/dv kernel
+    dk = torch.empty_like(k)
     dv = torch.empty_like(dk)  # dk's strides: the dk/dv kernel writes both with one set
     c = _pointers(p, q)
     dcol = torch.zeros(bsz * heads, lk, device=q.device) if spec.col else None
@@ -299,7 +295,8 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
 
     def launch(tiles: Tiles) -> Tensor | None:
         """Both kernels; -> the dq kernel's per-program table-gradient partials (or None)."""
-        _relbias_bwd_dkdv_kernel[_grid(triton.cdiv(seq.rows_k, tiles.block_n), seq.count, heads)](
+        n_kblocks = triton.cdiv(seq.rows_k, tiles.block_n)
+        _relbias_bwd_dkdv_kernel[_grid(n_kblocks, seq.count, kv_heads)](
             q,
             k,
             v,
@@ -310,7 +307,6 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
             delta,
             c["slopes"],
             c["table"],
-            c["gidx"],
             c["relk"],
             g_,
             lens,
@@ -318,7 +314,7 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
             *dk.stride(),
             *c["table_strides"],
             *c["rel_strides"],
-            heads,
+            kv_heads,
             lq,
             lk,
             seq.rows_k,
@@ -330,6 +326,7 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
             # Shaw's value term keeps a head's blocks adjacent: its sm_80 tile spills with
             # the grouped order (docs/kernels.md)
             ORDER=order(spec.causal and not spec.has_value, seq, FIRST_FIRST),
+            COLS=triton.next_power_of_2(group) if spec.col else 1,
             BLOCK_M=tiles.block_m,
             BLOCK_N=tiles.block_n,
             BLOCK_D=_block_d(d),
@@ -351,7 +348,6 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
             delta,
             c["slopes"],
             c["table"],
-            c["gidx"],
             c["relk"],
             g_,
             drel if drel is not None else q,
@@ -382,8 +378,6 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
         return part
 
     part = _run(launch, default, fallback, "bwd_tiles")
-    if group > 1:  # each kv head's gradient: the sum over the query heads that read it
-        dk, dv = (t.view(bsz, -1, group, lk, d).sum(2).to(k.dtype) for t in (dk, dv))
     dtable = spec.table_gradient(part, drel, heads)
     if spec.bias == TABLE:  # drel held the table's sums, not a key term's gradient
         drel = None
@@ -401,24 +395,26 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
 
 
 class RelativeBiasAttention(torch.autograd.Function):
-    """Autograd around the kernels: (q, k, v, table, gidx, relk, ev, col, sinks, spec, seq)
+    """Autograd around the kernels: (q, k, v, table, per_index, relk, ev, col, sinks, spec, seq)
     -> out, the family's tensors as `Prepared` describes them (posenc_kernels/_relbias_families.py),
     each an input so that autograd carries its gradient on (to q and E_K through relk, to the
     gates through FoX's relk and col); sinks (H,) float32 or None."""
 
     @staticmethod
-    def forward(ctx, q, k, v, table, gidx, relk, ev, col, sinks, spec, seq):
-        p = Prepared(spec, table, gidx, relk, ev, col)
+    def forward(ctx, q, k, v, table, per_index, relk, ev, col, sinks, spec, seq):
+        p = Prepared(spec, table, per_index, relk, ev, col)
         out, lse, pn = _forward(q, k, v, p, sinks, seq)
-        ctx.save_for_backward(q, k, v, out, lse, table, gidx, relk, ev, col, sinks, pn, seq.lens)
+        ctx.save_for_backward(
+            q, k, v, out, lse, table, per_index, relk, ev, col, sinks, pn, seq.lens
+        )
         ctx.spec, ctx.seq = spec, seq._replace(lens=None)  # lens: saved above
         return out
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, out, lse, table, gidx, relk, ev, col, sinks, pn, lens = ctx.saved_tensors
+        q, k, v, out, lse, table, per_index, relk, ev, col, sinks, pn, lens = ctx.saved_tensors
         spec, seq = ctx.spec, ctx.seq._replace(lens=lens)
-        p = Prepared(spec, table, gidx, relk, ev, col)
+        p = Prepared(spec, table, per_index, relk, ev, col)
         dq, dk, dv, dtable, drel, dev, dcol, dsinks = _backward(
             do, q, k, v, out, lse, p, sinks, pn, seq
         )
@@ -475,7 +471,7 @@ def relative_attention(
     """softmax(scale q k^T + bias [causal]) v with at most one bias family (none: no bias).
 
     q: (B, H, Lq, D); k, v: (B, Hk, Lk, D) with Hk dividing H (grouped-query attention: query
-    head h reads kv head h // (H / Hk); dk and dv per query head in float32, summed per group);
+    head h reads kv head h // (H / Hk); dk and dv summed over each group in the kernel);
     returns (B, H, Lq, D) in q's dtype.
     alibi_slopes (H,): bias -m_h |j - i|. t5_table (num_buckets, H): bias t5_table[bucket, h].
     shaw_bias (H, 2K + 1): bias shaw_bias[h, clip(j - i, -K, K) + K].

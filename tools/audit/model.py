@@ -91,7 +91,8 @@ def _parts(x0, start, end, k, low, high, bx, by) -> tuple[int, int]:
 
 
 def bucket_index(family: str, k: int) -> list[int]:
-    """The table index of each relative position -K..K (the kernels' gidx)."""
+    """The table index of each relative position -K..K (T5: its bucket; the loops of the kernels
+    that the H200 runs measured spanned a tile's buckets)."""
     if family != "t5":
         return list(range(2 * k + 1))
     import torch

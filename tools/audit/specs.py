@@ -96,6 +96,7 @@ def specs(only: str | None = None) -> list[Spec]:
     attn += [Spec("relbias", "alibi", causal=True, kv_heads=4, seq="decode", sinks=True)]
     attn += [Spec("relbias", f, kv_heads=4) for f in ("alibi", "t5")]  # 16 query heads, 4 kv
     seqs = [(f, 4, s) for f in families for s in ("decode", "packed")]  # causal, as models run
+    seqs += [(f, 0, "packed") for f in families]  # one kv head a query head: the other code
     seqs += [(f, 0, s) for f in ("alibi", "t5") for s in ("decode_end", "prefill")]
     attn += [Spec("relbias", f, causal=True, kv_heads=g, seq=s) for f, g, s in seqs]
     attn += [Spec("relbias", "alibi", "float32", causal=True, kv_heads=4, seq="decode")]
