@@ -61,8 +61,8 @@ _FWD_TILES = {
 _BWD_TILES = {
     "sm90": {
         # 4 warps: the score products are m64n32 wgmma, where 8 warps split them into m64n16
-        # (T5, Shaw's scalar bias, FoX and Shaw's key + value terms keep a few words in local
-        # memory before and after their key loops, none inside them; docs/kernels.md)
+        # (Shaw's key + value terms keep a few words in local memory before and after their key
+        # loops; packed documents' dk/dv under Triton 3.9 a few inside them: docs/kernels.md)
         (2, 128, "plain"): Tiles(32, 64, 4, 2),
         (2, 128, "value"): Tiles(32, 64, 4, 2),
         (2, 64, "plain"): Tiles(32, 128, 8, 2),
