@@ -111,6 +111,9 @@ def _calls(shape=(1, 2, 64, 64)):
                 return relbias.relative_attention(q, k, v, causal=causal, **kw)
 
             out[f"attention {family}{' causal' if causal else ''}"] = fwd
+    k1, v1 = (rand(b, 1, n, d, **half) for _ in range(2))  # grouped-query: one kv head
+    alibi = tables["alibi"]
+    out["attention alibi gqa"] = lambda: relbias.relative_attention(q, k1, v1, **alibi)
     x, y = rand(b, n, h, d, **half), rand(b, n, h, d, **half)
     cos, sin = torch.randn(n, d // 2, generator=g), torch.randn(n, d // 2, generator=g)
     out["rope"] = lambda: posenc_kernels.apply_rope(x, y, cos, sin)

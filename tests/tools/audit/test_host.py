@@ -27,5 +27,10 @@ def test_attention_and_rope_calls_do_no_host_work_besides_their_kernels(rows):
             table_sum = {"alibi": 0, "shaw_bias": 1, "t5": 2}[family]  # ALiBi's: not trained
             assert rows[(call, "backward")]["launches"] == table_sum, rows[(call, "backward")]
             assert rows[(call, "backward")]["kernels"] == 3  # delta, dk/dv, dq
+    # grouped-query heads: the dk/dv kernel sums each kv head's group (no per-head float32
+    # partials summed on the host, which cost 2 operations)
+    for part, kernels in (("forward", 1), ("backward", 3)):
+        row = rows[("attention alibi gqa", part)]
+        assert row["launches"] == 0 and row["kernels"] == kernels, row
     for part in ("forward", "backward"):
         assert rows[("rope", part)]["launches"] == 0 and rows[("rope", part)]["kernels"] == 1
