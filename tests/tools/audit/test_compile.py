@@ -4,12 +4,14 @@ wgmma, the shape of each wgmma in the key loops (a narrow m64n16 product counted
 the loop was pipelined; on a TTGIR written as Triton 3.9 prints it for sm_90a."""
 
 from tools.audit.compile import (
+    KNOWN,
     problems,
     read_ttgir,
     sass_inner,
     sass_loop_spills,
     sass_loops,
     sass_mma,
+    verdict,
 )
 
 LAYOUTS = """\
@@ -152,3 +154,24 @@ def test_the_sass_loops_say_their_products_and_inner_loops():
     assert sass_mma(NESTED) == ["2x16s+1x64r"]
     assert sass_inner(NESTED) == [3]
     assert sass_loops(NESTED) == [(7, 1, 0, 3)]
+
+
+def test_only_the_listed_known_rows_pass_with_a_problem():
+    """A default-tile row with a problem fails the audit unless tools/audit/compile.py's KNOWN
+    lists it (that Triton, target, family, causal, variant); the same row under another Triton
+    fails, and a listed row that now passes is reported so that the list can shrink."""
+    kernel, target, version, family, causal, variant = key = next(iter(KNOWN))
+    row = dict(
+        kernel=kernel, target=target, triton=version, family=family, causal=str(causal),
+        variant=variant, default_tiles=True, problem="spills in the key loops (4 local accesses)",
+    )  # fmt: skip
+    bad, known, fixed = verdict([row])
+    assert bad == [] and known == [row] and fixed == []
+    other = dict(row, triton="3.6.0")
+    bad, known, fixed = verdict([other])
+    assert bad == [other] and known == []
+    passing = dict(row, problem="")
+    bad, known, fixed = verdict([passing])
+    assert bad == [] and known == [] and fixed == [key]
+    candidate = dict(row, default_tiles=False, triton="3.6.0")  # candidates are reported only
+    assert verdict([candidate])[0] == []
