@@ -2,6 +2,7 @@
 overrides, and `python -m bench` in a subprocess."""
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -91,19 +92,63 @@ TINY = [
 
 def run_bench(*args, cwd=ROOT, report=False):
     """python -m bench with args; without its report and plots (about 2 s a run) unless a
-    test reads them (report=True), or the command is --help or a multirun."""
+    test reads them (report=True), or the command is --help or a multirun. Run in a fork of a
+    process that imported the harness once (tests/bench/forked_runs.py), as a subprocess gets
+    it: this environment, cwd, a timeout; a fresh interpreter where that process is gone."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=PYTHONPATH)
+    env.pop("PYTEST_CURRENT_TEST", None)
     plain = not report and not {"--help", "-m", "--multirun"} & set(args)
     if plain and not any(str(a).startswith("report=") for a in args):
         args = (*args, "report=false")
+    argv = [str(a) for a in args]
+    got = _FORKS.run({"argv": argv, "cwd": str(cwd), "env": env, "timeout": 300})
+    if got is not None:
+        return subprocess.CompletedProcess(argv, got["code"], got["stdout"], got["stderr"])
     return subprocess.run(
-        [sys.executable, "-m", "bench", *args],
+        [sys.executable, "-m", "bench", *argv],
         cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+class _Forks:
+    """One tests/bench/forked_runs.py process a test process, started at its first run; a
+    request whose environment is not the one it started in (a variable read at import, such
+    as TRITON_INTERPRET, may differ) gets None: the caller starts a fresh interpreter."""
+
+    def __init__(self):
+        self.proc, self.env = None, None
+
+    def run(self, request: dict) -> dict | None:
+        env = request["env"]
+        if self.proc is None:
+            self.env = env
+            self.proc = subprocess.Popen(
+                [sys.executable, str(ROOT / "tests/bench/forked_runs.py")],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                cwd=ROOT,
+                env=env,
+                text=True,
+            )
+        if self.proc.poll() is not None or _at_import(env) != _at_import(self.env):
+            return None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        return json.loads(line) if line else None
+
+
+def _at_import(env: dict) -> dict:
+    """The variables a fork cannot change: all but those read at use (torch.compile sets its
+    cache folder's in this process at its first compile)."""
+    return {k: v for k, v in env.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+
+
+_FORKS = _Forks()
 
 
 def read_rows(path: Path) -> list[dict]:

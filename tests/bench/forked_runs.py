@@ -1,13 +1,18 @@
-"""`python -m bench` for each argv of stdin (a JSON list a line), each in a fork of this one
-process, which imported the harness once: about 30 ms a refusal instead of 2 s for a fresh
-interpreter. Writes a JSON line per argv: its exit status, stderr and stdout. Only for inputs
-that are refused or end before a row is measured: a fork that measures would inherit this
-process's torch threads."""
+"""`python -m bench` for each request of stdin (a JSON line: the argv as a list, or an object
+with argv, cwd, env and timeout), each in a fork of this one process, which imported what a
+run imports once (torch, Hydra, the harness, transformers, pandas): a run's start-up costs a
+fork (milliseconds) instead of a fresh interpreter's 2-3 s of CPU. Writes a JSON line per
+request: its exit status, stderr and stdout.
+
+This process never runs a torch operation, so its children start with no thread pool of
+torch's or OpenMP's to inherit (a fork of a process whose OpenMP pool had started could hang)
+and take torch's default thread count, as a fresh `python -m bench` does."""
 
 import contextlib
 import json
 import os
 import runpy
+import signal
 import sys
 import tempfile
 
@@ -20,12 +25,24 @@ import bench.run.runner  # noqa: F401
 
 with contextlib.suppress(ImportError):  # model= inputs read their config with transformers
     import transformers  # noqa: F401
+with contextlib.suppress(ImportError):  # a run's report
+    import matplotlib  # noqa: F401
+    import pandas  # noqa: F401
 
 
-def _child(argv: list[str], out, err) -> None:
+def _child(request: dict, out, err) -> None:
+    with open(os.devnull) as null:
+        os.dup2(null.fileno(), 0)
     os.dup2(out.fileno(), 1)
     os.dup2(err.fileno(), 2)
-    sys.argv = ["bench", *argv]
+    if request.get("env") is not None:  # the caller's environment, as a subprocess gets it
+        os.environ.clear()
+        os.environ.update(request["env"])
+    if request.get("cwd"):
+        os.chdir(request["cwd"])
+    if request.get("timeout"):  # past it the child is killed, as subprocess.run's timeout
+        signal.alarm(int(request["timeout"]))
+    sys.argv = ["bench", *request["argv"]]
     sys.modules.pop("bench.__main__", None)  # run as the command runs it: its own __main__
     code = 0
     try:
@@ -42,16 +59,18 @@ def _child(argv: list[str], out, err) -> None:
     os._exit(code)
 
 
-def run(argv: list[str]) -> dict:
+def run(request: dict | list) -> dict:
+    if isinstance(request, list):
+        request = {"argv": request}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         pid = os.fork()
         if pid == 0:
-            _child(argv, out, err)
+            _child(request, out, err)
         _, status = os.waitpid(pid, 0)
         out.seek(0)
         err.seek(0)
         return {
-            "argv": argv,
+            "argv": request["argv"],
             "code": os.waitstatus_to_exitcode(status),
             "stdout": out.read().decode(errors="replace"),
             "stderr": err.read().decode(errors="replace"),

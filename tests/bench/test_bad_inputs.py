@@ -1,7 +1,8 @@
 """Every bad input is refused before anything runs: exit 2 and one line on stderr that names
 the argument (the key, or the config.json's key for model=), and no run folder left behind.
 Each input runs the whole command line, `python -m bench ...`, in a fork of one process that
-imported the harness once (tests/bench/forked_runs.py): about 30 ms an input."""
+imported the harness once (tests/bench/forked_runs.py): about half a second an input (Hydra
+composes the config), where a fresh interpreter takes 3 s."""
 
 import json
 import os
@@ -239,8 +240,10 @@ def _argv(given, tmp: str, run: str) -> list[str]:
     return [*base, *own, *folder]
 
 
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory):
+CHUNKS = 4  # the inputs in four tests, so that test workers share them (about 100 s in all)
+
+
+def _outcomes(tmp_path_factory, chunk: int):
     tmp = tmp_path_factory.mktemp("inputs")
     for name, (config, _) in CONFIGS.items():
         (tmp / f"{name}.json").write_text(json.dumps(config))
@@ -248,9 +251,8 @@ def outcomes(tmp_path_factory):
         (tmp / f"{name}.json").write_text(text)
     (tmp / "a_file.txt").write_text("mine")
     runs = tmp_path_factory.mktemp("runs")
-    lines = [
-        json.dumps(_argv(given, str(tmp), str(runs / str(i)))) for i, (given, _) in enumerate(BAD)
-    ]
+    mine = list(range(chunk, len(BAD), CHUNKS))
+    lines = [json.dumps(_argv(BAD[i][0], str(tmp), str(runs / str(i)))) for i in mine]
     proc = subprocess.run(
         [sys.executable, str(ROOT / "tests/bench/forked_runs.py")],
         input="\n".join(lines) + "\n",
@@ -262,23 +264,25 @@ def outcomes(tmp_path_factory):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads(line) for line in proc.stdout.splitlines()]
-    return results, runs
+    return mine, results, runs
 
 
 def test_there_are_a_hundred_bad_inputs():
     assert len(BAD) >= 100 and len({str(g) for g, _ in BAD}) == len(BAD), len(BAD)
 
 
-def test_each_bad_input_is_one_line_naming_it(outcomes):
-    """One test over every input (its fixture's run of about 200 forks is made once): each
-    input that is not refused as it should be is listed with what it printed."""
-    results, runs = outcomes
-    assert len(results) == len(BAD)
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_each_bad_input_is_one_line_naming_it(tmp_path_factory, chunk):
+    """Every CHUNKS-th input from chunk on, each run in a fork (forked_runs.py): each input
+    that is not refused as it should be is listed with what it printed."""
+    mine, results, runs = _outcomes(tmp_path_factory, chunk)
+    assert len(results) == len(mine)
     failed = []
-    for i, (got, (given, names)) in enumerate(zip(results, BAD, strict=True)):
+    for i, got in zip(mine, results, strict=True):
+        given, names = BAD[i]
         lines = [ln for ln in got["stderr"].splitlines() if ln.strip()]
         left = (runs / str(i)).exists() and any((runs / str(i)).iterdir())
         if got["code"] != 2 or len(lines) != 1 or names not in lines[0] or left:
             said = got["stderr"].strip()[-300:] or got["stdout"].strip()[-300:]
             failed.append(f"{given}: exit {got['code']}, {len(lines)} lines: {said}")
-    assert not failed, f"{len(failed)} of {len(BAD)}:\n" + "\n".join(failed)
+    assert not failed, f"{len(failed)} of {len(mine)}:\n" + "\n".join(failed)
