@@ -94,7 +94,8 @@ def run_bench(*args, cwd=ROOT, report=False):
     """python -m bench with args; without its report and plots (about 2 s a run) unless a
     test reads them (report=True), or the command is --help or a multirun. Run in a fork of a
     process that imported the harness once (tests/bench/forked_runs.py), as a subprocess gets
-    it: this environment, cwd, a timeout; a fresh interpreter where that process is gone."""
+    it: this environment, cwd, a timeout; a fresh interpreter where that process is gone or
+    started in another environment."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=PYTHONPATH)
     env.pop("PYTEST_CURRENT_TEST", None)
     plain = not report and not {"--help", "-m", "--multirun"} & set(args)

@@ -1,12 +1,12 @@
 """`python -m bench` for each request of stdin (a JSON line: the argv as a list, or an object
 with argv, cwd, env and timeout), each in a fork of this one process, which imported what a
-run imports once (torch, Hydra, the harness, transformers, pandas): a run's start-up costs a
-fork (milliseconds) instead of a fresh interpreter's 2-3 s of CPU. Writes a JSON line per
-request: its exit status, stderr and stdout.
+run imports once (torch, Hydra, the harness, transformers, pandas): a run skips the 2-5 s of
+imports a fresh interpreter pays (a refusal still takes about half a second: Hydra composes
+the config). Writes a JSON line per request: its exit status, stderr and stdout.
 
-This process never runs a torch operation, so its children start with no thread pool of
-torch's or OpenMP's to inherit (a fork of a process whose OpenMP pool had started could hang)
-and take torch's default thread count, as a fresh `python -m bench` does."""
+This process only imports, so its children find no thread pool of torch's or OpenMP's started
+to inherit (a fork of a process whose OpenMP pool had started could hang) and take torch's
+default thread count, as a fresh `python -m bench` does."""
 
 import contextlib
 import json
