@@ -29,7 +29,6 @@ from bench.config import cli, plugins, run_dir, schema
 from bench.config import plan as bench_config
 from bench.results import NO_SPACE, git_sha, read_rows, write_env
 from bench.run import gpu_state, profile
-from bench.run.runnable import unrunnable
 from bench.run.runner import Runner
 from bench.run.watchdog import Watchdog
 
@@ -124,22 +123,17 @@ def main(cfg: DictConfig) -> None:
     except plugins.PluginError as exc:
         _fail(str(exc), out_dir)
     overrides = list(hydra_cfg.overrides.task)
-    pinned = frozenset(o.split("=", 1)[0].lstrip("+~") for o in overrides)
+    pinned = cli.pinned(overrides)
     lock = _lock(out_dir)
     if lock is None:  # the other run's folder: said, and left as it is
         print(f"invalid configuration: another run is writing into {out_dir}", file=sys.stderr)
         sys.exit(2)
-    try:
-        plan = bench_config.make_plan(cfg, pinned)
-    except ValueError as exc:  # before anything runs
-        _fail(str(exc), out_dir)
+    plan, why = bench_config.planned(cfg, pinned)  # again: a multirun's job was not checked alone
+    if why:
+        _fail(why, out_dir)
     if note := bench_config.exclusive_skip(cfg):
         print(note)
     if cfg.resume and (why := _resumable(cfg, out_dir)):
-        _fail(why, out_dir)
-    if cfg.retry_timeouts and not cfg.resume:
-        _fail("retry_timeouts=true goes with resume=true (the run whose rows timed out)", out_dir)
-    if why := unrunnable(plan):
         _fail(why, out_dir)
     if cfg.profile:
         profile.run(plan, cfg, out_dir, pinned)
@@ -301,13 +295,18 @@ def entry() -> None:
         or cli.unknown_key(argv)
         or cli.sweep_value_problem(argv)
         or cli.sweep_problem(argv)
-        or cli.compose_problem(argv)
-        or run_dir.run_dir_problem(argv)
     )
+    if not problem:
+        argv = _default_sweep(argv)
+        problem, cfg = cli.compose_problem(argv)
+        problem = problem or run_dir.run_dir_problem(argv)
+    if not problem and cfg is not None:  # a single run's plan: a refusal skips main's two
+        # compositions (half of its second); the run's plan is made again in main in ~10 ms
+        problem = bench_config.planned(cfg, cli.pinned(argv))[1]
     if problem:
         print(f"invalid configuration: {problem}", file=sys.stderr)
         sys.exit(2)
-    sys.argv[1:] = _default_sweep(argv)
+    sys.argv[1:] = argv
     main()
 
 

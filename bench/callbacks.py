@@ -20,9 +20,8 @@ class AggregateRuns(Callback):
         """A job whose values are invalid fails here, before any job has run."""
         task = list(config.hydra.overrides.task)
         for num, overrides in enumerate(cli.job_overrides(task)):
-            pinned = frozenset(o.split("=", 1)[0].lstrip("+~") for o in overrides)
             try:
-                make_plan(cli.apply(config, overrides), pinned)
+                make_plan(cli.apply(config, overrides), cli.pinned(overrides))
             except ValueError as exc:
                 print(
                     f"invalid configuration: job {num} ({' '.join(overrides)}): {exc}; "

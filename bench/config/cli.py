@@ -11,7 +11,7 @@ import re
 import textwrap
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from bench.cases import CASES
 from bench.config.schema import KEYS, TimingConfig, config_class
@@ -172,11 +172,12 @@ def sweep_value_problem(argv: list[str]) -> str | None:
     return None
 
 
-def compose_problem(argv: list[str]) -> str | None:
+def compose_problem(argv: list[str]) -> tuple[str | None, DictConfig | None]:
     """What Hydra's composition refuses, as one line from the exception it raises: a value of
     the wrong type for a typed key (OmegaConf's error names the key), a config group option
-    that does not exist (Hydra's names the options). A multirun: each swept value once, beside
-    the overrides that are not swept."""
+    that does not exist (Hydra's names the options). A single run: with the config it composed,
+    its hydra key left out, as the run's main gets it. A multirun: each swept value once,
+    beside the overrides that are not swept (no config)."""
     overrides = [a for a in argv if not a.startswith(("-", "hydra."))]
     if not multirun(argv):
         return _composed(overrides)
@@ -186,29 +187,37 @@ def compose_problem(argv: list[str]) -> str | None:
     swept_keys = {o.key_or_group for o in parsed if o.is_sweep_override()}
     fixed = [a for a, o in zip(overrides, parsed, strict=True) if o.key_or_group not in swept_keys]
     swept = dict.fromkeys(o for job in job_overrides(overrides) for o in job if o not in fixed)
-    return next(filter(None, (_composed([*fixed, o]) for o in swept)), None)
+    return next(filter(None, (_composed([*fixed, o])[0] for o in swept)), None), None
 
 
-def _composed(overrides: list[str]) -> str | None:
+def _composed(overrides: list[str]) -> tuple[str | None, DictConfig | None]:
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
 
     try:
         with initialize_config_dir(str(CONFIGS.resolve()), version_base="1.3"):
-            compose("bench", overrides=overrides, return_hydra_config=True)
+            cfg = compose("bench", overrides=overrides, return_hydra_config=True)
     except MissingConfigException as exc:
         group = (exc.missing_cfg_file or "?").rsplit("/", 1)[0]
         given = value(overrides, group) or "?"
-        return f"{group}: unknown value {given!r}; choose from {', '.join(exc.options or [])}"
+        return f"{group}: unknown value {given!r}; choose from {', '.join(exc.options or [])}", None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         err = exc
         while err is not None and not getattr(err, "full_key", None):
             err = err.__cause__ or err.__context__
         if err is None:  # no key named: the override Hydra took last
-            return f"{' '.join(overrides)}: {str(exc).splitlines()[0]}"
-        return f"{err.full_key}: {str(err.msg).splitlines()[0]}"
-    return None
+            return f"{' '.join(overrides)}: {str(exc).splitlines()[0]}", None
+        return f"{err.full_key}: {str(err.msg).splitlines()[0]}", None
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return None, cfg
+
+
+def pinned(overrides) -> frozenset[str]:
+    """The keys a run's overrides set (they win over a grid's values); flags and hydra.* not."""
+    own = (o for o in overrides if not o.startswith(("-", "hydra.")))
+    return frozenset(o.split("=", 1)[0].lstrip("+~") for o in own)
 
 
 def value(argv: list[str], key: str) -> str | None:

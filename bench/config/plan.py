@@ -28,6 +28,7 @@ from bench.config.settings import check_settings
 from bench.plans import Entry, Plan
 from bench.registry import DTYPES, KNOBS, Point
 from bench.run import memory
+from bench.run.runnable import unrunnable
 
 
 def changed_since(saved_path: Path, cfg, free: tuple[str, ...]) -> str | None:
@@ -185,6 +186,20 @@ def make_plan(cfg, pinned: frozenset[str] = frozenset()) -> Plan:
     if big := _nothing_fits(entries):
         raise ValueError(big)
     return Plan(tuple(entries))
+
+
+def planned(cfg, pinned: frozenset[str] = frozenset()) -> tuple[Plan | None, str | None]:
+    """The plan, or why there is none: a value make_plan refuses, retry_timeouts without
+    resume, nothing that can run on this machine (bench/run/runnable.py). `python -m bench`
+    asks before Hydra's main, on the config it composed, then again in main (a multirun's
+    job is checked there alone)."""
+    try:
+        plan = make_plan(cfg, pinned)
+    except ValueError as exc:
+        return None, str(exc)
+    if cfg.retry_timeouts and not cfg.resume:
+        return None, "retry_timeouts=true goes with resume=true (the run whose rows timed out)"
+    return plan, unrunnable(plan)
 
 
 def _filters(cfg) -> dict:

@@ -360,3 +360,25 @@ def test_upstream_gradients_have_the_outputs_strides(tmp_path, monkeypatch):
     assert [r["status"] for r in rows] == ["ok", "ok"]
     b = ONE_POINT[0].batch
     assert len(seen) > 4 and set(seen) == {(1, b)}, seen
+
+
+def test_the_collector_skips_what_was_loaded_before_the_run_and_only_during_it(
+    tmp_path, monkeypatch
+):
+    """Each point collects garbage (point.py); what the process loaded before the run (torch,
+    the cases: hundreds of thousands of objects) is frozen for the run, so that the collection
+    scans only what the run made, and given back to the collector at its end."""
+    import gc
+
+    frozen = []
+
+    def spy(inputs):
+        frozen.append(gc.get_freeze_count())
+        return lambda: 2 * inputs["x"]
+
+    case = toy_case({"spy": Impl(spy), "good": Impl(lambda i: lambda: 2 * i["x"])})
+    before = gc.get_freeze_count()
+    rows = run_toy(tmp_path, case, monkeypatch, modes=("forward",))
+    assert {r["status"] for r in rows} == {"ok"}
+    assert frozen and min(frozen) > before + 10_000  # the loaded modules' objects, frozen
+    assert gc.get_freeze_count() == before  # unfrozen at the run's end
