@@ -1,17 +1,14 @@
 """Every bad input is refused before anything runs: exit 2 and one line on stderr that names
 the argument (the key, or the config.json's key for model=), and no run folder left behind.
-Each input runs the whole command line, `python -m bench ...`, in a fork of one process that
-imported the harness once (tests/bench/forked_runs.py): about half a second an input (Hydra
-composes the config), where a fresh interpreter takes 3 s."""
+Each input runs the whole command line, `python -m bench ...`, in a fork of the test process's
+one process that imported the harness (run_bench of tests/helpers.py): about a third of a second an
+input (Hydra composes the config once), where a fresh interpreter takes 3 s."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import FAST_ARGS, PYTHONPATH, ROOT
+from tests.helpers import FAST_ARGS, run_bench
 
 # A tiny run, so that an input that is not refused ends in seconds; an input's own keys win.
 BASE = [
@@ -240,7 +237,7 @@ def _argv(given, tmp: str, run: str) -> list[str]:
     return [*base, *own, *folder]
 
 
-CHUNKS = 4  # the inputs in four tests, so that test workers share them (about 100 s in all)
+CHUNKS = 4  # the inputs in four tests, so that test workers share them (about 70 s in all)
 
 
 def _outcomes(tmp_path_factory, chunk: int):
@@ -252,18 +249,7 @@ def _outcomes(tmp_path_factory, chunk: int):
     (tmp / "a_file.txt").write_text("mine")
     runs = tmp_path_factory.mktemp("runs")
     mine = list(range(chunk, len(BAD), CHUNKS))
-    lines = [json.dumps(_argv(BAD[i][0], str(tmp), str(runs / str(i)))) for i in mine]
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests/bench/forked_runs.py")],
-        input="\n".join(lines) + "\n",
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": PYTHONPATH},
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = [json.loads(line) for line in proc.stdout.splitlines()]
+    results = [run_bench(*_argv(BAD[i][0], str(tmp), str(runs / str(i)))) for i in mine]
     return mine, results, runs
 
 
@@ -280,9 +266,9 @@ def test_each_bad_input_is_one_line_naming_it(tmp_path_factory, chunk):
     failed = []
     for i, got in zip(mine, results, strict=True):
         given, names = BAD[i]
-        lines = [ln for ln in got["stderr"].splitlines() if ln.strip()]
+        lines = [ln for ln in got.stderr.splitlines() if ln.strip()]
         left = (runs / str(i)).exists() and any((runs / str(i)).iterdir())
-        if got["code"] != 2 or len(lines) != 1 or names not in lines[0] or left:
-            said = got["stderr"].strip()[-300:] or got["stdout"].strip()[-300:]
-            failed.append(f"{given}: exit {got['code']}, {len(lines)} lines: {said}")
+        if got.returncode != 2 or len(lines) != 1 or names not in lines[0] or left:
+            said = got.stderr.strip()[-300:] or got.stdout.strip()[-300:]
+            failed.append(f"{given}: exit {got.returncode}, {len(lines)} lines: {said}")
     assert not failed, f"{len(failed)} of {len(mine)}:\n" + "\n".join(failed)

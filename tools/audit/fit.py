@@ -25,7 +25,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from tools.audit.model import KERNELS, T5_DISTANCE, Params, case_cycles, fixed_seconds
+from tools.audit.model import (
+    KERNELS,
+    T5_DISTANCE,
+    Params,
+    case_cycles,
+    case_rows,
+    fixed_seconds,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 MEASURED = ROOT / "results/gpu-compile/measured"
@@ -130,7 +137,7 @@ def predict(points: pd.DataFrame, rows_of, p: Params) -> list[float]:
     out = []
     for _, pt in points.iterrows():
         point = dict(pt, k=clip(pt))
-        cycles = case_cycles(rows_of(pt), point, p.alpha, p.overhead)
+        cycles = case_cycles(case_rows(rows_of(pt), point), point, p.alpha, p.overhead)
         out.append(cycles / p.hz + fixed_seconds(point, pt["copy_bps"]) + p.call(pt["run"]))
     return out
 
@@ -146,13 +153,14 @@ def fit(points: pd.DataFrame) -> Params:
     measured = list(points["measured_s"])
     fixed = [fixed_seconds(dict(pt), pt["copy_bps"]) for _, pt in points.iterrows()]
     runs = list(points["run"])
+    priced = []  # each point with its kernels' audit rows
+    for _, pt in points.iterrows():
+        point = dict(pt, k=clip(pt))
+        priced.append((case_rows(rows[pt["commit"]], point), point))
     best = None
     for alpha in [i / 10 for i in range(11)]:
         for overhead in (0, 500, 1000, 2000, 4000, 8000):
-            cycles = [
-                case_cycles(rows[pt["commit"]], dict(pt, k=clip(pt)), alpha, overhead)
-                for _, pt in points.iterrows()
-            ]
+            cycles = [case_cycles(kr, point, alpha, overhead) for kr, point in priced]
             for hz in [0.8e9 * 1.01**i for i in range(111)]:
                 err, calls = 0.0, {}
                 for run in sorted(set(runs)):

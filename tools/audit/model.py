@@ -173,15 +173,21 @@ def kernel_cycles(row, point: dict, alpha: float, overhead: float) -> float:
     return makespan(work * (point["batch"] * point["heads"]), SMS * slots)
 
 
-def case_cycles(rows: pd.DataFrame, point: dict, alpha: float, overhead: float) -> float:
-    """A row's kernels' cycles: the forward, and with the backward dk/dv and dq."""
+def case_rows(rows: pd.DataFrame, point: dict) -> list[dict]:
+    """The audit rows of a point's kernels: the forward, and with the backward dk/dv and dq
+    (picked once a point: the fit prices each point at 66 settings)."""
     kernels = ["fwd"] + (["dkdv", "dq"] if point["mode"] == "forward+backward" else [])
-    total = 0.0
+    out = []
     for kernel in kernels:
         at = (rows["kernel"] == KERNELS[kernel]) & (rows["family"] == point["family"])
         at &= rows["causal"].astype(str) == str(point["causal"])
-        total += kernel_cycles(rows[at].iloc[0], point, alpha, overhead)
-    return total
+        out.append(rows[at].iloc[0].to_dict())
+    return out
+
+
+def case_cycles(kernel_rows: list[dict], point: dict, alpha: float, overhead: float) -> float:
+    """A row's kernels' cycles (their audit rows: case_rows)."""
+    return sum(kernel_cycles(row, point, alpha, overhead) for row in kernel_rows)
 
 
 def fixed_seconds(point: dict, copy_bps: float) -> float:
