@@ -96,17 +96,22 @@ def run_bench(*args, cwd=ROOT, report=False):
     process that imported the harness once (tests/bench/forked_runs.py), as a subprocess gets
     it: this environment, cwd, a timeout; a fresh interpreter where that process is gone or
     started in another environment."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=PYTHONPATH)
-    env.pop("PYTEST_CURRENT_TEST", None)
     plain = not report and not {"--help", "-m", "--multirun"} & set(args)
     if plain and not any(str(a).startswith("report=") for a in args):
         args = (*args, "report=false")
+    return run_module("bench", *args, cwd=cwd)
+
+
+def run_module(module: str, *args, cwd=ROOT) -> subprocess.CompletedProcess:
+    """python -m <module> (bench, bench.probe, bench.report) with args, forked as run_bench says."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=PYTHONPATH)
+    env.pop("PYTEST_CURRENT_TEST", None)
     argv = [str(a) for a in args]
-    got = _FORKS.run({"argv": argv, "cwd": str(cwd), "env": env, "timeout": 300})
+    got = _FORKS.run({"module": module, "argv": argv, "cwd": str(cwd), "env": env, "timeout": 300})
     if got is not None:
         return subprocess.CompletedProcess(argv, got["code"], got["stdout"], got["stderr"])
     return subprocess.run(
-        [sys.executable, "-m", "bench", *argv],
+        [sys.executable, "-m", module, *argv],
         cwd=cwd,
         env=env,
         capture_output=True,

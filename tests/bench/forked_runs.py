@@ -1,5 +1,6 @@
 """`python -m bench` for each request of stdin (a JSON line: the argv as a list, or an object
-with argv, cwd, env and timeout), each in a fork of this one process, which imported what a
+with argv, cwd, env, timeout and module: bench.probe for `python -m bench.probe`, ...), each in a
+fork of this one process, which imported what a
 run imports once (torch, Hydra, the harness, transformers, pandas): a run skips the 2-5 s of
 imports a fresh interpreter pays (a refusal still takes about half a second: Hydra composes
 the config). Writes a JSON line per request: its exit status, stderr and stdout.
@@ -42,11 +43,12 @@ def _child(request: dict, out, err) -> None:
         os.chdir(request["cwd"])
     if request.get("timeout"):  # past it the child is killed, as subprocess.run's timeout
         signal.alarm(int(request["timeout"]))
-    sys.argv = ["bench", *request["argv"]]
-    sys.modules.pop("bench.__main__", None)  # run as the command runs it: its own __main__
+    module = request.get("module", "bench")  # or bench.probe, bench.report
+    sys.argv = [module, *request["argv"]]
+    sys.modules.pop(f"{module}.__main__", None)  # run as the command runs it: its own __main__
     code = 0
     try:
-        runpy.run_module("bench", run_name="__main__", alter_sys=True)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     except BaseException:  # what the command would print: its traceback

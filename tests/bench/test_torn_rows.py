@@ -3,15 +3,12 @@ resume: the torn line set aside verbatim, its point measured again, never counte
 a malformed row anywhere else is refused, naming the file and the line (bench/results.py)."""
 
 import csv
-import os
-import subprocess
-import sys
 
 import pytest
 
 from bench.results import COLUMNS, RESULTS, ResultsWriter, read_rows
-from tests.helpers import PYTHONPATH, ROOT, run_bench
 from tests.helpers import read_rows as read_dicts
+from tests.helpers import run_bench, run_module
 
 
 def _row(i: int) -> dict:
@@ -110,13 +107,7 @@ def test_the_report_of_a_malformed_csv_is_one_line_naming_it(tmp_path):
     _file(path, 3)
     text = path.read_text().replace("0.2", "0.2x", 1)  # the second row's p50_ms
     path.write_text(text)
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.report", str(path.parent)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, PYTHONPATH=PYTHONPATH),
-    )
+    proc = run_module("bench.report", path.parent)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert f"{path}, line 3: p50_ms is '0.2x', not a number" in lines[0]

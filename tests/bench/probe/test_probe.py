@@ -15,7 +15,7 @@ from bench.probe.model import ProbeModel
 from bench.probe.run import run_cell
 from bench.probe.tasks import make_task
 from bench.probe.train import TrainConfig, evaluate, train
-from tests.helpers import PYTHONPATH, ROOT, read_rows
+from tests.helpers import ROOT, read_rows, run_module
 
 GEN = torch.Generator
 
@@ -246,19 +246,7 @@ def test_without_positions_bidirectional_attention_cannot_look_back():
 
 
 def _probe(*args):
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, PYTHONPATH=PYTHONPATH)
-    return subprocess.run(
-        [sys.executable, "-m", "bench.probe", "probe=tiny", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_module("bench.probe", "probe=tiny", *args)
 
 
 def test_probe_end_to_end_writes_rows_table_and_plot(tmp_path):
