@@ -1,9 +1,9 @@
 """`python -m bench` for each request of stdin (a JSON line: the argv as a list, or an object
-with argv, cwd, env, timeout and module: bench.probe for `python -m bench.probe`, ...), each in a
-fork of this one process, which imported what a
-run imports once (torch, Hydra, the harness, transformers, pandas): a run skips the 2-5 s of
-imports a fresh interpreter pays (a refusal still takes about half a second: Hydra composes
-the config). Writes a JSON line per request: its exit status, stderr and stdout.
+with argv, cwd, env, timeout and module: bench.probe for `python -m bench.probe`, ...), each in
+a fork of this one process, which imported what a run imports once (torch, Hydra, the harness,
+transformers, pandas): a run skips the 2-5 s of imports a fresh interpreter pays (a refusal
+still takes about a third of a second: Hydra composes the config). Writes a JSON line per
+request: its exit status, stderr and stdout.
 
 This process only imports, so its children find no thread pool of torch's or OpenMP's started
 to inherit (a fork of a process whose OpenMP pool had started could hang) and take torch's
