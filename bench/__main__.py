@@ -300,8 +300,9 @@ def entry() -> None:
         argv = _default_sweep(argv)
         problem, cfg = cli.compose_problem(argv)
         problem = problem or run_dir.run_dir_problem(argv)
-    if not problem and cfg is not None:  # a single run's plan: a refusal skips main's two
-        # compositions (half of its second); the run's plan is made again in main in ~10 ms
+    flags = any(a.startswith("-") for a in argv)  # --cfg=job, --info: Hydra's, nothing runs
+    if not problem and cfg is not None and not flags:  # a single run's plan: a refusal skips
+        # main's two compositions (half of its second); main makes the plan again in ~10 ms
         problem = bench_config.planned(cfg, cli.pinned(argv))[1]
     if problem:
         print(f"invalid configuration: {problem}", file=sys.stderr)

@@ -237,7 +237,7 @@ def _argv(given, tmp: str, run: str) -> list[str]:
     return [*base, *own, *folder]
 
 
-CHUNKS = 4  # the inputs in four tests, so that test workers share them (about 70 s in all)
+CHUNKS = 4  # the inputs in four tests, so that test workers share them (about 90 s in all)
 
 
 def _outcomes(tmp_path_factory, chunk: int):

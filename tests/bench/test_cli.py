@@ -103,3 +103,13 @@ def test_a_multirun_checks_every_job_before_the_first(tmp_path):
     proc = run_bench("-m", *TINY, "batch=1", "seq_len=8,-1", f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 2 and "job 1" in proc.stderr and "seq_len" in proc.stderr
     assert not list(sweep.rglob("results.csv"))  # job 0 never ran
+
+
+def test_hydras_cfg_flag_prints_the_config_of_a_plan_that_would_not_run_here(tmp_path):
+    """--cfg=job prints the composed config and runs nothing, as Hydra documents: the plan's
+    refusals (sweep=gpu has nothing to run on a CPU) are for runs, not for this look."""
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU box this plan runs")
+    proc = run_bench("sweep=gpu", "report=false", f"hydra.run.dir={tmp_path / 'run'}", "--cfg=job")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "sweep_name: gpu" in proc.stdout and not (tmp_path / "run").exists()
