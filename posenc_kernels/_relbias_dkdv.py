@@ -193,6 +193,10 @@ def _dkdv_part(
                 ck_g = _key_col(col_base + g * stride_ch, offs_n, mask_n, stride_cn, COL)
             s_t -= ck_g[:, None]
         p_t = tl.exp2(s_t - lse[None, :])  # 0 where masked
+        # dv's product issued before dp is computed (FlexAttention's order): p's half-precision
+        # operand dies before dp's tile is live. After dp, the packed layout's dk/dv kept 2 to 4
+        # local loads inside a key loop under Triton 3.9 at 255 registers (docs/kernels.md)
+        dv += _dot(p_t.to(do.dtype), do, F32)
         dp_t = _dot(v, tl.trans(do), F32)
         if HAS_VALUE:
             if PART == BAND:
@@ -201,7 +205,6 @@ def _dkdv_part(
                 at = (PART == AFTER) * 2 * K
                 dp_t += tl.load(g_base + relk_off + at * stride_rr, mask=mask_m, other=0.0)[None, :]
         ds_t = p_t * (dp_t - delta[None, :])
-        dv += _dot(p_t.to(do.dtype), do, F32)
         dk += _dot(ds_t.to(q.dtype), q, F32)
         if COL:
             if GROUP > 1:

@@ -61,8 +61,9 @@ _FWD_TILES = {
 _BWD_TILES = {
     "sm90": {
         # 4 warps: the score products are m64n32 wgmma, where 8 warps split them into m64n16
-        # (Shaw's key + value terms keep a few words in local memory before and after their key
-        # loops; packed documents' dk/dv under Triton 3.9 a few inside them: docs/kernels.md)
+        # (Shaw's key + value terms under Triton 3.6, grouped or packed rows under 3.9, keep a
+        # few words in local memory before and after their key loops, none inside:
+        # docs/kernels.md)
         (2, 128, "plain"): Tiles(32, 64, 4, 2),
         (2, 128, "value"): Tiles(32, 64, 4, 2),
         (2, 64, "plain"): Tiles(32, 128, 8, 2),
@@ -115,8 +116,17 @@ for _arch_key, _rows in _FWD_TILES.items():
 # m64n16 pieces and computes each exponent twice; 64 x 32 on 4 warps gives m64n32 products and
 # one exponent a score, with no spill under Triton 3.9 or 3.6 for ALiBi, T5, Shaw's scalar bias
 # and FoX (docs/kernels.md). Shaw's key + value term ("value") takes the transpose of its own
-# dk/dv row, the same 64 x 32 on 4 warps.
-_DQ_TILES = {"sm90": {(2, 128, "plain"): Tiles(64, 32, 4, 2)}}
+# dk/dv row, the same 64 x 32 on 4 warps. ALiBi and FoX, whose scores take no gathered bias,
+# fit FlexAttention's dq tile on sm_90a: 128 x 64 on 8 warps (m64n64 score products, 244 to
+# 255 registers, no spill under Triton 3.9 or 3.6; the time model: ALiBi's dq at B=4, H=16,
+# L=4096 2.7 -> 1.9 ms); T5's and Shaw's scalar bias spill there under 3.9.
+_DQ_TILES = {
+    "sm90": {
+        (2, 128, "plain"): Tiles(64, 32, 4, 2),
+        (2, 128, "alibi"): Tiles(128, 64, 8, 2),
+        (2, 128, "fox"): Tiles(128, 64, 8, 2),
+    }
+}
 
 
 def _arch(major: int, minor: int) -> str | None:

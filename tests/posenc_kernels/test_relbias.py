@@ -572,14 +572,16 @@ def test_a_family_row_comes_before_its_kind(monkeypatch):
 
 
 def test_dq_takes_its_own_tiles_only_beside_the_default(monkeypatch):
-    """On sm_90a in half precision at D=128, dq runs 64 x 32 on 4 warps beside dk/dv's default
-    (not their transpose, whose m64n16 products compute each exponent twice), except Shaw's key
-    + value term; a user's bwd_tiles and other GPUs and dtypes: the transpose (the fallback's
-    dq, its transpose too, is the launcher's)."""
+    """On sm_90a in half precision at D=128, dq runs tiles of its own beside dk/dv's default:
+    64 x 32 on 4 warps (not their transpose, whose m64n16 products compute each exponent
+    twice), ALiBi and FoX 128 x 64 on 8 warps (FlexAttention's), Shaw's key + value term the
+    transpose; a user's bwd_tiles and other GPUs and dtypes: the transpose (the fallback's dq,
+    its transpose too, is the launcher's)."""
     monkeypatch.setattr(_relbias_tiles, "_interpreting", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d: (9, 0))
     half = torch.empty(1, 1, 1, 128, dtype=torch.bfloat16)
-    own = relbias.Tiles(64, 32, 4, 2)
+    own = {"t5": relbias.Tiles(64, 32, 4, 2)}
+    own["alibi"] = own["fox"] = relbias.Tiles(128, 64, 8, 2)
     families = {
         "alibi": _Spec(relbias.ALIBI, False, 1.0, 0, 1),
         "t5": _Spec(relbias.TABLE, False, 1.0, 4, 9),
@@ -589,7 +591,7 @@ def test_dq_takes_its_own_tiles_only_beside_the_default(monkeypatch):
     for name, spec in families.items():
         dkdv = spec.tiles(half, True)[0]
         transpose = dkdv._replace(block_m=dkdv.block_n, block_n=dkdv.block_m)
-        assert spec.dq_tiles(half, dkdv) == (transpose if name == "shaw_kv" else own), name
+        assert spec.dq_tiles(half, dkdv) == own.get(name, transpose), name
     user = relbias.Tiles(32, 64, 8, 2)
     t5 = _Spec(relbias.TABLE, False, 1.0, 4, 9, bwd_tiles=user)
     assert t5.dq_tiles(half, user) == relbias.Tiles(64, 32, 8, 2)

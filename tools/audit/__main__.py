@@ -13,8 +13,7 @@ says which dots became wgmma (sm_90a) or mma (sm_80).
 Exits 1 on a compile error, a spill at a default tile, shared memory above the target's limit,
 an attention dot on sm_90a without wgmma, or an attention kernel on sm_90a whose key loops the
 software pipeliner did not take (every loop without an inner loop must be, and at least one);
-candidate tiles that spill are reported, not fatal, and so are the few rows listed in
-tools/audit/compile.py's KNOWN (each with why; they still show in the tables). Writes
+candidate tiles that spill are reported, not fatal. Writes
 results/gpu-compile/triton-<version>.{csv,md}.
 
     python -m tools.audit [--targets sm_90a,sm_80] [--jobs 2] [--out DIR] [--only rope_cache]
@@ -87,20 +86,16 @@ def main(argv: list[str] | None = None) -> int:
         writer.writeheader()
         writer.writerows(rows)
     Path(f"{stem}.md").write_text(markdown(rows))
-    bad, known, fixed = verdict(rows)
+    bad = verdict(rows)
     print(
         f"{len(rows)} kernels compiled in {time.perf_counter() - start:.0f} s "
         f"({args.jobs} processes) -> {stem}.md"
     )
-    for label, found in (("PROBLEM", bad), ("KNOWN PROBLEM", known)):
-        for r in found:
-            print(
-                f"{label} {r['kernel']} {r['target']} {r['family']} {r['dtype']} "
-                f"D={r['head_dim']} causal={r['causal']} {r['variant']} {r['tiles']}: "
-                f"{r['problem']}"
-            )
-    for key in fixed:
-        print(f"NOW PASSING {key}: remove it from tools/audit/compile.py's KNOWN")
+    for r in bad:
+        print(
+            f"PROBLEM {r['kernel']} {r['target']} {r['family']} {r['dtype']} "
+            f"D={r['head_dim']} causal={r['causal']} {r['variant']} {r['tiles']}: {r['problem']}"
+        )
     return 1 if bad else 0
 
 

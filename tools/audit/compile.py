@@ -244,53 +244,15 @@ def blocks_per_sm(registers: int, warps: int, shared: int, capability: int) -> i
     return programs_per_sm(registers, warps, shared, sm)
 
 
-# Rows that fail the rules at default tiles and stand for now, each with why (docs/kernels.md,
-# "Over every variant the audit compiles"): their tables still show the problem and the audit
-# prints them, but they do not fail it; a listed row that passes is reported, so the list can
-# only shrink. Keyed by (kernel, target, Triton, family, causal, variant).
-KNOWN = {
-    (k, "sm_90a", "3.9.0", family, True, variant): why
-    for k, family, variant, why in (
-        (
-            "_relbias_bwd_dkdv_kernel",
-            "shaw_kv",
-            "default packed",
-            "4 local loads in ~1600 loop instructions (0.25%); Triton 3.6: none",
-        ),
-        (
-            "_relbias_bwd_dkdv_kernel",
-            "t5",
-            "default gqa 4 packed",
-            "2 local loads in ~1300 loop instructions (0.15%); Triton 3.6: none",
-        ),
-        (
-            "_relbias_bwd_dkdv_kernel",
-            "shaw_bias",
-            "default gqa 4 packed",
-            "2 local loads in ~1300 loop instructions (0.15%); Triton 3.6: none",
-        ),
-    )
-}
-
-
-def _key(row: dict) -> tuple:
-    causal = row["causal"] in (True, "True")
-    return (row["kernel"], row["target"], row["triton"], row["family"], causal, row["variant"])
-
-
-def verdict(rows: list[dict]) -> tuple[list[dict], list[dict], list[tuple]]:
-    """(failing rows, known failing rows, known keys whose rows now pass) of one audit: a row
-    fails with a problem at its default tiles, or a compile or shared-memory problem anywhere."""
-    bad = [
+def verdict(rows: list[dict]) -> list[dict]:
+    """The rows that fail one audit: a problem at the default tiles, or a compile or
+    shared-memory problem anywhere (a candidate that only spills is reported, not failed)."""
+    return [
         r
         for r in rows
         if r["problem"]
         and (r["default_tiles"] or "compile" in r["problem"] or "shared" in r["problem"])
     ]
-    known = [r for r in bad if _key(r) in KNOWN]
-    seen = {_key(r) for r in rows}
-    fixed = [k for k in KNOWN if k in seen and k not in {_key(r) for r in known}]
-    return [r for r in bad if _key(r) not in KNOWN], known, fixed
 
 
 def problems(row: dict, capability: int) -> str:
