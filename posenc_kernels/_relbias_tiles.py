@@ -119,7 +119,7 @@ for _arch_key, _rows in _FWD_TILES.items():
 # dk/dv row, the same 64 x 32 on 4 warps. ALiBi and FoX, whose scores take no gathered bias,
 # fit FlexAttention's dq tile on sm_90a: 128 x 64 on 8 warps (m64n64 score products, 244 to
 # 255 registers, no spill under Triton 3.9 or 3.6; the time model: ALiBi's dq at B=4, H=16,
-# L=4096 2.7 -> 1.9 ms); T5's and Shaw's scalar bias spill there under 3.9.
+# L=4096, not causal, 2.7 -> 1.9 ms); T5's and Shaw's scalar bias spill there under 3.9.
 _DQ_TILES = {
     "sm90": {
         (2, 128, "plain"): Tiles(64, 32, 4, 2),

@@ -16,20 +16,31 @@ def model_table() -> str:
     return fit.now_table(points, p, fit.now_commit())
 
 
-def model_dkdv() -> str:
-    """T5's dk/dv at the newest run's T5 point (not causal): the kernels it measured, and now's."""
+def _kernel_change(kernel: str, family: str, label: str) -> str:
+    """One kernel at the newest run's point of a family (not causal): the model for the
+    kernels that run measured, and for now's."""
     points, p = fit.fitted()
     newest = points[points["run"] == points["run"].max()]
-    pt = newest[(newest["family"] == "t5") & ~newest["causal"]].iloc[0]
+    pt = newest[(newest["family"] == family) & ~newest["causal"]].iloc[0]
     point = dict(pt, k=fit.clip(pt))
     ms = []
     for commit in (pt["commit"], fit.now_commit()):
         rows = fit.audit_rows(commit)
-        at = (rows["kernel"] == model.KERNELS["dkdv"]) & (rows["family"] == "t5")
+        at = (rows["kernel"] == model.KERNELS[kernel]) & (rows["family"] == family)
         row = rows[at & (rows["causal"].astype(str) == "False")].iloc[0]
         ms.append(model.kernel_cycles(row, point, p.alpha, p.overhead) / p.hz * 1e3)
     shape = f"B={pt['batch']}, H={pt['heads']}, L={pt['seq_len']}"
-    return f"T5's dk/dv at {shape} {ms[0]:.1f} -> {ms[1]:.1f} ms"
+    return f"{label} at {shape} {ms[0]:.1f} -> {ms[1]:.1f} ms"
+
+
+def model_dkdv() -> str:
+    """T5's dk/dv: the 4-warp tiles' gain."""
+    return _kernel_change("dkdv", "t5", "T5's dk/dv")
+
+
+def model_dq() -> str:
+    """ALiBi's dq: FlexAttention's dq tile's gain."""
+    return _kernel_change("dq", "alibi", "ALiBi's dq")
 
 
 def model_flex() -> str:
@@ -51,5 +62,6 @@ MODEL_FIGURES = {
     "model_fit": model_fit,
     "model_table": model_table,
     "model_dkdv": model_dkdv,
+    "model_dq": model_dq,
     "model_flex": model_flex,
 }
