@@ -3,53 +3,16 @@ its page (README.md, docs/kernels.md's tables) as written, no other measured num
 the README, and its test count comes from a record that only a whole, passing `make test` on a
 committed tree may write."""
 
-import inspect
 import json
 import re
 
 import pytest
 
-from bench.probe.report import reciprocal_rank
-from bench.run.check import FACTOR
-from bench.run.samples import Timing
 from tools import figures
 from tools.figures import readme, sources
 from tools.figures import record as recorder
 
 README = figures.README.read_text()
-
-# Numbers the README states that are settings, not measurements: each as the code or the
-# run's configuration gives it.
-SETTINGS = {
-    "at most 3x the reference's own": lambda: f"at most {FACTOR:g}x the reference's own",
-    "with its 95% interval": lambda: (
-        f"with its {inspect.signature(Timing.median_ci).parameters['level'].default:.0%} interval"
-    ),
-    "medians come with their 95% interval": lambda: (
-        "medians come with their "
-        f"{inspect.signature(Timing.median_ci).parameters['level'].default:.0%} interval"
-    ),
-    "(decode: 8 rows": lambda: f"(decode: {_decode_batch()} rows",
-    "RoPE falls by 8x": lambda: f"RoPE falls by {_probe_factor()}x",
-    "Ranked at 2x": lambda: (
-        f"Ranked at {inspect.signature(reciprocal_rank).parameters['factor'].default}x"
-    ),
-}
-# A measured figure: a percentage, a time, a ratio, an accuracy, a count of rows or of cases
-FIGURE = re.compile(
-    r"(?<![\w.])\d+(?:\.\d+)?(?: ?%| ?ms\b| ?min\b| minutes\b| ?s\b|x\b)|\b\d+:\d\d\b"
-    r"|(?<![\w.])[01]\.\d\d\b|\b\d+ rows\b|\b\d+ of \d+\b"
-)
-
-
-def _decode_batch() -> int:
-    df = readme._rows(readme.LAYER)
-    return int(df.loc[df["case"].str.endswith("_decode"), "batch"].max())
-
-
-def _probe_factor() -> int:
-    df = readme._rows_probe(readme.PROBE)
-    return int(df["eval_len"].max() // df["train_len"].min())
 
 
 @pytest.mark.parametrize(
@@ -60,26 +23,10 @@ def test_each_page_quotes_each_figure_as_its_rows_give_it(page, name):
     assert name not in figures.misquoted(text, page), figures.PAGES[page][name]()
 
 
-@pytest.mark.parametrize("quoted", sorted(SETTINGS))
+@pytest.mark.parametrize("quoted", sorted(readme.README_SETTINGS))
 def test_each_setting_the_readme_states_is_the_code_s(quoted):
     assert figures.flat(quoted) in figures.flat(README)
-    assert SETTINGS[quoted]() == quoted
-
-
-def _loose(text: str, page: str = "README.md") -> list[str]:
-    """The figure-like numbers of `text` (page's contents, its Python examples aside) that
-    neither a figure of the page nor a setting it states covers."""
-    text = re.sub(r"```python.*?```", " ", text, flags=re.S)
-    for name in figures.ELSEWHERE.get(page, ()):
-        text = re.sub(f"<!-- {name}: begin -->.*?<!-- {name}: end -->", " ", text, flags=re.S)
-    text = figures.flat(text)
-    covered = [False] * len(text)
-    quoted = list(figures.written(page).values())
-    settings = [*figures.WHOLE[page], *(SETTINGS if page == "README.md" else ())]
-    for q in quoted + [figures.flat(s) for s in settings]:
-        for m in re.finditer(re.escape(q), text):
-            covered[m.start() : m.end()] = [True] * (m.end() - m.start())
-    return [m.group() for m in FIGURE.finditer(text) if not all(covered[m.start() : m.end()])]
+    assert readme.README_SETTINGS[quoted]() == quoted
 
 
 def test_every_page_is_held_to_its_rows():
@@ -90,7 +37,7 @@ def test_every_page_is_held_to_its_rows():
 
 @pytest.mark.parametrize("page", sorted(figures.WHOLE))
 def test_no_other_measured_figure_is_in_the_page(page):
-    loose = _loose((figures.ROOT / page).read_text(), page)
+    loose = figures.loose((figures.ROOT / page).read_text(), page)
     assert not loose, f"{page} quotes {loose} without a row behind it (tools/figures/)"
 
 
@@ -98,7 +45,7 @@ def test_a_figure_that_drifts_from_its_rows_is_caught():
     """The checks can fail: a figure changed in the text, and one written loose."""
     drifted = README.replace(readme.probe_run(), readme.probe_run().replace(" s)", "1 s)"))
     assert figures.misquoted(drifted) == ["probe_run"]
-    assert _loose(README + "\nThe kernel is 1.7x faster.\n") == ["1.7x"]
+    assert figures.loose(README + "\nThe kernel is 1.7x faster.\n") == ["1.7x"]
 
 
 @pytest.mark.parametrize("page", sorted(p for p in figures.WHOLE if figures.PAGES[p]))
@@ -111,7 +58,7 @@ def test_a_docs_page_that_drifts_from_its_rows_is_caught(page):
     digit = re.search(r"\d", quoted)
     drifted = quoted[: digit.start()] + str((int(digit.group()) + 1) % 10) + quoted[digit.end() :]
     assert name in figures.misquoted(figures.flat(text).replace(quoted, drifted), page)
-    assert _loose(text + "\nThe kernel is 1.7x faster.\n", page) == ["1.7x"]
+    assert figures.loose(text + "\nThe kernel is 1.7x faster.\n", page) == ["1.7x"]
 
 
 def test_a_probe_figure_reads_one_cell_or_says_why():

@@ -7,7 +7,8 @@ the models' configs (configs/models/) and the GPU runs' files (results/gpu/). On
 page (readme.py, kernels.py, harness.py, probe.py, gpu.py, ...).
 
     python -m tools.figures                  # each figure as its page must quote it
-    python -m tools.figures --check          # the ones a page does not quote so (exit 1)
+    python -m tools.figures --check          # the ones a page does not quote so, and any
+                                             # number a page holds that no figure writes (exit 1)
     python -m tools.figures --record-tests   # after `make test` on a clean tree: its record
 
 tests/test_figures.py checks that each page quotes each figure as written here and that the
@@ -18,6 +19,7 @@ paste what `python -m tools.figures` prints.
 
 from __future__ import annotations
 
+import re
 from functools import cache
 
 from tools.figures import (
@@ -33,7 +35,7 @@ from tools.figures import (
     tutorial,
 )
 from tools.figures.kernels import KERNELS_FIGURES, KERNELS_SETTINGS
-from tools.figures.readme import README_FIGURES
+from tools.figures.readme import README_FIGURES, README_SETTINGS
 from tools.figures.sources import README, ROOT
 
 DOCS = {  # the docs pages whose every measured figure is written here: page -> its module
@@ -57,7 +59,7 @@ PAGES = {  # each page -> its figures
 # The pages all of whose measured figures are written here: tests/test_figures.py fails a number
 # in them that no figure writes (the README's settings are checked against the code there).
 WHOLE = {  # page -> the settings it states that read like figures (not measurements)
-    "README.md": (),
+    "README.md": tuple(README_SETTINGS),
     "docs/architecture.md": (),
     "docs/kernels.md": KERNELS_SETTINGS,
     **{page: module.SETTINGS for page, module in DOCS.items()},
@@ -84,6 +86,28 @@ def misquoted(text: str, page: str = "README.md") -> list[str]:
     return [name for name, figure in written(page).items() if figure not in text]
 
 
+# A measured figure: a percentage, a time, a ratio, an accuracy, a count of rows or of cases
+FIGURE = re.compile(
+    r"(?<![\w.])\d+(?:\.\d+)?(?: ?%| ?ms\b| ?min\b| minutes\b| ?s\b|x\b)|\b\d+:\d\d\b"
+    r"|(?<![\w.])[01]\.\d\d\b|\b\d+ rows\b|\b\d+ of \d+\b"
+)
+
+
+def loose(text: str, page: str = "README.md") -> list[str]:
+    """The figure-like numbers of `text` (a page of WHOLE, its Python examples aside) that
+    neither a figure of the page nor a setting it states covers: a number no row is behind,
+    or a figure's old value left where the new one is quoted elsewhere on the page."""
+    text = re.sub(r"```python.*?```", " ", text, flags=re.S)
+    for name in ELSEWHERE.get(page, ()):
+        text = re.sub(f"<!-- {name}: begin -->.*?<!-- {name}: end -->", " ", text, flags=re.S)
+    text = flat(text)
+    covered = [False] * len(text)
+    for q in [*written(page).values(), *(flat(s) for s in WHOLE[page])]:
+        for m in re.finditer(re.escape(q), text):
+            covered[m.start() : m.end()] = [True] * (m.end() - m.start())
+    return [m.group() for m in FIGURE.finditer(text) if not all(covered[m.start() : m.end()])]
+
+
 __all__ = [
     "ELSEWHERE",
     "PAGES",
@@ -93,5 +117,6 @@ __all__ = [
     "README_FIGURES",
     "ROOT",
     "flat",
+    "loose",
     "misquoted",
 ]

@@ -252,3 +252,47 @@ README_FIGURES = {
     "probe_ranks": probe_ranks,
     "tests_line": tests_line,
 }
+
+
+# Numbers the README states that are settings, not measurements: each as the code or the run's
+# configuration gives it (tests/test_figures.py checks each against its source).
+def _factor() -> str:
+    from bench.run.check import FACTOR
+
+    return f"{FACTOR:g}"
+
+
+def _level() -> str:
+    import inspect
+
+    from bench.run.samples import Timing
+
+    return f"{inspect.signature(Timing.median_ci).parameters['level'].default:.0%}"
+
+
+def _rank_factor() -> str:
+    import inspect
+
+    from bench.probe.report import reciprocal_rank
+
+    return f"{inspect.signature(reciprocal_rank).parameters['factor'].default}"
+
+
+def _decode_batch() -> int:
+    df = _rows(LAYER)
+    return int(df.loc[df["case"].str.endswith("_decode"), "batch"].max())
+
+
+def _probe_factor() -> int:
+    df = _rows_probe(PROBE)
+    return int(df["eval_len"].max() // df["train_len"].min())
+
+
+README_SETTINGS = {
+    "at most 3x the reference's own": lambda: f"at most {_factor()}x the reference's own",
+    "with its 95% interval": lambda: f"with its {_level()} interval",
+    "medians come with their 95% interval": lambda: f"medians come with their {_level()} interval",
+    "(decode: 8 rows": lambda: f"(decode: {_decode_batch()} rows",
+    "RoPE falls by 8x": lambda: f"RoPE falls by {_probe_factor()}x",
+    "Ranked at 2x": lambda: f"Ranked at {_rank_factor()}x",
+}
