@@ -254,16 +254,38 @@ def _far_logits(
     WINDOW: tl.constexpr = 0,
 ):
     """Base-2 logits of a tile beyond the clip: qk (already scaled) + the part's bias (broadcast
-    like qk), ALiBi's -slope |r| with the part's sign of r; -inf past the bounds if MASK, and
-    with a WINDOW at r <= -WINDOW (its edge may cross any block before the band)."""
+    like qk), ALiBi's -slope |r| with the part's sign of r; masked as _far_mask."""
     s = qk + bias
     if BIAS == ALIBI:  # -slope |r| = slope r before (r <= 0), -slope r after (bias is 0)
         s += rel.to(tl.float32) * (slope2 * (1 - 2 * (PART == AFTER)))
+    return _far_mask(s, rel, mask, MASK, WINDOW)
+
+
+@triton.jit
+def _far_mask(s, rel, mask, MASK: tl.constexpr, WINDOW: tl.constexpr):
+    """Logits beyond the clip, -inf past the bounds if MASK, and with a WINDOW at r <= -WINDOW
+    (its edge may cross any block before the band)."""
     if MASK:
         s = tl.where(mask, s, float("-inf"))
     if WINDOW > 0:
         s = tl.where(rel > -WINDOW, s, float("-inf"))
     return s
+
+
+@triton.jit
+def _far_terms(pos, bias, slope2, PART: tl.constexpr, BIAS: tl.constexpr):
+    """Beyond the clip a logit is qk + t(j) - t(i), a key's term and a query's (base 2), so
+    the backward adds one to each score and subtracts the other once a row, with lse (one
+    FMA and one add a score where the per-score path takes integer, conversion, multiply and
+    two adds): ALiBi's -slope |j - i| = sign slope ((j - ref) - (i - ref)), positions counted
+    from a reference inside the held block (`pos`: int positions minus it; from position 0
+    both terms grow with it and their difference loses float32's digits: slope x position x
+    2^-24); the other families' bias is the query's (`bias`, the part's; 0.0 for a key).
+    Returns t(pos) - bias."""
+    t = -bias
+    if BIAS == ALIBI:
+        t += pos.to(tl.float32) * (slope2 * (1 - 2 * (PART == AFTER)))
+    return t
 
 
 @triton.jit

@@ -12,12 +12,14 @@ import triton.language as tl
 
 from posenc_kernels._relbias_common import (
     AFTER,
+    ALIBI,
     BAND,
     CACHE,
     LOG2E,
     _band_logits,
     _dot,
-    _far_logits,
+    _far_mask,
+    _far_terms,
     _head_bias,
     _key_col,
     _load_block,
@@ -101,6 +103,7 @@ def _dkdv_part(
     stride_dm,
     stride_dd,
     offs_n,
+    key_ref,
     mask_n,
     offs_d,
     mask_d,
@@ -147,7 +150,8 @@ def _dkdv_part(
     spills inside the block loop at 4 warps (docs/kernels.md). The tile is computed
     transposed, keys by queries, so that every dot has this program's BLOCK_N keys as its M
     (wgmma's >= 64 whatever BLOCK_M) and p, ds need no transpose. Query rows past LQ read
-    lse = +inf: p = 0, no mask needed."""
+    lse = +inf: p = 0, no mask needed. offs_n: the held keys' positions as the queries count
+    them (j - q_off), key_ref the first of them (_far_terms' reference)."""
     a, z = _part_span(PART, LOW, start, lo, hi, end)
     for t in tl.range(0, tl.cdiv(tl.maximum(z - a, 0), BLOCK_M) * GROUP, disable_licm=_RECOMPUTE):
         m0 = a + t // GROUP * BLOCK_M  # GROUP is a constant: a shift or a multiply-high
@@ -162,6 +166,7 @@ def _dkdv_part(
         slope2, table_row = _head_bias(slopes_base, table_base, stride_th, g, BIAS)
         qk_t = _dot(k, tl.trans(q), F32) * qk_scale
         rel_t = offs_n[:, None] - offs_m[None, :]
+        lrow = lse  # beyond the band with the queries' terms (_far_terms): p = exp2(s - lrow)
         # the gathers' rows, in bounds without a mask: a base and int32 offsets
         safe_m = tl.minimum(offs_m, LQ - 1)
         relk_off = g * stride_rh + safe_m * stride_rm  # g shares relk's layout
@@ -186,13 +191,17 @@ def _dkdv_part(
             bias = _part_bias(
                 relk_rows, mask_m, table_row, stride_tb, stride_rr, PART, BIAS, K, BLOCK_M
             )
-            s_t = _far_logits(qk_t, bias[None, :], rel_t, mask_m, slope2, PART, BIAS, False, WINDOW)
+            s_t = qk_t
+            if BIAS == ALIBI:  # positions from the held block's first key
+                s_t += _far_terms(offs_n - key_ref, 0.0, slope2, PART, BIAS)[:, None]
+            s_t = _far_mask(s_t, rel_t, mask_m, False, WINDOW)
+            lrow = lse + _far_terms(offs_m - key_ref, bias, slope2, PART, BIAS)
         if COL:  # the held keys' D_j for head g (one head: read once, by the caller)
             ck_g = ck
             if GROUP > 1:
                 ck_g = _key_col(col_base + g * stride_ch, offs_n, mask_n, stride_cn, COL)
             s_t -= ck_g[:, None]
-        p_t = tl.exp2(s_t - lse[None, :])  # 0 where masked
+        p_t = tl.exp2(s_t - lrow[None, :])  # 0 where masked
         # dv's product issued before dp is computed (FlexAttention's order): p's half-precision
         # operand dies before dp's tile is live. After dp, the packed layout's dk/dv kept 2 to 4
         # local loads inside a key loop under Triton 3.9 at 255 registers (docs/kernels.md)
@@ -357,6 +366,7 @@ def _relbias_bwd_dkdv_kernel(
             stride_dm,
             stride_dd,
             offs_n - q_off,  # the part reads offs_n for r = j - i only
+            n0 - q_off,
             mask_n,
             offs_d,
             mask_d,

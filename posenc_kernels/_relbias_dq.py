@@ -22,7 +22,8 @@ from posenc_kernels._relbias_common import (
     _band_logits,
     _band_written,
     _dot,
-    _far_logits,
+    _far_mask,
+    _far_terms,
     _head_bias,
     _key_col,
     _key_end,
@@ -95,12 +96,13 @@ def _dq_part(
     p = exp2(s2 - lse2)."""
     # Shaw's rows: a base and int32 offsets per row (a gather's addresses in one register each)
     relk_rows = relk_base + relk_off  # the outer parts' one index a row
-    bias = _part_bias(relk_rows, mask_m, table_row, stride_tb, stride_rr, PART, BIAS, K, BLOCK_M)[
-        :, None
-    ]
+    bias = _part_bias(relk_rows, mask_m, table_row, stride_tb, stride_rr, PART, BIAS, K, BLOCK_M)
     if HAS_VALUE and PART != BAND:
         at = (PART == AFTER) * 2 * K
         g_part = tl.load(g_base + relk_off + at * stride_rr, mask=mask_m, other=0.0)[:, None]
+    # beyond the band the row's terms join lse once per row (_far_terms): p = exp2(s - lrow)
+    key_ref = q_off + m0
+    lrow = lse + _far_terms(offs_m - m0, bias, slope2, PART, BIAS)
     a, z = _part_span(PART, LOW, start, lo, hi, end)
     for n0 in range(a, z, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -109,7 +111,13 @@ def _dq_part(
         v = _load_block(v_base, offs_n, mask_n, stride_vn, offs_d, mask_d, stride_vd, UPCAST)
         qk = _dot(q, tl.trans(k), F32) * qk_scale
         rel = (offs_n - q_off)[None, :] - offs_m[:, None]  # j - (q_off + i): a scalar shift
-        if PART == BAND:
+        if PART != BAND:
+            s = qk
+            if BIAS == ALIBI:
+                s += _far_terms(offs_n - key_ref, 0.0, slope2, PART, BIAS)[None, :]
+            s = _far_mask(s, rel, mask_n[None, :], MASK_N, WINDOW)
+            lrow_t = lrow[:, None]
+        else:
             # the band's mask: the keys' bounds where a block may be partial (MASK_N), else none
             # (a mask it does not need costs registers); rows past LQ: p = 0 (lse = +inf)
             key_mask = True
@@ -130,11 +138,10 @@ def _dq_part(
                 K,
                 WINDOW,
             )
-        else:
-            s = _far_logits(qk, bias, rel, mask_n[None, :], slope2, PART, BIAS, MASK_N, WINDOW)
+            lrow_t = lse[:, None]
         if COL:  # FoX: - D_j
             s -= _key_col(col_base, offs_n, mask_n, stride_cn, COL)[None, :]
-        p = tl.exp2(s - lse[:, None])  # 0 where masked (s = -inf) and past LQ (lse = +inf)
+        p = tl.exp2(s - lrow_t)  # 0 where masked (s = -inf) and past LQ (lse = +inf)
         dp = _dot(do, tl.trans(v), F32)
         if HAS_VALUE:
             if PART == BAND:

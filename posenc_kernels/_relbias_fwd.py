@@ -105,12 +105,15 @@ def _fwd_part(
         :, None
     ]
     a, z = _part_span(PART, LOW, start, lo, hi, end)
-    # ALiBi beyond the band: -slope |j - i| is sign * slope * ((j - q_off) - i), a column term
-    # minus a row term; the row term joins the running max once per row (one FMA and one add
-    # a score instead of integer, conversion, multiply and add). One slope a program only.
+    # ALiBi beyond the band: -slope |j - i| is sign * slope * ((j - q_off - m0) - (i - m0)), a
+    # column term minus a row term; the row term joins the running max once per row (one FMA
+    # and one add a score instead of integer, conversion, multiply and add). Both counted from
+    # the block's first query: from position 0 the two terms grow with the position and their
+    # difference loses float32's digits (slope x position x 2^-24: 1e-4 at 4096 x 0.5),
+    # from the block the row term stays under slope x BLOCK_M. One slope a program only.
     FOLD: tl.constexpr = BIAS == ALIBI and PART != BAND and not PER_ROW
     signed2 = slope2 * (1 - 2 * (PART == AFTER))
-    row2 = offs_m.to(tl.float32) * signed2
+    row2 = (offs_m - m0).to(tl.float32) * signed2
     for n0 in range(a, z, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < LK
@@ -132,7 +135,7 @@ def _fwd_part(
             PAGE,
         )
         if FOLD:  # ALiBi beyond the band: s = qk + the column term, minus the row term
-            col2 = (offs_n - q_off).to(tl.float32) * signed2
+            col2 = (offs_n - (q_off + m0)).to(tl.float32) * signed2
             s = _dot(q, tl.trans(k), F32) * qk_scale + col2[None, :]
             if MASK_N:
                 s = tl.where(mask_n[None, :], s, float("-inf"))

@@ -115,3 +115,30 @@ def test_rope_gqa_over_long_sequences(length, dtype):
     for i, name in enumerate("qk"):
         _bound_holds(got[i].detach(), ref_lp[i].detach(), want[i].detach(), dtype, name)
         _bound_holds(got_grads[i], ref_grads[i], want_grads[i], dtype, f"d{name}")
+
+
+def test_alibi_far_from_position_zero_keeps_float32_accuracy():
+    """ALiBi beyond the band is a key's term minus a query's, slope x position each: counted
+    from position 0 their difference loses float32's digits as slope x position grows (at
+    L=256 and slope 1, as at L=4096 and slope 1/16: 4 to 7 times the eager float32 error, out
+    and gradients); counted from the held block, the eager reference's own error. No floor:
+    the harness's float32 floor (1e-5) is above both."""
+    length, slopes = (4096, [1 / 16]) if GPU else (256, [1.0])
+    q, k, v = (torch.randn(1, 1, length, 32) for _ in range(3))
+    module = posenc.ALiBi(1)
+    with torch.no_grad():
+        module.slopes.copy_(torch.tensor(slopes))
+    ref = _reference("alibi", module, [], False)
+    grad_out = torch.randn(q.shape)
+    leaves64 = [t.double().requires_grad_() for t in (q, k, v)]
+    want = [ref(*leaves64)]
+    want += torch.autograd.grad(want[0], leaves64, grad_out.double())
+    leaves32 = [t.clone().requires_grad_() for t in (q, k, v)]
+    eager = [ref(*leaves32)]
+    eager += torch.autograd.grad(eager[0], leaves32, grad_out)
+    leaves = [t.to(DEVICE).requires_grad_() for t in (q, k, v)]
+    got = [posenc_kernels.relative_attention(*leaves, alibi_slopes=module.slopes.to(DEVICE))]
+    got += torch.autograd.grad(got[0], leaves, grad_out.to(DEVICE))
+    for label, g, e, w in zip(("out", "dq", "dk", "dv"), got, eager, want, strict=True):
+        err, ref_err = _rel(g.detach(), w.detach()), _rel(e.detach(), w.detach())
+        assert err <= FACTOR * ref_err, f"{label}: {err:.2e} vs eager float32 {ref_err:.2e}"
