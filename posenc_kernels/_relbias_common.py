@@ -6,10 +6,11 @@ Layout: q (B, H, Lq, D), k and v (B, Hk, Lk, D), any strides, or (the forward, P
 paged caches (num_blocks, PAGE, Hk, D) read through a block table (_load_kv); a flat grid
 (CUDA caps a grid's second dimension at 65535, the first at 2**31 - 1), one program per
 (query block, b * h) (forward, dq) or (key block, b * h) (dk/dv), blocks of one head adjacent
-so that they share its k and v in L2. Scores, softmax statistics and accumulators are float32;
-dot operands stay in the input dtype (tensor cores) with float32 accumulation; float32 inputs
-use 3xTF32 (about float32's accuracy on tensor cores, as SDPA does; the interpreter computes
-exact float32).
+so that they share its k and v in L2. Row offsets within a head are 32-bit unless its rows
+span 2**31 elements (WIDE: 64-bit, _wide_rows). Scores, softmax statistics and accumulators
+are float32; dot operands stay in the input dtype (tensor cores) with float32 accumulation;
+float32 inputs use 3xTF32 (about float32's accuracy on tensor cores, as SDPA does; the
+interpreter computes exact float32).
 UPCAST: bfloat16 operands to float32 under the interpreter, whose bfloat16 tl.dot is wrong.
 
 Logits are kept in base 2: s2 = (scale q k^T + bias) * log2(e), so a probability is one exp2
@@ -85,10 +86,32 @@ def _dot(a, b, F32: tl.constexpr):
 
 
 @triton.jit
-def _load_block(ptr, offs, mask_rows, stride_row, offs_d, mask_d, stride_d, UPCAST: tl.constexpr):
-    """A (rows, BLOCK_D) block of q, k, v, out or do; UPCAST: to float32 (interpreter)."""
+def _wide_rows(rows, WIDE: tl.constexpr):
+    """Row indices for an address: 64-bit with WIDE, where a head's rows span 2**31 elements
+    or more (a (B, L, H, D) layout at L x H x D past it: 131072 tokens of 128 heads of 128;
+    posenc_kernels/relbias.py sets it from the strides), whose 32-bit products wrap to another
+    head's memory; 32-bit otherwise (fewer registers, the same code as without the flag)."""
+    if WIDE:
+        rows = tl.cast(rows, tl.int64)  # (the interpreter: a Python int)
+    return rows
+
+
+@triton.jit
+def _load_block(
+    ptr,
+    offs,
+    mask_rows,
+    stride_row,
+    offs_d,
+    mask_d,
+    stride_d,
+    UPCAST: tl.constexpr,
+    WIDE: tl.constexpr,
+):
+    """A (rows, BLOCK_D) block of q, k, v, out or do; UPCAST: to float32 (interpreter); WIDE:
+    64-bit row offsets (_wide_rows)."""
     x = tl.load(
-        ptr + offs[:, None] * stride_row + offs_d[None, :] * stride_d,
+        ptr + _wide_rows(offs, WIDE)[:, None] * stride_row + offs_d[None, :] * stride_d,
         mask=mask_rows[:, None] & mask_d[None, :],
         other=0.0,
     )
@@ -113,6 +136,7 @@ def _load_kv(
     stride_kd,
     stride_vd,
     UPCAST: tl.constexpr,
+    WIDE: tl.constexpr,
     PAGE: tl.constexpr,
 ):
     """The (BLOCK_N, BLOCK_D) key and value blocks of keys offs_n: rows of k_base, v_base; or
@@ -120,14 +144,14 @@ def _load_kv(
     bt_row[j // PAGE] (vLLM's layout). The block table is read once per key (BLOCK_N / PAGE
     distinct entries a block, from L1): the rows are gathered, not one strided span."""
     if PAGE == 0:
-        k = _load_block(k_base, offs_n, mask_n, stride_kn, offs_d, mask_d, stride_kd, UPCAST)
-        v = _load_block(v_base, offs_n, mask_n, stride_vn, offs_d, mask_d, stride_vd, UPCAST)
+        k = _load_block(k_base, offs_n, mask_n, stride_kn, offs_d, mask_d, stride_kd, UPCAST, WIDE)
+        v = _load_block(v_base, offs_n, mask_n, stride_vn, offs_d, mask_d, stride_vd, UPCAST, WIDE)
     else:
         block = tl.load(bt_row + offs_n // PAGE, mask=mask_n, other=0).to(tl.int64)
         slot = offs_n % PAGE
         rows_k, rows_v = block * stride_kp + slot * stride_kn, block * stride_vp + slot * stride_vn
-        k = _load_block(k_base, rows_k, mask_n, 1, offs_d, mask_d, stride_kd, UPCAST)
-        v = _load_block(v_base, rows_v, mask_n, 1, offs_d, mask_d, stride_vd, UPCAST)
+        k = _load_block(k_base, rows_k, mask_n, 1, offs_d, mask_d, stride_kd, UPCAST, WIDE)
+        v = _load_block(v_base, rows_v, mask_n, 1, offs_d, mask_d, stride_vd, UPCAST, WIDE)
     return k, v
 
 

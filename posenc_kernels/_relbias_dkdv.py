@@ -28,6 +28,7 @@ from posenc_kernels._relbias_common import (
     _parts,
     _program,
     _program_of,
+    _wide_rows,
 )
 
 # Triton before 3.9 (audited: 3.6) holds the dk/dv loops' invariant lane offsets in registers
@@ -53,6 +54,7 @@ def _relbias_bwd_delta_kernel(
     H,
     LQ,
     D,
+    WIDE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
@@ -72,6 +74,7 @@ def _relbias_bwd_delta_kernel(
         mask_d,
         stride_od,
         True,
+        WIDE,
     )
     do = _load_block(
         do_ptr + b * stride_db + h * stride_dh,
@@ -82,6 +85,7 @@ def _relbias_bwd_delta_kernel(
         mask_d,
         stride_dd,
         True,
+        WIDE,
     )
     tl.store(delta_ptr + pid_bh * LQ + offs_m, tl.sum(o * do, 1), mask=mask_m)
 
@@ -135,6 +139,7 @@ def _dkdv_part(
     K: tl.constexpr,
     HAS_VALUE: tl.constexpr,
     UPCAST: tl.constexpr,
+    WIDE: tl.constexpr,
     F32: tl.constexpr,
     COL: tl.constexpr,
     WINDOW: tl.constexpr,
@@ -155,12 +160,12 @@ def _dkdv_part(
     a, z = _part_span(PART, LOW, start, lo, hi, end)
     for t in tl.range(0, tl.cdiv(tl.maximum(z - a, 0), BLOCK_M) * GROUP, disable_licm=_RECOMPUTE):
         m0 = a + t // GROUP * BLOCK_M  # GROUP is a constant: a shift or a multiply-high
-        g = t % GROUP
+        g = _wide_rows(t % GROUP, WIDE)  # the group's head g: g x a head stride
         offs_m = m0 + tl.arange(0, BLOCK_M)
         mask_m = offs_m < LQ
         q_g, do_g = q_base + g * stride_qh, do_base + g * stride_dh
-        q = _load_block(q_g, offs_m, mask_m, stride_qm, offs_d, mask_d, stride_qd, UPCAST)
-        do = _load_block(do_g, offs_m, mask_m, stride_dm, offs_d, mask_d, stride_dd, UPCAST)
+        q = _load_block(q_g, offs_m, mask_m, stride_qm, offs_d, mask_d, stride_qd, UPCAST, WIDE)
+        do = _load_block(do_g, offs_m, mask_m, stride_dm, offs_d, mask_d, stride_dd, UPCAST, WIDE)
         lse = tl.load(lse_rows + g * stride_lh + offs_m, mask=mask_m, other=float("inf"))
         delta = tl.load(delta_rows + g * stride_lh + offs_m, mask=mask_m, other=0.0)
         slope2, table_row = _head_bias(slopes_base, table_base, stride_th, g, BIAS)
@@ -281,6 +286,7 @@ def _relbias_bwd_dkdv_kernel(
     K: tl.constexpr,
     HAS_VALUE: tl.constexpr,
     UPCAST: tl.constexpr,
+    WIDE: tl.constexpr,
     F32: tl.constexpr,
     SPLIT: tl.constexpr,
     GROUP: tl.constexpr,
@@ -315,6 +321,7 @@ def _relbias_bwd_dkdv_kernel(
         mask_d,
         stride_kd,
         UPCAST,
+        WIDE,
     )
     v = _load_block(
         v_ptr + row * stride_vb + h * stride_vh + first * stride_vn,
@@ -325,6 +332,7 @@ def _relbias_bwd_dkdv_kernel(
         mask_d,
         stride_vd,
         UPCAST,
+        WIDE,
     )
     hq = h * GROUP  # the group's first query head
     q_base = q_ptr + row * stride_qb + hq * stride_qh + first * stride_qm
@@ -398,6 +406,7 @@ def _relbias_bwd_dkdv_kernel(
             K,
             HAS_VALUE,
             UPCAST,
+            WIDE,
             F32,
             COL,
             WINDOW,
@@ -409,7 +418,7 @@ def _relbias_bwd_dkdv_kernel(
         heads = tl.arange(0, COLS)[None, :]
         at = dcol_ptr + (row * H * GROUP + hq + heads) * LK + first + offs_n[:, None]
         tl.store(at, -dcol, mask=mask_n[:, None] & (heads < GROUP))
-    rows = first + offs_n[:, None]
+    rows = first + _wide_rows(offs_n, WIDE)[:, None]
     out = row * stride_xb + h * stride_xh + rows * stride_xm + offs_d[None, :] * stride_xd
     mask = mask_n[:, None] & mask_d[None, :]
     if SEQ == CACHE:  # the keys past kv_lens[b] get a zero gradient (the far parts do not mask

@@ -32,6 +32,7 @@ from posenc_kernels._relbias_common import (
     _part_span,
     _parts,
     _program_of,
+    _wide_rows,
     _window_start,
 )
 
@@ -83,6 +84,7 @@ def _dq_part(
     TABLE_GRAD: tl.constexpr,
     MASK_N: tl.constexpr,
     UPCAST: tl.constexpr,
+    WIDE: tl.constexpr,
     F32: tl.constexpr,
     COL: tl.constexpr,
     WINDOW: tl.constexpr,
@@ -107,8 +109,8 @@ def _dq_part(
     for n0 in range(a, z, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < LK
-        k = _load_block(k_base, offs_n, mask_n, stride_kn, offs_d, mask_d, stride_kd, UPCAST)
-        v = _load_block(v_base, offs_n, mask_n, stride_vn, offs_d, mask_d, stride_vd, UPCAST)
+        k = _load_block(k_base, offs_n, mask_n, stride_kn, offs_d, mask_d, stride_kd, UPCAST, WIDE)
+        v = _load_block(v_base, offs_n, mask_n, stride_vn, offs_d, mask_d, stride_vd, UPCAST, WIDE)
         qk = _dot(q, tl.trans(k), F32) * qk_scale
         rel = (offs_n - q_off)[None, :] - offs_m[:, None]  # j - (q_off + i): a scalar shift
         if PART != BAND:
@@ -227,6 +229,7 @@ def _relbias_bwd_dq_kernel(
     NB: tl.constexpr,
     MASK_N: tl.constexpr,
     UPCAST: tl.constexpr,
+    WIDE: tl.constexpr,
     F32: tl.constexpr,
     SPLIT: tl.constexpr,
     GROUP: tl.constexpr,
@@ -263,6 +266,7 @@ def _relbias_bwd_dq_kernel(
         mask_d,
         stride_qd,
         UPCAST,
+        WIDE,
     )
     do = _load_block(
         do_ptr + row * stride_db + h * stride_dh + first * stride_dm,
@@ -273,6 +277,7 @@ def _relbias_bwd_dq_kernel(
         mask_d,
         stride_dd,
         UPCAST,
+        WIDE,
     )
     safe_m = tl.minimum(offs_m, tl.maximum(lq - 1, 0))  # gathers in bounds, no mask
     relk_base = relk_ptr + row * stride_rb + h * stride_rh + first * stride_rm
@@ -338,13 +343,14 @@ def _relbias_bwd_dq_kernel(
             TABLE_GRAD,
             MASK_N,
             UPCAST,
+            WIDE,
             F32,
             COL,
             WINDOW,
             BLOCK_M,
             BLOCK_N,
         )
-    out = row * stride_xb + h * stride_xh + (first + offs_m[:, None]) * stride_xm
+    out = row * stride_xb + h * stride_xh + (first + _wide_rows(offs_m, WIDE)[:, None]) * stride_xm
     out += offs_d[None, :] * stride_xd
     dq = dq * (qk_scale / LOG2E)
     tl.store(dq_ptr + out, dq.to(dq_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])

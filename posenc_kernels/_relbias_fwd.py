@@ -33,6 +33,7 @@ from posenc_kernels._relbias_common import (
     _parts,
     _program,
     _program_of,
+    _wide_rows,
     _window_start,
 )
 
@@ -85,6 +86,7 @@ def _fwd_part(
     HAS_VALUE: tl.constexpr,
     MASK_N: tl.constexpr,
     UPCAST: tl.constexpr,
+    WIDE: tl.constexpr,
     F32: tl.constexpr,
     PAGE: tl.constexpr,
     COL: tl.constexpr,
@@ -132,6 +134,7 @@ def _fwd_part(
             stride_kd,
             stride_vd,
             UPCAST,
+            WIDE,
             PAGE,
         )
         if FOLD:  # ALiBi beyond the band: s = qk + the column term, minus the row term
@@ -330,6 +333,7 @@ def _relbias_fwd_kernel(
     NB: tl.constexpr,
     MASK_N: tl.constexpr,
     UPCAST: tl.constexpr,
+    WIDE: tl.constexpr,
     F32: tl.constexpr,
     SPLIT: tl.constexpr,
     GROUP: tl.constexpr,
@@ -376,11 +380,14 @@ def _relbias_fwd_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < D
     if QPACK > 1:  # a head per row
-        q_base, q_rows = q_ptr + row * stride_qb, h * stride_qh + (first + offs_m) * stride_qm
-        q = _load_block(q_base, q_rows, mask_m, 1, offs_d, mask_d, stride_qd, UPCAST)
+        q_base, q_rows = (
+            q_ptr + row * stride_qb,
+            h * stride_qh + (first + _wide_rows(offs_m, WIDE)) * stride_qm,
+        )
+        q = _load_block(q_base, q_rows, mask_m, 1, offs_d, mask_d, stride_qd, UPCAST, WIDE)
     else:  # one head's rows, spelled as ptxas allocates them without a spill (docs/kernels.md)
         q_base = q_ptr + row * stride_qb + h * stride_qh + first * stride_qm
-        q = _load_block(q_base, offs_m, mask_m, stride_qm, offs_d, mask_d, stride_qd, UPCAST)
+        q = _load_block(q_base, offs_m, mask_m, stride_qm, offs_d, mask_d, stride_qd, UPCAST, WIDE)
     k_base = k_ptr + row * stride_kb + kv_h * stride_kh + first * stride_kn
     v_base = v_ptr + row * stride_vb + kv_h * stride_vh + first * stride_vn
     bt_row = bt_ptr + row * stride_btb  # paged: this sequence's block table (stride_kb is 0)
@@ -469,6 +476,7 @@ def _relbias_fwd_kernel(
             HAS_VALUE,
             MASK_N,
             UPCAST,
+            WIDE,
             F32,
             PAGE,
             COL,
@@ -512,9 +520,18 @@ def _relbias_fwd_kernel(
         )
     out = acc / l_safe[:, None]
     if QPACK > 1:
-        o_rows = o_ptr + row * stride_ob + (h * stride_oh + (first + offs_m) * stride_om)[:, None]
+        o_rows = (
+            o_ptr
+            + row * stride_ob
+            + (h * stride_oh + (first + _wide_rows(offs_m, WIDE)) * stride_om)[:, None]
+        )
     else:
-        o_rows = o_ptr + row * stride_ob + h * stride_oh + (first + offs_m[:, None]) * stride_om
+        o_rows = (
+            o_ptr
+            + row * stride_ob
+            + h * stride_oh
+            + (first + _wide_rows(offs_m, WIDE)[:, None]) * stride_om
+        )
     if SPLIT_K:  # float32 partials (B, H, splits, LQ, D), merged by _relbias_combine_kernel
         o_rows += split * stride_os
     tl.store(
@@ -541,6 +558,7 @@ def _relbias_combine_kernel(
     LQ,
     D,
     NUM_SPLITS,
+    WIDE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
@@ -568,5 +586,5 @@ def _relbias_combine_kernel(
         acc = acc * alpha[:, None] + part * w[:, None]
         m_i = m_new
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-    o_rows = o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om
+    o_rows = o_ptr + b * stride_ob + h * stride_oh + _wide_rows(offs_m, WIDE)[:, None] * stride_om
     tl.store(o_rows + offs_d[None, :] * stride_od, out.to(o_ptr.dtype.element_ty), mask=mask)

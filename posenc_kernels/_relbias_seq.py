@@ -189,6 +189,22 @@ def check_num_splits(num_splits, seq: Sequences, differentiable: bool) -> None:
         raise ValueError(f"num_splits={num_splits}: packed documents (cu_seqlens) are not split")
 
 
+def wide(*tensors: Tensor | None, group: int = 1) -> bool:
+    """Do a head's rows of any of these (B, H, L, D) tensors, or with `group` the rows of that
+    many heads from one (the dk/dv kernel's query heads of a kv head), span 2**31 elements or
+    more? A (B, L, H, D) layout does at L x H x D past it (131072 tokens of 128 heads of 128),
+    a (B, H, L, D) one at group x L x D: the kernels then index rows (and the group's heads)
+    with 64-bit integers (WIDE), where 32-bit products would wrap."""
+    return any(
+        t is not None
+        and (group - 1) * t.stride(-3)
+        + (t.shape[-2] - 1) * t.stride(-2)
+        + (t.shape[-1] - 1) * t.stride(-1)
+        >= 2**31
+        for t in tensors
+    )
+
+
 def merge(part: Tensor, lse: Tensor, out: Tensor, block_d: int, interpreting: bool) -> None:
     """out (B, H, Lq, D) = the weighted sum of the float32 partials part (B, H, S, Lq, D) by
     their base-2 log-sum-exps lse (B * H * S, Lq)."""
@@ -196,5 +212,15 @@ def merge(part: Tensor, lse: Tensor, out: Tensor, block_d: int, interpreting: bo
     block_m = 16 if interpreting else max(16, min(64, 4096 // block_d))
     grid = (triton.cdiv(lq, block_m) * bsz * heads,)
     _relbias_combine_kernel[grid](
-        part, lse, out, *out.stride(), heads, lq, d, splits, BLOCK_M=block_m, BLOCK_D=block_d
+        part,
+        lse,
+        out,
+        *out.stride(),
+        heads,
+        lq,
+        d,
+        splits,
+        WIDE=wide(out),
+        BLOCK_M=block_m,
+        BLOCK_D=block_d,
     )

@@ -47,6 +47,7 @@ from posenc_kernels._relbias_seq import (
     paged,
     query_positions,
     sequences,
+    wide,
 )
 from posenc_kernels._relbias_tiles import (
     Tiles,
@@ -170,6 +171,7 @@ def _forward(q, k, v, p: Prepared, sinks, seq: Sequences, splits=1):
             NB=spec.nb,
             MASK_N=lk % t.block_n != 0 or seq.mode >= CACHE,
             UPCAST=_upcast(q),
+            WIDE=wide(q, k, v, out),
             # float32: 3xTF32; with Shaw's value term IEEE (its 3xTF32 spills at every tile)
             F32=(IEEE if spec.has_value else TF32X3) if q.dtype == torch.float32 else NATIVE,
             SPLIT=_split(q, ieee=spec.has_value),
@@ -244,6 +246,7 @@ def _delta(do: Tensor, out: Tensor) -> Tensor:
         heads,
         lq,
         d,
+        WIDE=wide(out, do),
         BLOCK_M=block_m,
         BLOCK_D=_block_d(d),
     )
@@ -284,6 +287,7 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
     shared = dict(
         **spec.constexprs,
         UPCAST=_upcast(q),
+        WIDE=wide(k, v, dk, dq) or wide(q, do, p.relk, group=group),
         F32=IEEE if q.dtype == torch.float32 else NATIVE,
         SPLIT=_split(q, ieee=True),
         GROUP=group,

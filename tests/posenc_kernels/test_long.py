@@ -14,6 +14,7 @@ import posenc
 import posenc_kernels
 from bench.run.check import FACTOR, FLOOR
 from posenc import functional as F
+from posenc_kernels import relbias
 
 GPU = torch.cuda.is_available()
 DEVICE = "cuda" if GPU else "cpu"
@@ -142,3 +143,63 @@ def test_alibi_far_from_position_zero_keeps_float32_accuracy():
     for label, g, e, w in zip(("out", "dq", "dk", "dv"), got, eager, want, strict=True):
         err, ref_err = _rel(g.detach(), w.detach()), _rel(e.detach(), w.detach())
         assert err <= FACTOR * ref_err, f"{label}: {err:.2e} vs eager float32 {ref_err:.2e}"
+
+
+def test_rows_that_span_2_31_elements_in_a_head_are_addressed_right():
+    """A (B, L, H, D) layout spans L x H x D elements in a head's rows (131072 tokens of 128
+    heads of 128 reach 2**31), where 32-bit row offsets wrap into other memory (a crash under
+    the interpreter, another head's or no memory on a GPU). Here q, k and v are views whose
+    rows lie 2**26 elements apart in one allocation of which only the written pages are
+    backed: the kernels' output and gradients equal those of dense copies, bit for bit."""
+    length, d, step = 33, 16, 2**26  # (33 - 1) x 2**26 = 2**31
+    base = torch.empty(length * step + 3 * d, dtype=torch.float16, device=DEVICE)
+    views = [base.as_strided((1, 1, length, d), (0, 0, step, 1), i * d) for i in range(3)]
+    dense = [torch.randn(1, 1, length, d).to(torch.float16) for _ in range(3)]
+    for view, x in zip(views, dense, strict=True):
+        view.copy_(x)
+    assert relbias.wide(*views) and not relbias.wide(*dense)
+    slopes = posenc.ALiBi(1).slopes.to(DEVICE)
+    grad_out = torch.randn(1, 1, length, d).to(torch.float16).to(DEVICE)
+    results = []
+    for tensors in (views, [x.to(DEVICE) for x in dense]):
+        leaves = [t.detach().requires_grad_() for t in tensors]
+        out = posenc_kernels.relative_attention(*leaves, alibi_slopes=slopes, causal=True)
+        results.append([out, *torch.autograd.grad(out, leaves, grad_out)])
+    for label, got, want in zip(("out", "dq", "dk", "dv"), *results, strict=True):
+        assert torch.equal(got, want), label
+
+
+def test_a_kv_heads_query_heads_2_31_elements_apart_are_addressed_right():
+    """The dk/dv kernel steps from a kv head's first query head to the others of its group by
+    a head stride: 3 query heads 2**30 elements apart (a (B, H, L, D) layout's 2**30 = L x D)
+    reach 2**31 at the third. Output and gradients equal those of a dense copy, bit for bit."""
+    length, d, step = 16, 16, 2**30
+    base = torch.empty(2 * step + length * d, dtype=torch.float16, device=DEVICE)
+    q = base.as_strided((1, 3, length, d), (0, step, d, 1))
+    q.copy_(torch.randn(1, 3, length, d).to(torch.float16))
+    k, v = (torch.randn(1, 1, length, d).to(torch.float16).to(DEVICE) for _ in range(2))
+    assert relbias.wide(q, group=3) and not relbias.wide(q) and not relbias.wide(q.clone())
+    slopes = posenc.ALiBi(3).slopes.to(DEVICE)
+    grad_out = torch.randn(1, 3, length, d).to(torch.float16).to(DEVICE)
+    results = []
+    for query in (q, q.clone()):
+        leaves = [t.detach().requires_grad_() for t in (query, k, v)]
+        out = posenc_kernels.relative_attention(*leaves, alibi_slopes=slopes)
+        results.append([out, *torch.autograd.grad(out, leaves, grad_out)])
+    for label, got, want in zip(("out", "dq", "dk", "dv"), *results, strict=True):
+        assert torch.equal(got, want), label
+
+
+def test_the_wide_rule_reads_shapes_and_strides():
+    """wide: a head's last row and element at or past 2**31 elements from its first."""
+
+    def rows(n, stride):  # (1, 2, n, 128) with n rows `stride` apart, no storage
+        return torch.empty_strided((1, 2, n, 128), (0, 128, stride, 1), device="meta")
+
+    assert not relbias.wide(rows(131072, 128 * 128))  # Llama 3.1 405B's heads at 128k, bshd
+    assert relbias.wide(rows(131073, 128 * 128))
+    assert not relbias.wide(rows(2**24, 128))  # (B, H, L, D) contiguous: L x D
+    assert not relbias.wide(None)
+    heads = lambda n: torch.empty((1, 32, n, 128), device="meta")  # noqa: E731
+    assert not relbias.wide(heads(2**21), group=8)  # 7 heads of 2**28 elements past the first
+    assert relbias.wide(heads(2**22), group=8) and not relbias.wide(heads(2**22))
