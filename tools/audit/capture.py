@@ -108,7 +108,8 @@ def _launch_rope_cache(spec: Spec) -> None:
 # relbias sequences: (B, Lq, Lk, differentiated); decode (a step against caches of kv_lens,
 # split), decode_end (Lq = 1 at the end of Lk, split), prefill (a chunk of 512 at the end of
 # 4096, forward and backward), packed (4 documents in a row of 4096, forward and backward),
-# paged (a step against paged caches of 4096 keys in blocks of 16, split)
+# paged (a step against paged caches of 4096 keys in blocks of 16, split), long (one row of
+# 2**20 + 64 tokens in a (B, L, H, D) layout: a head past 2**31 elements, the kernels' WIDE)
 SEQS = {
     "": (4, 4096, 4096, True),
     "decode": (4, 1, 4096, False),
@@ -116,6 +117,7 @@ SEQS = {
     "prefill": (4, 512, 4096, True),
     "packed": (1, 4096, 4096, True),
     "paged": (4, 1, 4096, False),
+    "long": (1, 2**20 + 64, 2**20 + 64, True),
 }
 PAGE = 16  # the paged caches' block size (vLLM's default)
 
@@ -151,6 +153,9 @@ def _launch_relbias(spec: Spec) -> None:
     if spec.seq == "paged":  # (num_blocks, block_size, Hk, D): every row's blocks
         kv_shape = (b * n // PAGE, PAGE, spec.kv_heads or h, d)
     k, v = (_meta(*kv_shape, dtype=dtype, grad=grad) for _ in range(2))
+    if spec.seq == "long":  # (B, L, H, D) memory seen as (B, H, L, D)
+        q = _meta(b, lq, h, d, dtype=dtype, grad=grad).transpose(1, 2)
+        k, v = (_meta(b, n, kv_shape[1], d, dtype=dtype, grad=grad).transpose(1, 2) for _ in "kv")
     family = family_of(spec.family)
     keys = k.shape[0] * k.shape[1] // b if spec.seq == "paged" else n  # a row's key positions
     # the kernel reads tables in float32

@@ -107,6 +107,9 @@ def specs(only: str | None = None) -> list[Spec]:
     attn += [Spec("relbias", "alibi", causal=True, kv_heads=4, sinks=True, window=128)]
     attn += [Spec("relbias", "alibi", causal=True, kv_heads=4, seq="decode", window=128)]
     attn += [Spec("relbias", "t5", causal=True, window=4096)]
+    # heads past 2**31 elements (a (B, L, H, D) layout at 2**20 tokens): 64-bit row offsets
+    attn += [Spec("relbias", "alibi", seq="long")]
+    attn += [Spec("relbias", "t5", causal=True, kv_heads=4, seq="long")]
     out = [s for s in rope + attn if only in (None, s.kernel)]
     return out
 
