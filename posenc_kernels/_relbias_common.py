@@ -305,7 +305,8 @@ def _far_terms(pos, bias, slope2, PART: tl.constexpr, BIAS: tl.constexpr):
     from a reference inside the held block (`pos`: int positions minus it; from position 0
     both terms grow with it and their difference loses float32's digits: slope x position x
     2^-24); the other families' bias is the query's (`bias`, the part's; 0.0 for a key).
-    Returns t(pos) - bias."""
+    Returns t(pos) - bias. (The forward's ALiBi computes the same two terms in its own lines,
+    as ptxas allocates them there: its running max takes the query's.)"""
     t = -bias
     if BIAS == ALIBI:
         t += pos.to(tl.float32) * (slope2 * (1 - 2 * (PART == AFTER)))

@@ -123,8 +123,11 @@ def test_alibi_far_from_position_zero_keeps_float32_accuracy():
     from position 0 their difference loses float32's digits as slope x position grows (at
     L=256 and slope 1, as at L=4096 and slope 1/16: 4 to 7 times the eager float32 error, out
     and gradients); counted from the held block, the eager reference's own error. No floor:
-    the harness's float32 floor (1e-5) is above both."""
-    length, slopes = (4096, [1 / 16]) if GPU else (256, [1.0])
+    the harness's float32 floor (1e-5) is above both. On a GPU the float32 dots are 3xTF32,
+    up to 4 times float32's own error (test_3xtf32_dots_keep_float32_accuracy): the bound
+    there is that much looser, and only the interpreter's exact float32 catches the defect."""
+    length, slopes = 256, [1.0]
+    factor = FACTOR * (4 if GPU else 1)
     q, k, v = (torch.randn(1, 1, length, 32) for _ in range(3))
     module = posenc.ALiBi(1)
     with torch.no_grad():
@@ -142,7 +145,7 @@ def test_alibi_far_from_position_zero_keeps_float32_accuracy():
     got += torch.autograd.grad(got[0], leaves, grad_out.to(DEVICE))
     for label, g, e, w in zip(("out", "dq", "dk", "dv"), got, eager, want, strict=True):
         err, ref_err = _rel(g.detach(), w.detach()), _rel(e.detach(), w.detach())
-        assert err <= FACTOR * ref_err, f"{label}: {err:.2e} vs eager float32 {ref_err:.2e}"
+        assert err <= factor * ref_err, f"{label}: {err:.2e} vs eager float32 {ref_err:.2e}"
 
 
 def test_rows_that_span_2_31_elements_in_a_head_are_addressed_right():
@@ -200,6 +203,6 @@ def test_the_wide_rule_reads_shapes_and_strides():
     assert relbias.wide(rows(131073, 128 * 128))
     assert not relbias.wide(rows(2**24, 128))  # (B, H, L, D) contiguous: L x D
     assert not relbias.wide(None)
-    heads = lambda n: torch.empty((1, 32, n, 128), device="meta")  # noqa: E731
-    assert not relbias.wide(heads(2**21), group=8)  # 7 heads of 2**28 elements past the first
-    assert relbias.wide(heads(2**22), group=8) and not relbias.wide(heads(2**22))
+    bhsd = [torch.empty((1, 32, n, 128), device="meta") for n in (2**21, 2**22)]
+    assert not relbias.wide(bhsd[0], group=8)  # 7 heads of 2**28 elements past the first
+    assert relbias.wide(bhsd[1], group=8) and not relbias.wide(bhsd[1])
