@@ -11,7 +11,7 @@ import math
 import torch
 from torch import Tensor
 
-from posenc._checks import check_positive
+from posenc._checks import check_positive, check_t5_buckets
 from posenc._logits import softmax_with_sinks
 
 
@@ -54,8 +54,7 @@ def t5_relative_bucket(
     half of its buckets get one bucket each; larger ones share log-spaced buckets up to
     max_distance, beyond which everything falls into the last bucket.
     """
-    check_positive("num_buckets", num_buckets)
-    check_positive("max_distance", max_distance)
+    check_t5_buckets(num_buckets, max_distance, bidirectional)
     n = -relative_position
     bucket = torch.zeros_like(relative_position)
     if bidirectional:

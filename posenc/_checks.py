@@ -15,6 +15,25 @@ def check_positive(name: str, value: int, *, allow_zero: bool = False) -> None:
         raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
 
 
+def check_t5_buckets(num_buckets: int, max_distance: int, bidirectional: bool) -> None:
+    """T5's buckets need at least one exact bucket a side and a log-spaced range beyond it:
+    at max_distance <= the exact buckets the logarithm's base is 1 or below, and the buckets
+    are undefined (a division by zero) or fall back into the exact ones."""
+    check_positive("num_buckets", num_buckets)
+    check_positive("max_distance", max_distance)
+    exact = num_buckets // (4 if bidirectional else 2)
+    if exact < 1:
+        least = 4 if bidirectional else 2
+        raise ValueError(
+            f"num_buckets must be >= {least} (bidirectional={bidirectional}), got {num_buckets}"
+        )
+    if max_distance <= exact:
+        raise ValueError(
+            f"max_distance must exceed the {exact} exact buckets of num_buckets={num_buckets} "
+            f"(bidirectional={bidirectional}), got {max_distance}"
+        )
+
+
 def check_pairs(name: str, value: int) -> None:
     """Rotations act on pairs of dimensions: the dimension must be positive and even."""
     check_positive(name, value)

@@ -18,7 +18,7 @@ from posenc._bias import (
     kerple_log_bias,
     t5_relative_bucket,
 )
-from posenc._checks import check_positive, check_rank
+from posenc._checks import check_positive, check_rank, check_t5_buckets
 from posenc.attention import MultiHeadProjections
 from posenc.functional import relative_positions, shaw_attention
 
@@ -117,6 +117,7 @@ class T5RelativeBias(nn.Module):
     ):
         super().__init__()
         check_positive("num_heads", num_heads)
+        check_t5_buckets(num_buckets, max_distance, bidirectional)
         self.num_heads, self.num_buckets = num_heads, num_buckets
         self.max_distance, self.bidirectional = max_distance, bidirectional
         self.relative_attention_bias = nn.Embedding(num_buckets, num_heads)

@@ -192,8 +192,31 @@ def _alibi(slopes: Tensor, q: Tensor, o: Options) -> Prepared:
     return Prepared(spec, table=slopes.float())
 
 
+def _check_t5(bidirectional, num_buckets, max_distance) -> None:
+    """At least one exact bucket a side, and max_distance beyond them: at or below them the
+    log-spaced buckets' base is 1 or less (a division by zero, or buckets back among the
+    exact ones; the public T5 code computes them all the same)."""
+    for name, value in (("t5_num_buckets", num_buckets), ("t5_max_distance", max_distance)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not isinstance(bidirectional, bool):
+        raise TypeError(f"t5_bidirectional must be a bool, got {type(bidirectional).__name__}")
+    exact = num_buckets // (4 if bidirectional else 2)
+    if exact < 1:
+        raise ValueError(
+            f"t5_num_buckets must be >= {4 if bidirectional else 2} "
+            f"(t5_bidirectional={bidirectional}), got {num_buckets}"
+        )
+    if max_distance <= exact:
+        raise ValueError(
+            f"t5_max_distance must exceed the {exact} exact buckets of t5_num_buckets="
+            f"{num_buckets} (t5_bidirectional={bidirectional}), got {max_distance}"
+        )
+
+
 def _t5(table: Tensor, q: Tensor, o: Options) -> Prepared:
     bidirectional, num_buckets, max_distance = o.t5
+    _check_t5(*o.t5)
     _on_q("t5_table", table, q)
     if tuple(table.shape) != (num_buckets, q.shape[1]):
         raise ValueError(f"t5_table must be {(num_buckets, q.shape[1])}, got {tuple(table.shape)}")

@@ -126,6 +126,25 @@ CASES = [  # (id, call, exception, text the message must contain)
         "emb_k",
     ),
     ("relative lengths", lambda: F.relative_positions(0, 3, 1), ValueError, "q_len"),
+    # at max_distance <= the exact buckets the log-spaced buckets divide by log(1) or less
+    (
+        "t5 max_distance at the exact buckets",
+        lambda: posenc.T5RelativeBias(2, num_buckets=32, max_distance=8),
+        ValueError,
+        "max_distance must exceed the 8 exact buckets",
+    ),
+    (
+        "t5 one-sided max_distance",
+        lambda: F.t5_relative_bucket(torch.arange(-9, 9), False, 32, 16),
+        ValueError,
+        "max_distance",
+    ),
+    (
+        "t5 no exact bucket",
+        lambda: posenc.T5RelativeBias(2, num_buckets=2, max_distance=8),
+        ValueError,
+        "num_buckets must be >= 4",
+    ),
 ]
 
 

@@ -160,6 +160,26 @@ BAD = [
     ("slopes shape", _ra(q4, q4, q4, alibi_slopes=ones(3)), ValueError, "alibi_slopes"),
     ("t5 shape", _ra(q4, q4, q4, t5_table=ones(2, 32)), ValueError, "t5_table"),
     ("shaw shape", _ra(q4, q4, q4, shaw_bias=ones(2, 4)), ValueError, "shaw_bias"),
+    # at or below the exact buckets T5's log-spaced buckets were a division by zero (an
+    # IndexError deep in the gather) or fell back among the exact ones
+    (
+        "t5 max_distance",
+        _ra(q4, q4, q4, t5_table=ones(32, 2), t5_max_distance=8),
+        ValueError,
+        "t5_max_distance must exceed the 8 exact buckets",
+    ),
+    (
+        "t5 buckets",
+        _ra(q4, q4, q4, t5_table=ones(1, 2), t5_num_buckets=1, t5_bidirectional=False),
+        ValueError,
+        "t5_num_buckets must be >= 2",
+    ),
+    (
+        "t5 bidirectional",
+        _ra(q4, q4, q4, t5_table=ones(32, 2), t5_bidirectional="yes"),
+        TypeError,
+        "t5_bidirectional",
+    ),
     ("head dim", _ra(q4, k4d, k4d, alibi_slopes=ones(2)), ValueError, "k and v"),
     (
         "dtype",
