@@ -86,6 +86,17 @@ def _dot(a, b, F32: tl.constexpr):
 
 
 @triton.jit
+def _dot_acc(a, b, acc, F32: tl.constexpr):
+    """_dot's product added to acc."""
+    if F32 == TF32X3:
+        return tl.dot(a, b, acc, input_precision="tf32x3")
+    elif F32 == IEEE:
+        return tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        return tl.dot(a, b, acc)
+
+
+@triton.jit
 def _wide_rows(rows, WIDE: tl.constexpr):
     """Row indices for an address: 64-bit with WIDE, where a head's rows span 2**31 elements
     or more (a (B, L, H, D) layout at L x H x D past it: 131072 tokens of 128 heads of 128;

@@ -18,6 +18,7 @@ from posenc_kernels._relbias_common import (
     LOG2E,
     _band_logits,
     _dot,
+    _dot_acc,
     _far_mask,
     _far_terms,
     _head_bias,
@@ -211,14 +212,15 @@ def _dkdv_part(
         # operand dies before dp's tile is live. After dp, the packed layout's dk/dv kept 2 to 4
         # local loads inside a key loop under Triton 3.9 at 255 registers (docs/kernels.md)
         dv += _dot(p_t.to(do.dtype), do, F32)
-        dp_t = _dot(v, tl.trans(do), F32)
+        # dp - delta as the dot's accumulator: delta's vector dies before the product
+        dp_t = _dot_acc(v, tl.trans(do), -delta[None, :] + tl.zeros_like(p_t), F32)
         if HAS_VALUE:
             if PART == BAND:
                 dp_t += tl.load(g_base + (relk_off[None, :] + idx_t * stride_rr))
             else:
                 at = (PART == AFTER) * 2 * K
                 dp_t += tl.load(g_base + relk_off + at * stride_rr, mask=mask_m, other=0.0)[None, :]
-        ds_t = p_t * (dp_t - delta[None, :])
+        ds_t = p_t * dp_t
         dk += _dot(ds_t.to(q.dtype), q, F32)
         if COL:
             if GROUP > 1:

@@ -69,12 +69,17 @@ class _Spec:
         self.user_tiles = {False: fwd_tiles, True: bwd_tiles}
         self.buckets = None  # T5 training its table: (2K + 1, num_buckets), _bucket_matrix
 
-    def tiles(self, q: Tensor, backward: bool) -> tuple[Tiles, Tiles | None]:
+    def tiles(self, q: Tensor, backward: bool, alone=True) -> tuple[Tiles, Tiles | None]:
         """(tiles, fallback): the user's tiles (no fallback), or the default for q's GPU with
-        _SAFE as the fallback."""
+        _SAFE as the fallback. alone: one query head a kv head, whole sequences, 32-bit rows;
+        else, or with a window, dk/dv takes its kind's row, not its family's (ALiBi's larger
+        tile spills in its key loops there)."""
         if self.user_tiles[backward] is not None:
             return self.user_tiles[backward], None
-        return default_tiles(q, backward, self._kinds(backward))
+        kinds = self._kinds(backward)
+        if backward and not (alone and not self.window):
+            kinds = kinds[1:]
+        return default_tiles(q, backward, kinds)
 
     def dq_tiles(self, q: Tensor, dkdv: Tiles) -> Tiles:
         """The dq kernel's tiles beside dk/dv's tiles `dkdv` (self.tiles(q, True)'s): their

@@ -66,6 +66,11 @@ _BWD_TILES = {
         # docs/kernels.md)
         (2, 128, "plain"): Tiles(32, 64, 4, 2),
         (2, 128, "value"): Tiles(32, 64, 4, 2),
+        # ALiBi, one query head a kv head, whole sequences, no window, 32-bit rows: 64 keys
+        # (m64n64 score products, 255 registers, a few words in local memory outside the key
+        # loops); grouped heads, packed rows, a window or 64-bit rows spill inside them there
+        # and keep the kind's row (_Spec.tiles; docs/kernels.md)
+        (2, 128, "alibi"): Tiles(64, 64, 4, 2),
         (2, 64, "plain"): Tiles(32, 128, 8, 2),
         (2, 64, "value"): Tiles(32, 128, 8, 2),
         (4, 128, "plain"): Tiles(16, 32, 8, 1),

@@ -257,8 +257,7 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
     """-> dq, dk, dv (in q's dtype), the per-bucket table gradient (H, n_rel) or None, d relk,
     d E_V, d col (FoX's D_j) and d sinks (None where unused)."""
     bsz, heads, lq, d = q.shape
-    spec = p.spec
-    lk = k.shape[2]
+    spec, lk = p.spec, k.shape[2]
     delta = _delta(do, out)
     g = None
     if spec.has_value:  # dp_ij gains do_i . E_V[idx(i, j)]: gathered from do E_V^T
@@ -294,7 +293,8 @@ def _backward(do, q, k, v, out, lse, p: Prepared, sinks, pn, seq):
         SEQ=seq.mode,
     )
     lens = seq.lens if seq.lens is not None else q
-    default, fallback = spec.tiles(q, backward=True)
+    alone = group == 1 and seq.mode != jit.PACKED.value and not shared["WIDE"]
+    default, fallback = spec.tiles(q, backward=True, alone=alone)
     default_dq = spec.dq_tiles(q, default)  # looked up once; the fallback's dq: its transpose
 
     def launch(tiles: Tiles) -> Tensor | None:

@@ -479,13 +479,16 @@ TILES = [
     (relbias.Tiles(32, 16), relbias.Tiles(16, 32), (37, 37), (29, 45)),
     (relbias.Tiles(16, 64, 8, 3), relbias.Tiles(64, 16, 8, 3), (37, 37), (29, 45)),
     (relbias.Tiles(32, 16), relbias.Tiles(32, 64), (37, 37), (29, 45)),
+    (relbias.Tiles(32, 16), relbias.Tiles(64, 64, 4, 2), (37, 37), (29, 45)),  # ALiBi's dk/dv
     (relbias.Tiles(16, 16), relbias.Tiles(16, 16), (101, 101), (83, 117)),
     (relbias.Tiles(16, 16), relbias.Tiles(16, 16), (101, 101), (83, 117), "one loop"),
 ]
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("tiles", TILES, ids=["32x16", "16x64", "32x64", "16x16-long", "one-loop"])
+@pytest.mark.parametrize(
+    "tiles", TILES, ids=["32x16", "16x64", "32x64", "64x64", "16x16-long", "one-loop"]
+)
 @pytest.mark.parametrize("family", ["alibi", "t5", "shaw_bias", "shaw_kv"])
 def test_other_tiles_match_reference(family, tiles, causal, monkeypatch):
     """ "one loop": the GPU's float32 IEEE path, the key loop unsplit."""
@@ -571,13 +574,20 @@ def test_default_tiles_are_valid_on_every_gpu(monkeypatch):
 
 def test_a_family_row_comes_before_its_kind(monkeypatch):
     """The tile tables' family rows: FoX's float32 forward (16 rows on 8 warps at D=128, every
-    GPU generation); the other families take their kind's row (on sm_90a every backward on 4
-    warps: m64n32 score products; Shaw's key and value terms' from the kind "value")."""
+    GPU generation); ALiBi's dk/dv on sm_90a in half precision at D=128, 64 x 64 on 4 warps
+    where each kv head has one query head, the rows are whole sequences, 32-bit and without a
+    window (`alone`), else its kind's; the other families take their kind's row (on sm_90a
+    every backward on 4 warps: m64n32 score products; Shaw's key and value terms' from the
+    kind "value")."""
     monkeypatch.setattr(_relbias_tiles, "_interpreting", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d: (9, 0))
     half = torch.empty(1, 1, 1, 128, dtype=torch.bfloat16)
     alibi, t5 = _Spec(relbias.ALIBI, False, 1.0, 0, 1), _Spec(relbias.TABLE, False, 1.0, 4, 9)
-    assert alibi.tiles(half, True)[0] == t5.tiles(half, True)[0] == relbias.Tiles(32, 64, 4, 2)
+    assert alibi.tiles(half, True)[0] == relbias.Tiles(64, 64, 4, 2)
+    window = _Spec(relbias.ALIBI, True, 1.0, 0, 1, window=128)
+    kind = relbias.Tiles(32, 64, 4, 2)
+    assert alibi.tiles(half, True, alone=False)[0] == window.tiles(half, True)[0] == kind
+    assert t5.tiles(half, True)[0] == kind
     shaw_kv = _Spec(relbias.SHAW_KV, False, 1.0, 4, 9, has_value=True)
     assert shaw_kv.tiles(half, True)[0] == relbias.Tiles(32, 64, 4, 2)
     assert alibi.tiles(half, False) == t5.tiles(half, False)  # the forward: no ALiBi row
@@ -589,6 +599,30 @@ def test_a_family_row_comes_before_its_kind(monkeypatch):
     ):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d, c=capability: c)
         assert fox.tiles(torch.empty(1, 1, 1, 128), False)[0] == relbias.Tiles(*want)
+
+
+@pytest.mark.parametrize(
+    ("kv_heads", "packed", "alone"), [(2, False, True), (1, False, False), (2, True, False)]
+)
+def test_dkdv_takes_its_familys_row_only_alone(kv_heads, packed, alone, monkeypatch):
+    """The launcher asks for the family's dk/dv row only with one query head a kv head and
+    whole sequences (ALiBi's 64 x 64 spills in its key loops with grouped heads or packed
+    rows): what it passes, and that the backward runs at what it is given."""
+    asked = []
+    tiles = _Spec.tiles
+
+    def spy(self, q, backward, alone=True):
+        if backward:
+            asked.append(alone)
+        return tiles(self, q, backward, alone)
+
+    monkeypatch.setattr(_Spec, "tiles", spy)
+    q = torch.randn(1, 2, 20, 16, device=DEVICE, requires_grad=True)
+    k, v = (torch.randn(1, kv_heads, 20, 16, device=DEVICE) for _ in range(2))
+    seq = {"cu_seqlens": torch.tensor([0, 7, 20], device=DEVICE)} if packed else {}
+    out = relbias.relative_attention(q, k, v, alibi_slopes=ones(2), causal=True, **seq)
+    out.sum().backward()
+    assert asked == [alone] and q.grad.isfinite().all()
 
 
 def test_dq_takes_its_own_tiles_only_beside_the_default(monkeypatch):
