@@ -38,6 +38,11 @@ def model_dkdv() -> str:
     return _kernel_change("dkdv", "t5", "T5's dk/dv")
 
 
+def model_alibi_dkdv() -> str:
+    """ALiBi's dk/dv: its 64 x 64 tile's gain (with the 4-warp tiles before it)."""
+    return _kernel_change("dkdv", "alibi", "ALiBi's dk/dv")
+
+
 def model_dq() -> str:
     """ALiBi's dq: FlexAttention's dq tile's gain."""
     return _kernel_change("dq", "alibi", "ALiBi's dq")
@@ -62,6 +67,7 @@ MODEL_FIGURES = {
     "model_fit": model_fit,
     "model_table": model_table,
     "model_dkdv": model_dkdv,
+    "model_alibi_dkdv": model_alibi_dkdv,
     "model_dq": model_dq,
     "model_flex": model_flex,
 }
